@@ -1,0 +1,21 @@
+//! jmsstore-core: the storage and paging engine of jmsstore, an embedded,
+//! persistent, JMS-style message broker for Python.
+//!
+//! - [`store`]: the file store (append-only segments, group commit,
+//!   recovery, compaction), reached through [`fs`] so that tests can
+//!   simulate power loss;
+//! - [`codec`]: body codecs (gzip, LZF with ZV framing, zstd);
+//! - [`inspect`]: a read-only reader of every record in a store directory,
+//!   for tools and Spark.
+
+#![deny(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
+pub mod codec;
+pub mod error;
+pub mod fs;
+pub mod inspect;
+pub mod store;
+
+pub use error::{Error, Result};
+pub use store::{RecoveryMode, RecoveryReport, Stats, Store, StoreOptions, SyncPolicy};

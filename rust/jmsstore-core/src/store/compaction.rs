@@ -1,0 +1,436 @@
+//! Online, crash-safe compaction.
+//!
+//! 1. The active segment is sealed (writers move on to a new one and keep going).
+//! 2. Inputs: every sealed segment holding dead bytes. A segment whose
+//!    records are all live cannot hold an older version of anything, so
+//!    leaving it out is safe, and dropping the tombstones of the inputs is
+//!    safe because no remaining segment holds a version they delete.
+//! 3. The live records of the inputs are copied verbatim (verified on the
+//!    way) into new compacted segments, written as `.tmp` files and synced.
+//! 4. They are renamed into place and the directory is synced. A crash from
+//!    here on leaves duplicates, which recovery resolves by sequence number.
+//! 5. A manifest naming the inputs is written (atomically). From here on
+//!    recovery finishes the job: it removes the inputs the manifest names.
+//! 6. The index is switched to the copies, only for objects that did not
+//!    change meanwhile (the copy of a changed object is dead on arrival).
+//! 7. The inputs are removed, then the manifest.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::format::{
+    segment_file_name, RecordKind, SegmentHeader, SegmentKind, SEGMENT_HEADER_LEN,
+};
+use super::index::Location;
+use super::segment::{self, Step as ScanStep};
+use super::{bump, lock, Completion, Progress, SegmentInfo, Shared, Waiter, Work};
+use crate::error::{Error, Result};
+use crate::fs::{FileSystem, OpenMode, StorageFile};
+
+/// File-name suffix of compaction manifests.
+pub const MANIFEST_SUFFIX: &str = ".manifest";
+const MANIFEST_MAGIC: &[u8; 8] = b"JMSCMAN1";
+
+/// Where a crash test may stop a compaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Output written as `.tmp` files and synced.
+    Written,
+    /// Output renamed into place.
+    Published,
+    /// Manifest written.
+    Manifest,
+    /// Index switched (in memory only).
+    Swapped,
+    /// Inputs removed, manifest not yet.
+    InputsRemoved,
+}
+
+/// What a compaction did.
+#[derive(Clone, Debug, Default)]
+pub struct CompactionReport {
+    /// Segments compacted away.
+    pub segments_compacted: u64,
+    /// New segments written.
+    pub segments_written: u64,
+    /// Live records copied.
+    pub records_copied: u64,
+    /// Record bytes in the inputs.
+    pub bytes_before: u64,
+    /// Record bytes in the output.
+    pub bytes_after: u64,
+    /// How long it took.
+    pub duration: Duration,
+}
+
+/// A segment written by compaction or salvage.
+pub struct Written {
+    /// Final path.
+    pub path: PathBuf,
+    /// The open file.
+    pub file: Arc<dyn StorageFile>,
+    /// End of the records.
+    pub used: u64,
+    /// New location of each record, in the order given.
+    pub locations: Vec<Location>,
+}
+
+struct Part {
+    number: u64,
+    tmp: PathBuf,
+    file: Arc<dyn StorageFile>,
+    used: u64,
+}
+
+/// Writes a compacted segment as a `.tmp` file and syncs it.
+fn write_part(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    header: &SegmentHeader,
+    records: &[u8],
+) -> Result<Part> {
+    let tmp = dir.join(format!(
+        "{}.{:016x}.tmp",
+        segment_file_name(header.number),
+        header.compaction_id
+    ));
+    let file = fs
+        .open(&tmp, OpenMode::CREATE_NEW)
+        .map_err(|e| Error::io("creating compacted segment", &tmp, e))?;
+    let write = || -> std::io::Result<()> {
+        file.write_all_at(&header.encode(), 0)?;
+        file.write_all_at(records, SEGMENT_HEADER_LEN as u64)?;
+        file.sync_data()
+    };
+    if let Err(e) = write() {
+        let _ = fs.remove_file(&tmp);
+        return Err(Error::io("writing compacted segment", &tmp, e));
+    }
+    Ok(Part {
+        number: header.number,
+        tmp,
+        file,
+        used: (SEGMENT_HEADER_LEN + records.len()) as u64,
+    })
+}
+
+fn publish(fs: &dyn FileSystem, dir: &Path, parts: &[Part]) -> Result<Vec<PathBuf>> {
+    let mut paths = Vec::with_capacity(parts.len());
+    for part in parts {
+        let path = dir.join(segment_file_name(part.number));
+        fs.rename(&part.tmp, &path)
+            .map_err(|e| Error::io("publishing compacted segment", &part.tmp, e))?;
+        paths.push(path);
+    }
+    fs.sync_dir(dir)
+        .map_err(|e| Error::io("syncing store directory", dir, e))?;
+    Ok(paths)
+}
+
+/// Copies the records at `locs` of `source` verbatim into one new compacted
+/// segment, made visible atomically (salvage uses this).
+pub fn write_segment_atomically(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    header: &SegmentHeader,
+    source: &Arc<dyn StorageFile>,
+    locs: &[Location],
+) -> Result<Written> {
+    let mut records = Vec::new();
+    let mut locations = Vec::with_capacity(locs.len());
+    for loc in locs {
+        let start = records.len();
+        records.resize(start + loc.len as usize, 0);
+        source
+            .read_exact_at(&mut records[start..], loc.offset)
+            .map_err(|e| Error::io("reading record to rewrite", dir, e))?;
+        locations.push(Location {
+            segment: header.number,
+            offset: (SEGMENT_HEADER_LEN + start) as u64,
+            len: loc.len,
+        });
+    }
+    let part = write_part(fs, dir, header, &records)?;
+    let paths = publish(fs, dir, std::slice::from_ref(&part))?;
+    Ok(Written {
+        path: paths.into_iter().next().expect("one part"),
+        file: part.file,
+        used: part.used,
+        locations,
+    })
+}
+
+fn manifest_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("compaction-{id:016x}{MANIFEST_SUFFIX}"))
+}
+
+fn write_manifest(fs: &dyn FileSystem, dir: &Path, id: u64, inputs: &[u64]) -> Result<PathBuf> {
+    let mut bytes = MANIFEST_MAGIC.to_vec();
+    bytes.extend_from_slice(&(inputs.len() as u32).to_le_bytes());
+    for n in inputs {
+        bytes.extend_from_slice(&n.to_le_bytes());
+    }
+    let crc = crc32c::crc32c(&bytes);
+    bytes.extend_from_slice(&crc.to_le_bytes());
+    let path = manifest_path(dir, id);
+    let tmp = path.with_extension("manifest.tmp");
+    let file = fs
+        .open(&tmp, OpenMode::CREATE_NEW)
+        .map_err(|e| Error::io("creating compaction manifest", &tmp, e))?;
+    file.write_all_at(&bytes, 0)
+        .map_err(|e| Error::io("writing compaction manifest", &tmp, e))?;
+    file.sync_data()
+        .map_err(|e| Error::io("syncing compaction manifest", &tmp, e))?;
+    fs.rename(&tmp, &path)
+        .map_err(|e| Error::io("publishing compaction manifest", &tmp, e))?;
+    fs.sync_dir(dir)
+        .map_err(|e| Error::io("syncing store directory", dir, e))?;
+    Ok(path)
+}
+
+/// Reads a manifest: the segment numbers a finished compaction replaced.
+pub fn read_manifest(fs: &dyn FileSystem, path: &Path) -> Result<Vec<u64>> {
+    let file = fs
+        .open(path, OpenMode::READ)
+        .map_err(|e| Error::io("opening compaction manifest", path, e))?;
+    let len = file
+        .len()
+        .map_err(|e| Error::io("reading compaction manifest", path, e))? as usize;
+    let mut bytes = vec![0u8; len];
+    file.read_exact_at(&mut bytes, 0)
+        .map_err(|e| Error::io("reading compaction manifest", path, e))?;
+    let bad = |why: &str| Error::corruption(path, 0, format!("compaction manifest: {why}"));
+    if len < 16 || &bytes[..8] != MANIFEST_MAGIC {
+        return Err(bad("bad magic or too short"));
+    }
+    let count = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")) as usize;
+    if len != 12 + 8 * count + 4 {
+        return Err(bad("length does not match its count"));
+    }
+    let crc = u32::from_le_bytes(bytes[len - 4..].try_into().expect("4 bytes"));
+    if crc32c::crc32c(&bytes[..len - 4]) != crc {
+        return Err(bad("checksum mismatch"));
+    }
+    Ok((0..count)
+        .map(|i| u64::from_le_bytes(bytes[12 + 8 * i..20 + 8 * i].try_into().expect("8 bytes")))
+        .collect())
+}
+
+struct Input {
+    number: u64,
+    path: PathBuf,
+    file: Arc<dyn StorageFile>,
+    used: u64,
+}
+
+/// Runs one compaction (see the module documentation).
+pub(crate) fn compact(
+    shared: &Arc<Shared>,
+    progress: &mut Progress<'_>,
+    stop_after: Option<Step>,
+) -> Result<CompactionReport> {
+    let _one_at_a_time = lock(&shared.compaction);
+    let started = Instant::now();
+    let mut report = CompactionReport::default();
+
+    let waiter = Arc::new(Waiter::default());
+    shared.submit_control(Work::Roll(Completion::Wait(waiter.clone())))?;
+    waiter.wait()?;
+
+    let inputs: Vec<Input> = {
+        let state = shared.state();
+        state
+            .segments
+            .iter()
+            .filter(|(_, s)| !s.active && s.dead_bytes() > 0)
+            .map(|(&number, s)| Input {
+                number,
+                path: s.path.clone(),
+                file: s.file.clone(),
+                used: s.used,
+            })
+            .collect()
+    };
+    if inputs.is_empty() {
+        report.duration = started.elapsed();
+        return Ok(report);
+    }
+    let id = loop {
+        let id = rand::random::<u64>();
+        if id != 0 {
+            break id;
+        }
+    };
+    let total: u64 = inputs.iter().map(|i| i.used).sum();
+    let limit = shared.options.max_segment_bytes as usize - SEGMENT_HEADER_LEN;
+    let mut parts: Vec<Part> = Vec::new();
+    // (handle, old location, new location) of every copied record.
+    let mut moves: Vec<(u64, Location, Location)> = Vec::new();
+    let mut out = Vec::new();
+    let mut pending_moves: Vec<(u64, Location, usize)> = Vec::new();
+    let mut done = 0u64;
+
+    let result = (|| -> Result<()> {
+        let mut flush = |out: &mut Vec<u8>,
+                         pending: &mut Vec<(u64, Location, usize)>,
+                         parts: &mut Vec<Part>|
+         -> Result<()> {
+            if out.is_empty() {
+                return Ok(());
+            }
+            let header = SegmentHeader {
+                kind: SegmentKind::Compacted,
+                store_id: shared.store_id,
+                number: shared.next_segment.fetch_add(1, Ordering::Relaxed),
+                next_handle: shared.next_handle.load(Ordering::Relaxed),
+                next_sequence: 0,
+                epoch: 0,
+                compaction_id: id,
+            };
+            let part = write_part(&*shared.fs, &shared.dir, &header, out)?;
+            for (handle, old, at) in pending.drain(..) {
+                let new = Location {
+                    segment: part.number,
+                    offset: (SEGMENT_HEADER_LEN + at) as u64,
+                    len: old.len,
+                };
+                moves.push((handle, old, new));
+            }
+            parts.push(part);
+            out.clear();
+            Ok(())
+        };
+        for input in &inputs {
+            let mut data = vec![0u8; input.used as usize];
+            input
+                .file
+                .read_exact_at(&mut data, 0)
+                .map_err(|e| Error::io("reading segment to compact", &input.path, e))?;
+            let mut candidates = Vec::new();
+            let mut at = SEGMENT_HEADER_LEN;
+            loop {
+                match segment::step(&data, at) {
+                    ScanStep::End => break,
+                    ScanStep::Damage(why) => {
+                        return Err(Error::corruption(&input.path, at as u64, why))
+                    }
+                    ScanStep::Record(rec) => {
+                        let len = rec.header.total_len();
+                        if matches!(rec.header.kind, RecordKind::Put | RecordKind::Update) {
+                            let loc = Location {
+                                segment: input.number,
+                                offset: at as u64,
+                                len: len as u32,
+                            };
+                            candidates.push((rec.header.handle, loc));
+                        }
+                        at += len;
+                    }
+                }
+            }
+            let live: Vec<(u64, Location)> = {
+                let state = shared.state();
+                candidates
+                    .into_iter()
+                    .filter(|(h, loc)| state.index.get(*h).is_some_and(|(l, _)| l == *loc))
+                    .collect()
+            };
+            for (handle, loc) in live {
+                let record = &data[loc.offset as usize..loc.offset as usize + loc.len as usize];
+                if out.len() + record.len() > limit {
+                    flush(&mut out, &mut pending_moves, &mut parts)?;
+                }
+                pending_moves.push((handle, loc, out.len()));
+                out.extend_from_slice(record);
+                report.records_copied += 1;
+            }
+            done += input.used;
+            progress(done, total);
+        }
+        flush(&mut out, &mut pending_moves, &mut parts)
+    })();
+    if let Err(e) = result {
+        for part in &parts {
+            let _ = shared.fs.remove_file(&part.tmp);
+        }
+        return Err(e);
+    }
+    if stop_after == Some(Step::Written) {
+        return Ok(report);
+    }
+
+    let fs = &*shared.fs;
+    let dir = &shared.dir;
+    let paths = publish(fs, dir, &parts)?;
+    if stop_after == Some(Step::Published) {
+        return Ok(report);
+    }
+    let input_numbers: Vec<u64> = inputs.iter().map(|i| i.number).collect();
+    let manifest = write_manifest(fs, dir, id, &input_numbers)?;
+    if stop_after == Some(Step::Manifest) {
+        return Ok(report);
+    }
+
+    {
+        let mut state = shared.state();
+        for (part, path) in parts.iter().zip(&paths) {
+            state.segments.insert(
+                part.number,
+                SegmentInfo {
+                    kind: SegmentKind::Compacted,
+                    path: path.clone(),
+                    file: part.file.clone(),
+                    used: part.used,
+                    live: 0,
+                    active: false,
+                },
+            );
+        }
+        for (handle, old, new) in &moves {
+            if state.index.relocate(*handle, *old, *new) {
+                if let Some(seg) = state.segments.get_mut(&new.segment) {
+                    seg.live += u64::from(new.len);
+                }
+            }
+        }
+        for input in &inputs {
+            state.segments.remove(&input.number);
+        }
+    }
+    report.segments_compacted = inputs.len() as u64;
+    report.segments_written = parts.len() as u64;
+    report.bytes_before = inputs
+        .iter()
+        .map(|i| i.used - SEGMENT_HEADER_LEN as u64)
+        .sum();
+    report.bytes_after = parts
+        .iter()
+        .map(|p| p.used - SEGMENT_HEADER_LEN as u64)
+        .sum();
+    bump(&shared.counters.compactions, 1);
+    bump(
+        &shared.counters.compaction_bytes_reclaimed,
+        report.bytes_before.saturating_sub(report.bytes_after),
+    );
+    if stop_after == Some(Step::Swapped) {
+        return Ok(report);
+    }
+
+    for input in &inputs {
+        fs.remove_file(&input.path)
+            .map_err(|e| Error::io("removing compacted segment", &input.path, e))?;
+    }
+    fs.sync_dir(dir)
+        .map_err(|e| Error::io("syncing store directory", dir, e))?;
+    if stop_after == Some(Step::InputsRemoved) {
+        return Ok(report);
+    }
+    fs.remove_file(&manifest)
+        .map_err(|e| Error::io("removing compaction manifest", &manifest, e))?;
+    fs.sync_dir(dir)
+        .map_err(|e| Error::io("syncing store directory", dir, e))?;
+    report.duration = started.elapsed();
+    Ok(report)
+}

@@ -1,0 +1,916 @@
+//! The file store: append-only segments, group commit, recovery, compaction.
+//!
+//! # How a write becomes durable
+//!
+//! A caller encodes its records (compression and body checksum happen on the
+//! caller's thread), then, under the state lock, validates them against the
+//! index and the writes still in flight and appends them to the queue. One
+//! flusher thread takes *everything* queued, assigns sequence numbers,
+//! serialises it into one buffer, writes it with one `pwrite` and makes it
+//! durable once (`O_DSYNC` for `direct-write`, one `fdatasync` for
+//! `cache-flush`), then updates the index and completes every waiter. While
+//! it syncs, new requests pile up and form the next group, so the group size
+//! adapts to the load and nobody waits on a timer when the disk is idle.
+//!
+//! A batch with more than one operation is a transaction: its records carry
+//! the transaction flag and are followed by a commit record; recovery ignores
+//! them unless the commit record is there.
+//!
+//! A write or sync error poisons the store: after a failed `fsync` the
+//! kernel may have dropped the dirty pages and reports the error only once
+//! (see the PostgreSQL "fsyncgate" discussion), so nothing written since the
+//! last good sync can be trusted and every further write is refused until
+//! the store is reopened and recovered.
+
+pub mod compaction;
+pub mod format;
+pub mod index;
+pub mod recovery;
+pub mod segment;
+mod writer;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use crate::codec::{self, Codec, CodecId};
+use crate::error::{Error, Result};
+use crate::fs::{FileSystem, LockGuard, StdFs, StorageFile};
+pub use compaction::CompactionReport;
+use format::{RecordKind, SegmentKind, MAX_COLLECTION_NAME, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
+use index::{Index, Location};
+pub use recovery::{DamagedSegment, RecoveryReport, TornTail};
+
+/// Progress of a long operation: `(done, total)` in bytes.
+pub type Progress<'a> = dyn FnMut(u64, u64) + 'a;
+
+/// When a write counts as done (WebLogic's "Synchronous Write Policy").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncPolicy {
+    /// Durable before the call returns: segments are opened with `O_DSYNC`,
+    /// so each group write reaches stable storage as it completes.
+    DirectWrite,
+    /// Buffered writes; one `fdatasync` per group before any of it completes.
+    CacheFlush,
+    /// No flush at all: fast, but an OS crash or power loss may lose
+    /// completed writes (a process crash does not).
+    Disabled,
+}
+
+impl SyncPolicy {
+    /// Parses `direct-write`, `cache-flush` or `disabled`.
+    pub fn parse(name: &str) -> Result<SyncPolicy> {
+        match name.to_ascii_lowercase().replace('_', "-").as_str() {
+            "direct-write" => Ok(SyncPolicy::DirectWrite),
+            "cache-flush" => Ok(SyncPolicy::CacheFlush),
+            "disabled" => Ok(SyncPolicy::Disabled),
+            _ => Err(Error::invalid(format!(
+                "sync_policy {name:?} is not one of \"direct-write\", \"cache-flush\", \"disabled\""
+            ))),
+        }
+    }
+
+    /// The policy's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            SyncPolicy::DirectWrite => "direct-write",
+            SyncPolicy::CacheFlush => "cache-flush",
+            SyncPolicy::Disabled => "disabled",
+        }
+    }
+}
+
+/// What recovery does about damage that is not a torn tail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecoveryMode {
+    /// Refuse to open, naming the segment and offset.
+    Strict,
+    /// Keep every intact record, move the damaged segment to `attic/`, report the loss.
+    Salvage,
+}
+
+impl RecoveryMode {
+    /// Parses `strict` or `salvage`.
+    pub fn parse(name: &str) -> Result<RecoveryMode> {
+        match name {
+            "strict" => Ok(RecoveryMode::Strict),
+            "salvage" => Ok(RecoveryMode::Salvage),
+            _ => Err(Error::invalid(format!(
+                "recovery {name:?} is not one of \"strict\", \"salvage\""
+            ))),
+        }
+    }
+}
+
+/// Store configuration.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    /// When writes count as done.
+    pub sync_policy: SyncPolicy,
+    /// Body codec.
+    pub codec: Codec,
+    /// Bodies longer than this many bytes are compressed.
+    pub compression_threshold: usize,
+    /// Segment files roll over at this size.
+    pub max_segment_bytes: u64,
+    /// Preallocate segments by writing zeros (so appends overwrite
+    /// allocated blocks and `fdatasync` needs no metadata journal commit).
+    pub preallocate: bool,
+    /// What recovery does about damage.
+    pub recovery: RecoveryMode,
+    /// Largest body accepted (defaults to what fits in one segment).
+    pub max_body_bytes: Option<usize>,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            sync_policy: SyncPolicy::DirectWrite,
+            codec: Codec::None,
+            compression_threshold: 0,
+            max_segment_bytes: 64 << 20,
+            preallocate: true,
+            recovery: RecoveryMode::Strict,
+            max_body_bytes: None,
+        }
+    }
+}
+
+/// Smallest allowed segment size.
+pub const MIN_SEGMENT_BYTES: u64 = 4096;
+/// Largest allowed segment size (offsets are 32-bit in the index).
+pub const MAX_SEGMENT_BYTES: u64 = (1 << 32) - 1;
+
+impl StoreOptions {
+    fn validate(&self) -> Result<()> {
+        if !(MIN_SEGMENT_BYTES..=MAX_SEGMENT_BYTES).contains(&self.max_segment_bytes) {
+            return Err(Error::invalid(format!(
+                "max_segment_bytes must be between {MIN_SEGMENT_BYTES} and {MAX_SEGMENT_BYTES}, not {}",
+                self.max_segment_bytes
+            )));
+        }
+        if let Some(max) = self.max_body_bytes {
+            if max > self.segment_body_limit() {
+                return Err(Error::invalid(format!(
+                    "max_body_bytes {max} does not fit in a segment of {} bytes (at most {})",
+                    self.max_segment_bytes,
+                    self.segment_body_limit()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn segment_body_limit(&self) -> usize {
+        let room = self.max_segment_bytes as usize
+            - SEGMENT_HEADER_LEN
+            - RECORD_HEADER_LEN
+            - MAX_COLLECTION_NAME;
+        room.min(segment::MAX_RAW_BODY)
+    }
+
+    /// The largest body a put accepts.
+    pub fn body_limit(&self) -> usize {
+        self.max_body_bytes
+            .unwrap_or_else(|| self.segment_body_limit())
+    }
+}
+
+/// Counters and sizes, for `stats()`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Live objects.
+    pub live_objects: u64,
+    /// Bytes of live records.
+    pub live_bytes: u64,
+    /// Bytes of all records in all segments (live, superseded, deleted).
+    pub total_bytes: u64,
+    /// Segment files.
+    pub segments: u64,
+    /// Collections with live objects.
+    pub collections: u64,
+    /// Put operations.
+    pub puts: u64,
+    /// Update operations.
+    pub updates: u64,
+    /// Delete operations.
+    pub deletes: u64,
+    /// Reads.
+    pub reads: u64,
+    /// Batches of more than one operation (transactions) committed.
+    pub transactions: u64,
+    /// Group writes (one `pwrite` each).
+    pub writes: u64,
+    /// Durability points: `fdatasync` calls or `O_DSYNC` writes.
+    pub syncs: u64,
+    /// Records written.
+    pub records_written: u64,
+    /// Bytes written to segments.
+    pub bytes_written: u64,
+    /// Most records in one group write.
+    pub max_group_records: u64,
+    /// Segment rollovers.
+    pub rollovers: u64,
+    /// Compactions run.
+    pub compactions: u64,
+    /// Bytes reclaimed by compaction.
+    pub compaction_bytes_reclaimed: u64,
+    /// Bodies stored compressed.
+    pub compressed_bodies: u64,
+    /// True once a write or sync failed.
+    pub poisoned: bool,
+}
+
+#[derive(Default)]
+struct Counters {
+    puts: AtomicU64,
+    updates: AtomicU64,
+    deletes: AtomicU64,
+    reads: AtomicU64,
+    transactions: AtomicU64,
+    writes: AtomicU64,
+    syncs: AtomicU64,
+    records_written: AtomicU64,
+    bytes_written: AtomicU64,
+    max_group_records: AtomicU64,
+    rollovers: AtomicU64,
+    compactions: AtomicU64,
+    compaction_bytes_reclaimed: AtomicU64,
+    compressed_bodies: AtomicU64,
+}
+
+fn bump(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+/// A segment the store knows about.
+pub(crate) struct SegmentInfo {
+    kind: SegmentKind,
+    path: PathBuf,
+    file: Arc<dyn StorageFile>,
+    /// End of the written records.
+    used: u64,
+    /// Bytes of live records in it.
+    live: u64,
+    /// The active journal segment receives appends and is never compacted.
+    active: bool,
+}
+
+impl SegmentInfo {
+    fn dead_bytes(&self) -> u64 {
+        self.used
+            .saturating_sub(SEGMENT_HEADER_LEN as u64)
+            .saturating_sub(self.live)
+    }
+}
+
+/// One operation of a batch, already encoded.
+pub(crate) struct Op {
+    kind: RecordKind,
+    handle: u64,
+    collection: Option<Arc<str>>,
+    codec: CodecId,
+    stored: Vec<u8>,
+    raw_len: u32,
+    raw_crc: u32,
+}
+
+/// How a submitter learns that its work is done.
+pub(crate) enum Completion {
+    Wait(Arc<Waiter>),
+    Callback(Box<dyn FnOnce(Result<()>) + Send>),
+}
+
+impl Completion {
+    fn complete(self, result: Result<()>) {
+        match self {
+            Completion::Wait(w) => w.finish(result),
+            Completion::Callback(f) => f(result),
+        }
+    }
+}
+
+/// A synchronous waiter.
+#[derive(Default)]
+pub(crate) struct Waiter {
+    result: Mutex<Option<Result<()>>>,
+    cv: Condvar,
+}
+
+impl Waiter {
+    fn finish(&self, result: Result<()>) {
+        *lock(&self.result) = Some(result);
+        self.cv.notify_all();
+    }
+
+    fn wait(&self) -> Result<()> {
+        let mut guard = lock(&self.result);
+        loop {
+            if let Some(result) = guard.take() {
+                return result;
+            }
+            guard = self.cv.wait(guard).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// Work for the flusher.
+pub(crate) enum Work {
+    /// Operations to write; more than one makes a transaction.
+    Batch {
+        ops: Vec<Op>,
+        completion: Completion,
+    },
+    /// Seal the active segment and start a new one.
+    Roll(Completion),
+    /// Make everything written so far durable (for the `disabled` policy).
+    Sync(Completion),
+}
+
+/// State behind the store's one lock.
+pub(crate) struct State {
+    index: Index,
+    segments: BTreeMap<u64, SegmentInfo>,
+    queue: Vec<Work>,
+    /// Handles put by writes not yet applied, with their collections.
+    in_flight_puts: HashMap<u64, Arc<str>>,
+    /// Handles deleted by writes not yet applied.
+    in_flight_deletes: HashSet<u64>,
+    poisoned: Option<String>,
+    closing: bool,
+}
+
+impl State {
+    fn known(&self, handle: u64) -> Option<Arc<str>> {
+        if self.in_flight_deletes.contains(&handle) {
+            return None;
+        }
+        if let Some(collection) = self.in_flight_puts.get(&handle) {
+            return Some(collection.clone());
+        }
+        self.index.get(handle).map(|(_, c)| c.clone())
+    }
+}
+
+pub(crate) struct Shared {
+    fs: Arc<dyn FileSystem>,
+    dir: PathBuf,
+    options: StoreOptions,
+    store_id: [u8; 16],
+    next_handle: AtomicU64,
+    next_segment: AtomicU64,
+    state: Mutex<State>,
+    /// Signals the flusher that work is queued.
+    work_ready: Condvar,
+    counters: Counters,
+    closed: AtomicBool,
+    compaction: Mutex<()>,
+    spare: writer::SpareSlot,
+    recovery: RecoveryReport,
+    _lock: Box<dyn LockGuard>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    /// Validates `ops` against the index and what is in flight, then queues them.
+    fn submit(&self, mut ops: Vec<Op>, completion: Completion) -> Result<()> {
+        self.check_open()?;
+        let mut state = self.state();
+        if state.closing {
+            return Err(Error::Closed);
+        }
+        if let Some(why) = &state.poisoned {
+            return Err(Error::Poisoned(why.clone()));
+        }
+        // Validate against the state as this batch's own earlier operations leave it.
+        let mut local: HashMap<u64, Option<Arc<str>>> = HashMap::new();
+        for op in &mut ops {
+            let current = match local.get(&op.handle) {
+                Some(v) => v.clone(),
+                None => state.known(op.handle),
+            };
+            match op.kind {
+                RecordKind::Put => {
+                    local.insert(op.handle, op.collection.clone());
+                }
+                RecordKind::Update => {
+                    let collection = current.ok_or(Error::UnknownHandle(op.handle))?;
+                    op.collection = Some(collection.clone());
+                    local.insert(op.handle, Some(collection));
+                }
+                RecordKind::Delete => {
+                    let collection = current.ok_or(Error::UnknownHandle(op.handle))?;
+                    op.collection = Some(collection);
+                    local.insert(op.handle, None);
+                }
+                RecordKind::Commit => {
+                    return Err(Error::invalid("commit records are written by the store"))
+                }
+            }
+        }
+        for op in &ops {
+            match op.kind {
+                RecordKind::Put | RecordKind::Update => {
+                    let collection = op.collection.clone().expect("validated");
+                    state.in_flight_puts.insert(op.handle, collection);
+                    state.in_flight_deletes.remove(&op.handle);
+                }
+                RecordKind::Delete => {
+                    state.in_flight_deletes.insert(op.handle);
+                    state.in_flight_puts.remove(&op.handle);
+                }
+                RecordKind::Commit => {}
+            }
+        }
+        state.queue.push(Work::Batch { ops, completion });
+        drop(state);
+        self.work_ready.notify_one();
+        Ok(())
+    }
+
+    fn submit_control(&self, work: Work) -> Result<()> {
+        self.check_open()?;
+        let mut state = self.state();
+        if let Some(why) = &state.poisoned {
+            return Err(Error::Poisoned(why.clone()));
+        }
+        state.queue.push(work);
+        drop(state);
+        self.work_ready.notify_one();
+        Ok(())
+    }
+
+    fn encode(
+        &self,
+        kind: RecordKind,
+        handle: u64,
+        collection: Option<Arc<str>>,
+        body: &[u8],
+    ) -> Result<Op> {
+        let limit = self.options.body_limit();
+        if body.len() > limit {
+            return Err(Error::invalid(format!(
+                "body of {} bytes is larger than the limit of {limit} bytes",
+                body.len()
+            )));
+        }
+        let (codec_id, stored) =
+            codec::encode_body(self.options.codec, self.options.compression_threshold, body);
+        if codec_id != CodecId::None {
+            bump(&self.counters.compressed_bodies, 1);
+        }
+        Ok(Op {
+            kind,
+            handle,
+            collection,
+            codec: codec_id,
+            raw_len: body.len() as u32,
+            raw_crc: crc32c::crc32c(body),
+            stored: stored.into_owned(),
+        })
+    }
+
+    fn read_record(&self, handle: u64) -> Result<Vec<u8>> {
+        self.check_open()?;
+        let (loc, file, path) = {
+            let state = self.state();
+            let (loc, _) = state
+                .index
+                .get(handle)
+                .ok_or(Error::UnknownHandle(handle))?;
+            let seg = state
+                .segments
+                .get(&loc.segment)
+                .expect("index points at a known segment");
+            (loc, seg.file.clone(), seg.path.clone())
+        };
+        bump(&self.counters.reads, 1);
+        read_body_at(&*file, &path, loc)
+    }
+}
+
+/// Reads and verifies one record and returns its decoded body.
+pub(crate) fn read_body_at(file: &dyn StorageFile, path: &Path, loc: Location) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; loc.len as usize];
+    file.read_exact_at(&mut buf, loc.offset)
+        .map_err(|e| Error::io("reading record", path, e))?;
+    let header = segment::decode_header(&buf, 0)
+        .ok_or_else(|| Error::corruption(path, loc.offset, "malformed record header"))?;
+    let (_, _, raw) = segment::verify(&buf, 0, &header)
+        .map_err(|why| Error::corruption(path, loc.offset, why))?;
+    Ok(raw.into_owned())
+}
+
+fn check_collection(name: &str) -> Result<Arc<str>> {
+    if name.is_empty() {
+        return Err(Error::invalid("collection name must not be empty"));
+    }
+    if name.len() > MAX_COLLECTION_NAME {
+        return Err(Error::invalid(format!(
+            "collection name is {} bytes long; the limit is {MAX_COLLECTION_NAME}",
+            name.len()
+        )));
+    }
+    Ok(Arc::from(name))
+}
+
+/// A set of operations committed atomically: after a crash either all of
+/// them are visible or none. Handles of puts are known at once.
+pub struct Batch {
+    shared: Arc<Shared>,
+    ops: Vec<Op>,
+}
+
+impl Batch {
+    /// Adds a put; returns the new object's handle (valid once committed).
+    pub fn put(&mut self, collection: &str, body: &[u8]) -> Result<u64> {
+        self.shared.check_open()?;
+        let collection = check_collection(collection)?;
+        let handle = self.shared.next_handle.fetch_add(1, Ordering::Relaxed);
+        let op = self
+            .shared
+            .encode(RecordKind::Put, handle, Some(collection), body)?;
+        self.ops.push(op);
+        Ok(handle)
+    }
+
+    /// Adds an update of `handle`'s body.
+    pub fn update(&mut self, handle: u64, body: &[u8]) -> Result<()> {
+        self.shared.check_open()?;
+        let op = self.shared.encode(RecordKind::Update, handle, None, body)?;
+        self.ops.push(op);
+        Ok(())
+    }
+
+    /// Adds a delete of `handle`.
+    pub fn delete(&mut self, handle: u64) -> Result<()> {
+        self.shared.check_open()?;
+        let op = self.shared.encode(RecordKind::Delete, handle, None, &[])?;
+        self.ops.push(op);
+        Ok(())
+    }
+
+    /// Number of operations.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// True if the batch has no operations.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+/// The file store. See the module documentation.
+pub struct Store {
+    shared: Arc<Shared>,
+    threads: Mutex<Option<writer::Threads>>,
+}
+
+impl Store {
+    /// Opens (or creates) the store in `dir` on the real file system.
+    pub fn open(dir: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
+        Self::open_with(Arc::new(StdFs), dir.as_ref(), options, &mut |_, _| {})
+    }
+
+    /// Opens (or creates) the store in `dir` on `fs`, reporting recovery progress.
+    pub fn open_with(
+        fs: Arc<dyn FileSystem>,
+        dir: &Path,
+        options: StoreOptions,
+        progress: &mut Progress<'_>,
+    ) -> Result<Store> {
+        options.validate()?;
+        if fs.exists(dir) && !fs.is_dir(dir) {
+            return Err(Error::invalid(format!(
+                "{} exists and is not a directory",
+                dir.display()
+            )));
+        }
+        fs.create_dir_all(dir)
+            .map_err(|e| Error::io("creating store directory", dir, e))?;
+        let lock_path = dir.join("store.lock");
+        let guard = fs
+            .try_lock(&lock_path)
+            .map_err(|e| Error::io("opening lock file", &lock_path, e))?
+            .ok_or_else(|| Error::Locked(dir.to_path_buf()))?;
+        let recovered = recovery::recover(&*fs, dir, options.recovery, false, progress)?;
+        let mut segments = BTreeMap::new();
+        for (number, seg) in recovered.segments {
+            segments.insert(
+                number,
+                SegmentInfo {
+                    kind: seg.kind,
+                    path: seg.path,
+                    file: seg.file,
+                    used: seg.used,
+                    live: 0,
+                    active: false,
+                },
+            );
+        }
+        for (_, loc) in recovered.index.locations() {
+            if let Some(seg) = segments.get_mut(&loc.segment) {
+                seg.live += u64::from(loc.len);
+            }
+        }
+        let shared = Arc::new(Shared {
+            fs,
+            dir: dir.to_path_buf(),
+            options,
+            store_id: recovered.store_id,
+            next_handle: AtomicU64::new(recovered.next_handle),
+            next_segment: AtomicU64::new(recovered.next_segment),
+            state: Mutex::new(State {
+                index: recovered.index,
+                segments,
+                queue: Vec::new(),
+                in_flight_puts: HashMap::new(),
+                in_flight_deletes: HashSet::new(),
+                poisoned: None,
+                closing: false,
+            }),
+            work_ready: Condvar::new(),
+            counters: Counters::default(),
+            closed: AtomicBool::new(false),
+            compaction: Mutex::new(()),
+            spare: writer::SpareSlot::default(),
+            recovery: recovered.report,
+            _lock: guard,
+        });
+        let threads = writer::start(&shared, recovered.next_sequence, recovered.epoch)?;
+        Ok(Store {
+            shared,
+            threads: Mutex::new(Some(threads)),
+        })
+    }
+
+    /// The store directory.
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// The options the store was opened with.
+    pub fn options(&self) -> &StoreOptions {
+        &self.shared.options
+    }
+
+    /// What recovery found when the store was opened.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.shared.recovery
+    }
+
+    /// A new, empty batch.
+    pub fn batch(&self) -> Batch {
+        Batch {
+            shared: self.shared.clone(),
+            ops: Vec::new(),
+        }
+    }
+
+    /// Commits a batch and waits until it is done (durable, unless the
+    /// policy is `disabled`).
+    pub fn commit(&self, batch: Batch) -> Result<()> {
+        if batch.ops.is_empty() {
+            return Ok(());
+        }
+        let waiter = Arc::new(Waiter::default());
+        self.commit_with(batch, Completion::Wait(waiter.clone()))?;
+        waiter.wait()
+    }
+
+    /// Commits a batch; `on_done` is called (on the flusher thread: keep it
+    /// short) once it is durable or has failed. Errors found while
+    /// validating are returned at once and `on_done` is not called.
+    pub fn commit_async(
+        &self,
+        batch: Batch,
+        on_done: impl FnOnce(Result<()>) + Send + 'static,
+    ) -> Result<()> {
+        if batch.ops.is_empty() {
+            on_done(Ok(()));
+            return Ok(());
+        }
+        self.commit_with(batch, Completion::Callback(Box::new(on_done)))
+    }
+
+    fn commit_with(&self, batch: Batch, completion: Completion) -> Result<()> {
+        let counters = &self.shared.counters;
+        for op in &batch.ops {
+            match op.kind {
+                RecordKind::Put => bump(&counters.puts, 1),
+                RecordKind::Update => bump(&counters.updates, 1),
+                RecordKind::Delete => bump(&counters.deletes, 1),
+                RecordKind::Commit => {}
+            }
+        }
+        if batch.ops.len() > 1 {
+            bump(&counters.transactions, 1);
+        }
+        self.shared.submit(batch.ops, completion)
+    }
+
+    /// Stores a new object; returns its handle once durable.
+    pub fn put(&self, collection: &str, body: &[u8]) -> Result<u64> {
+        let mut batch = self.batch();
+        let handle = batch.put(collection, body)?;
+        self.commit(batch)?;
+        Ok(handle)
+    }
+
+    /// Stores a new object without waiting; returns its handle at once.
+    pub fn put_async(
+        &self,
+        collection: &str,
+        body: &[u8],
+        on_done: impl FnOnce(Result<()>) + Send + 'static,
+    ) -> Result<u64> {
+        let mut batch = self.batch();
+        let handle = batch.put(collection, body)?;
+        self.commit_async(batch, on_done)?;
+        Ok(handle)
+    }
+
+    /// Replaces an object's body.
+    pub fn update(&self, handle: u64, body: &[u8]) -> Result<()> {
+        let mut batch = self.batch();
+        batch.update(handle, body)?;
+        self.commit(batch)
+    }
+
+    /// Deletes an object.
+    pub fn delete(&self, handle: u64) -> Result<()> {
+        let mut batch = self.batch();
+        batch.delete(handle)?;
+        self.commit(batch)
+    }
+
+    /// Reads an object's body (verified against its checksum).
+    pub fn read(&self, handle: u64) -> Result<Vec<u8>> {
+        self.shared.read_record(handle)
+    }
+
+    /// True if `handle` names a live object.
+    pub fn contains(&self, handle: u64) -> bool {
+        self.shared.state().index.contains(handle)
+    }
+
+    /// The collection of a live object.
+    pub fn collection_of(&self, handle: u64) -> Option<String> {
+        self.shared
+            .state()
+            .index
+            .get(handle)
+            .map(|(_, c)| c.to_string())
+    }
+
+    /// Up to `limit` handles of `collection` after `after`, in handle (creation) order.
+    pub fn handles(&self, collection: &str, after: Option<u64>, limit: usize) -> Result<Vec<u64>> {
+        self.shared.check_open()?;
+        Ok(self.shared.state().index.handles(collection, after, limit))
+    }
+
+    /// Up to `limit` objects of `collection` after `after`, with their bodies.
+    /// Objects deleted while this runs are skipped.
+    pub fn scan(
+        &self,
+        collection: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<(u64, Vec<u8>)>> {
+        let handles = self.handles(collection, after, limit)?;
+        let mut out = Vec::with_capacity(handles.len());
+        for handle in handles {
+            match self.shared.read_record(handle) {
+                Ok(body) => out.push((handle, body)),
+                Err(Error::UnknownHandle(_)) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Collections with live objects, and how many each holds.
+    pub fn collections(&self) -> Result<Vec<(String, usize)>> {
+        self.shared.check_open()?;
+        Ok(self.shared.state().index.collections())
+    }
+
+    /// Number of live objects in `collection`.
+    pub fn collection_len(&self, collection: &str) -> usize {
+        self.shared.state().index.collection_len(collection)
+    }
+
+    /// Makes everything written so far durable (useful with `disabled`).
+    pub fn flush(&self) -> Result<()> {
+        let waiter = Arc::new(Waiter::default());
+        self.shared
+            .submit_control(Work::Sync(Completion::Wait(waiter.clone())))?;
+        waiter.wait()
+    }
+
+    /// Rewrites live records out of segments holding dead ones, online.
+    pub fn compact(&self, progress: &mut Progress<'_>) -> Result<CompactionReport> {
+        compaction::compact(&self.shared, progress, None)
+    }
+
+    /// Compaction that stops after `step` as if the process died there (for crash tests).
+    #[doc(hidden)]
+    pub fn compact_and_stop_after(&self, step: compaction::Step) -> Result<CompactionReport> {
+        compaction::compact(&self.shared, &mut |_, _| {}, Some(step))
+    }
+
+    /// Current statistics.
+    pub fn stats(&self) -> Stats {
+        let c = &self.shared.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let state = self.shared.state();
+        Stats {
+            live_objects: state.index.len() as u64,
+            live_bytes: state.index.live_bytes(),
+            total_bytes: state
+                .segments
+                .values()
+                .map(|s| s.used.saturating_sub(SEGMENT_HEADER_LEN as u64))
+                .sum(),
+            segments: state.segments.len() as u64,
+            collections: state.index.collections().len() as u64,
+            puts: get(&c.puts),
+            updates: get(&c.updates),
+            deletes: get(&c.deletes),
+            reads: get(&c.reads),
+            transactions: get(&c.transactions),
+            writes: get(&c.writes),
+            syncs: get(&c.syncs),
+            records_written: get(&c.records_written),
+            bytes_written: get(&c.bytes_written),
+            max_group_records: get(&c.max_group_records),
+            rollovers: get(&c.rollovers),
+            compactions: get(&c.compactions),
+            compaction_bytes_reclaimed: get(&c.compaction_bytes_reclaimed),
+            compressed_bodies: get(&c.compressed_bodies),
+            poisoned: state.poisoned.is_some(),
+        }
+    }
+
+    /// True once closed.
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Acquire)
+    }
+
+    /// Finishes queued work, syncs, stops the threads and releases the lock.
+    /// Further calls fail with [`Error::Closed`].
+    pub fn close(&self) -> Result<()> {
+        {
+            let mut state = self.shared.state();
+            if state.closing {
+                return Ok(());
+            }
+            state.closing = true;
+        }
+        if let Some(threads) = lock(&self.threads).take() {
+            writer::shutdown(&self.shared, threads);
+        }
+        self.shared.closed.store(true, Ordering::Release);
+        match &self.shared.state().poisoned {
+            Some(why) => Err(Error::Poisoned(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Drops the store without closing it cleanly (threads are stopped,
+    /// nothing is synced): for crash tests.
+    #[doc(hidden)]
+    pub fn abandon(self) {
+        {
+            let mut state = self.shared.state();
+            state.poisoned = Some("abandoned".into());
+            state.closing = true;
+        }
+        if let Some(threads) = lock(&self.threads).take() {
+            writer::shutdown(&self.shared, threads);
+        }
+        self.shared.closed.store(true, Ordering::Release);
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}

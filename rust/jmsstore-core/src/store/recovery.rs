@@ -1,0 +1,650 @@
+//! Recovery: scan every segment, verify every record, rebuild the index.
+//!
+//! Rules:
+//! - Versions of an object are resolved by sequence number (the highest wins,
+//!   a tombstone included), so compacted segments may sit anywhere in the
+//!   numbering.
+//! - Records flagged as part of a transaction count only when that
+//!   transaction's commit record is found with the right record count;
+//!   transactions without one are dropped and reported.
+//! - Damage in the last journal segment is a torn tail if no record after it
+//!   was written after a later sync (see the sync epoch in `format`): then
+//!   the tail is cut off. Any other damage fails the open with the segment
+//!   and offset (`Strict`), or (`Salvage`) every intact record is kept, the
+//!   live ones are rewritten into a new segment and the damaged file is
+//!   moved to `attic/`.
+//! - Leftovers of an interrupted compaction are finished or removed first.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::format::{
+    parse_segment_file_name, segment_file_name, HeaderError, RecordKind, SegmentHeader,
+    SegmentKind, FLAG_GROUP_END, SEGMENT_HEADER_LEN,
+};
+use super::index::{Index, Location};
+use super::segment::{self, Step};
+use super::{compaction, Progress, RecoveryMode};
+use crate::error::{Error, Result};
+use crate::fs::{FileSystem, OpenMode, StorageFile};
+
+/// What recovery found and did.
+#[derive(Clone, Debug, Default)]
+pub struct RecoveryReport {
+    /// Segment files scanned.
+    pub segments: usize,
+    /// Valid records read (live, superseded and deleted alike).
+    pub records: u64,
+    /// Live objects after recovery.
+    pub live_objects: u64,
+    /// Bytes scanned.
+    pub bytes_scanned: u64,
+    /// The torn tail cut off the last journal segment, if any.
+    pub torn_tail: Option<TornTail>,
+    /// Transactions dropped because their commit record was missing or short.
+    pub incomplete_transactions: u64,
+    /// Records belonging to those transactions.
+    pub incomplete_transaction_records: u64,
+    /// Segments found damaged (salvage mode), each moved to `attic/`.
+    pub damaged: Vec<DamagedSegment>,
+    /// Interrupted compactions that were completed or rolled back.
+    pub compactions_finished: u64,
+    /// Scratch files removed (unfinished compaction output, spare segments).
+    pub scratch_files_removed: u64,
+    /// How long recovery took.
+    pub duration: Duration,
+}
+
+/// A torn tail that was cut off.
+#[derive(Clone, Debug)]
+pub struct TornTail {
+    /// Segment number.
+    pub segment: u64,
+    /// Offset where the valid part ends.
+    pub offset: u64,
+    /// Bytes discarded (non-zero garbage after the end).
+    pub bytes: u64,
+}
+
+/// A damaged segment found in salvage mode.
+#[derive(Clone, Debug)]
+pub struct DamagedSegment {
+    /// Segment number.
+    pub segment: u64,
+    /// Where the file is now (in `attic/`), or where it was if read-only.
+    pub path: PathBuf,
+    /// Damaged byte ranges `[start, end)`.
+    pub ranges: Vec<(u64, u64)>,
+    /// Intact records read from it.
+    pub records_recovered: u64,
+    /// Live objects it still held, rewritten to a new segment.
+    pub live_objects_kept: u64,
+    /// Bytes in damaged ranges.
+    pub bytes_lost: u64,
+}
+
+/// A segment as recovery leaves it.
+pub struct SegmentState {
+    /// Segment number.
+    pub number: u64,
+    /// Journal or compacted.
+    pub kind: SegmentKind,
+    /// The path.
+    pub path: PathBuf,
+    /// The open file.
+    pub file: Arc<dyn StorageFile>,
+    /// End of the valid records.
+    pub used: u64,
+}
+
+/// Everything the store needs to start.
+pub struct Recovered {
+    /// The rebuilt index.
+    pub index: Index,
+    /// Segments, by number.
+    pub segments: BTreeMap<u64, SegmentState>,
+    /// The store id (fresh if the store is new).
+    pub store_id: [u8; 16],
+    /// Next handle to allocate.
+    pub next_handle: u64,
+    /// Next sequence number.
+    pub next_sequence: u64,
+    /// Next sync epoch.
+    pub epoch: u64,
+    /// Next segment number.
+    pub next_segment: u64,
+    /// What happened.
+    pub report: RecoveryReport,
+}
+
+#[derive(Clone, Copy)]
+struct Version {
+    sequence: u64,
+    loc: Location,
+    collection: u32,
+}
+
+struct PendingRecord {
+    kind: RecordKind,
+    handle: u64,
+    sequence: u64,
+    loc: Location,
+    collection: u32,
+}
+
+#[derive(Default)]
+struct Rebuild {
+    versions: HashMap<u64, Version>,
+    tombstones: HashMap<u64, u64>,
+    collections: Vec<Arc<str>>,
+    collection_ids: HashMap<Arc<str>, u32>,
+    pending_tx: HashMap<u64, Vec<PendingRecord>>,
+    /// For damaged segments: the records applied from them (to rewrite in salvage).
+    applied_in_damaged: HashMap<u64, Vec<(RecordKind, u64, u64, Location)>>,
+}
+
+impl Rebuild {
+    fn collection(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.collection_ids.get(name) {
+            return id;
+        }
+        let id = self.collections.len() as u32;
+        let name: Arc<str> = Arc::from(name);
+        self.collections.push(name.clone());
+        self.collection_ids.insert(name, id);
+        id
+    }
+
+    fn apply(&mut self, r: PendingRecord) {
+        if let Some(list) = self.applied_in_damaged.get_mut(&r.loc.segment) {
+            list.push((r.kind, r.handle, r.sequence, r.loc));
+        }
+        match r.kind {
+            RecordKind::Put | RecordKind::Update => {
+                if self
+                    .tombstones
+                    .get(&r.handle)
+                    .is_some_and(|&t| t >= r.sequence)
+                {
+                    return;
+                }
+                let newer = Version {
+                    sequence: r.sequence,
+                    loc: r.loc,
+                    collection: r.collection,
+                };
+                self.versions
+                    .entry(r.handle)
+                    .and_modify(|v| {
+                        if v.sequence < r.sequence {
+                            *v = newer;
+                        }
+                    })
+                    .or_insert(newer);
+            }
+            RecordKind::Delete => {
+                let t = self.tombstones.entry(r.handle).or_insert(0);
+                *t = (*t).max(r.sequence);
+                if self
+                    .versions
+                    .get(&r.handle)
+                    .is_some_and(|v| v.sequence < r.sequence)
+                {
+                    self.versions.remove(&r.handle);
+                }
+            }
+            RecordKind::Commit => {}
+        }
+    }
+}
+
+/// Recovers the store in `dir`. With `read_only`, nothing on disk is changed
+/// (no truncation, no salvage, no cleanup): what would be done is reported.
+pub fn recover(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    mode: RecoveryMode,
+    read_only: bool,
+    progress: &mut Progress<'_>,
+) -> Result<Recovered> {
+    let started = Instant::now();
+    let mut report = RecoveryReport::default();
+    let entries = fs
+        .list(dir)
+        .map_err(|e| Error::io("listing store directory", dir, e))?;
+
+    // Interrupted compactions: a manifest means the output is complete and
+    // the inputs it lists are to go; scratch files are removed.
+    let mut excluded: Vec<u64> = Vec::new();
+    let mut segment_paths: BTreeMap<u64, PathBuf> = BTreeMap::new();
+    let mut manifests = Vec::new();
+    for path in &entries {
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if let Some(number) = parse_segment_file_name(name) {
+            segment_paths.insert(number, path.clone());
+        } else if name.ends_with(".tmp") || name.ends_with(".prep") {
+            if !read_only {
+                fs.remove_file(path)
+                    .map_err(|e| Error::io("removing scratch file", path, e))?;
+                report.scratch_files_removed += 1;
+            }
+        } else if name.ends_with(compaction::MANIFEST_SUFFIX) {
+            manifests.push(path.clone());
+        }
+    }
+    for manifest in &manifests {
+        let inputs = compaction::read_manifest(fs, manifest)?;
+        for number in &inputs {
+            if let Some(path) = segment_paths.remove(number) {
+                if !read_only {
+                    fs.remove_file(&path)
+                        .map_err(|e| Error::io("removing compacted input", &path, e))?;
+                }
+            }
+        }
+        excluded.extend(inputs);
+        if !read_only {
+            fs.sync_dir(dir)
+                .map_err(|e| Error::io("syncing store directory", dir, e))?;
+            fs.remove_file(manifest)
+                .map_err(|e| Error::io("removing compaction manifest", manifest, e))?;
+        }
+        report.compactions_finished += 1;
+    }
+    if !read_only && (report.scratch_files_removed > 0 || !manifests.is_empty()) {
+        fs.sync_dir(dir)
+            .map_err(|e| Error::io("syncing store directory", dir, e))?;
+    }
+
+    // Headers first: which segment is the last journal, and is the store id consistent.
+    let mut opened: Vec<(u64, PathBuf, Arc<dyn StorageFile>, Option<SegmentHeader>)> = Vec::new();
+    let mut total_bytes = 0u64;
+    for (&number, path) in &segment_paths {
+        let mode_flags = if read_only {
+            OpenMode::READ
+        } else {
+            OpenMode::WRITE
+        };
+        let file = fs
+            .open(path, mode_flags)
+            .map_err(|e| Error::io("opening segment", path, e))?;
+        total_bytes += file
+            .len()
+            .map_err(|e| Error::io("reading segment size", path, e))?;
+        let mut head = [0u8; SEGMENT_HEADER_LEN];
+        let header = match file.read_exact_at(&mut head, 0) {
+            Ok(()) => match SegmentHeader::decode(&head) {
+                Ok(h) if h.number != number => bad_header(
+                    mode,
+                    path,
+                    format!(
+                        "header says segment {} but the file is named {number}",
+                        h.number
+                    ),
+                )?,
+                Ok(h) => Some(h),
+                Err(HeaderError::NewerVersion(found)) => {
+                    return Err(Error::UnsupportedFormat {
+                        path: path.clone(),
+                        found,
+                        supported: super::format::FORMAT_VERSION,
+                    })
+                }
+                Err(HeaderError::Bad(reason)) => bad_header(mode, path, reason)?,
+            },
+            Err(_) => bad_header(mode, path, "file is shorter than a segment header".into())?,
+        };
+        opened.push((number, path.clone(), file, header));
+    }
+    let store_id = match opened.iter().find_map(|(_, _, _, h)| h.as_ref()) {
+        Some(h) => h.store_id,
+        None => rand::random(),
+    };
+    for (number, path, _, header) in &opened {
+        if let Some(h) = header {
+            if h.store_id != store_id {
+                let reason = "segment belongs to a different store (store id differs)".to_string();
+                if mode == RecoveryMode::Strict {
+                    return Err(Error::corruption(path, 0, reason));
+                }
+                let _ = number;
+            }
+        }
+    }
+    let last_journal = opened
+        .iter()
+        .filter(|(_, _, _, h)| h.as_ref().is_some_and(|h| h.kind == SegmentKind::Journal))
+        .map(|(n, _, _, _)| *n)
+        .max();
+
+    let mut rebuild = Rebuild::default();
+    let mut next_handle = 1u64;
+    let mut next_sequence = 1u64;
+    let mut epoch = 0u64;
+    let mut segments = BTreeMap::new();
+    let mut damaged_ranges: BTreeMap<u64, (PathBuf, Vec<(u64, u64)>, u64)> = BTreeMap::new();
+    let mut done_bytes = 0u64;
+
+    for (number, path, file, header) in opened {
+        report.segments += 1;
+        let len = file
+            .len()
+            .map_err(|e| Error::io("reading segment size", &path, e))? as usize;
+        let mut data = vec![0u8; len];
+        file.read_exact_at(&mut data, 0)
+            .map_err(|e| Error::io("reading segment", &path, e))?;
+        report.bytes_scanned += len as u64;
+
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        let kind = header.as_ref().map_or(SegmentKind::Journal, |h| h.kind);
+        if let Some(h) = &header {
+            next_handle = next_handle.max(h.next_handle);
+            next_sequence = next_sequence.max(h.next_sequence);
+            epoch = epoch.max(h.epoch);
+        } else {
+            ranges.push((0, SEGMENT_HEADER_LEN.min(len) as u64));
+            rebuild.applied_in_damaged.insert(number, Vec::new());
+        }
+        let mut prev_epoch = header.as_ref().map_or(0, |h| h.epoch);
+        let mut prev_group_end = true;
+        let mut prev_sequence = 0u64;
+        let mut records_here = 0u64;
+        let mut at = SEGMENT_HEADER_LEN.min(len);
+        let mut used = at;
+        loop {
+            let damage = match segment::step(&data, at) {
+                Step::End => break,
+                Step::Record(rec)
+                    if kind == SegmentKind::Journal && rec.header.sequence <= prev_sequence =>
+                {
+                    format!(
+                        "sequence number {} does not follow {prev_sequence}",
+                        rec.header.sequence
+                    )
+                }
+                Step::Record(rec) => {
+                    let h = &rec.header;
+                    let total = h.total_len();
+                    report.records += 1;
+                    records_here += 1;
+                    next_handle = next_handle.max(h.handle.saturating_add(1));
+                    next_sequence = next_sequence.max(h.sequence + 1);
+                    epoch = epoch.max(h.epoch);
+                    prev_epoch = h.epoch;
+                    prev_group_end = h.flags & FLAG_GROUP_END != 0;
+                    if kind == SegmentKind::Journal {
+                        prev_sequence = h.sequence;
+                    }
+                    let loc = Location {
+                        segment: number,
+                        offset: at as u64,
+                        len: total as u32,
+                    };
+                    let collection = rebuild.collection(rec.collection);
+                    let pending = PendingRecord {
+                        kind: h.kind,
+                        handle: h.handle,
+                        sequence: h.sequence,
+                        loc,
+                        collection,
+                    };
+                    if kind == SegmentKind::Compacted {
+                        rebuild.apply(pending);
+                    } else if h.kind == RecordKind::Commit {
+                        let expected = rec
+                            .stored
+                            .get(..4)
+                            .map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4")));
+                        let records = rebuild.pending_tx.remove(&h.tx_id).unwrap_or_default();
+                        if records.len() as u64 == u64::from(expected) {
+                            for r in records {
+                                rebuild.apply(r);
+                            }
+                        } else {
+                            if mode == RecoveryMode::Strict && ranges.is_empty() {
+                                return Err(Error::corruption(
+                                    &path,
+                                    at as u64,
+                                    format!(
+                                        "transaction {} commits {expected} records but {} were found",
+                                        h.tx_id,
+                                        records.len()
+                                    ),
+                                ));
+                            }
+                            report.incomplete_transactions += 1;
+                            report.incomplete_transaction_records += records.len() as u64;
+                        }
+                    } else if h.in_tx() {
+                        rebuild.pending_tx.entry(h.tx_id).or_default().push(pending);
+                    } else {
+                        rebuild.apply(pending);
+                    }
+                    at += total;
+                    used = at;
+                    continue;
+                }
+                Step::Damage(reason) => reason,
+            };
+            // Damage at `at`.
+            if Some(number) == last_journal && is_torn_tail(&data, at, prev_epoch, prev_group_end) {
+                let garbage = data[at..]
+                    .iter()
+                    .rposition(|&b| b != 0)
+                    .map_or(0, |p| p + 1);
+                report.torn_tail = Some(TornTail {
+                    segment: number,
+                    offset: at as u64,
+                    bytes: garbage as u64,
+                });
+                if !read_only {
+                    file.set_len(at as u64)
+                        .map_err(|e| Error::io("truncating torn tail", &path, e))?;
+                    file.sync_data()
+                        .map_err(|e| Error::io("syncing truncated segment", &path, e))?;
+                }
+                break;
+            }
+            if mode == RecoveryMode::Strict {
+                return Err(Error::corruption(&path, at as u64, damage));
+            }
+            rebuild.applied_in_damaged.entry(number).or_default();
+            match segment::resync(&data, at + 1) {
+                Some(next) => {
+                    ranges.push((at as u64, next as u64));
+                    at = next;
+                }
+                None => {
+                    let end = data
+                        .iter()
+                        .rposition(|&b| b != 0)
+                        .map_or(at, |p| p + 1)
+                        .max(at);
+                    ranges.push((at as u64, end as u64));
+                    break;
+                }
+            }
+        }
+        done_bytes += len as u64;
+        progress(done_bytes, total_bytes);
+        if !ranges.is_empty() {
+            let lost = ranges.iter().map(|(a, b)| b - a).sum();
+            damaged_ranges.insert(number, (path.clone(), ranges, lost));
+            report.damaged.push(DamagedSegment {
+                segment: number,
+                path: path.clone(),
+                ranges: Vec::new(),
+                records_recovered: records_here,
+                live_objects_kept: 0,
+                bytes_lost: lost,
+            });
+        }
+        segments.insert(
+            number,
+            SegmentState {
+                number,
+                kind,
+                path,
+                file,
+                used: used as u64,
+            },
+        );
+    }
+    let _ = excluded;
+
+    for (_, records) in rebuild.pending_tx.drain() {
+        report.incomplete_transactions += 1;
+        report.incomplete_transaction_records += records.len() as u64;
+    }
+
+    let mut next_segment = segments.keys().next_back().map_or(1, |n| n + 1);
+
+    // Salvage: rewrite what the damaged segments still hold, then move them aside.
+    for damaged in &mut report.damaged {
+        let (path, ranges, _) = damaged_ranges
+            .remove(&damaged.segment)
+            .expect("damaged segment recorded");
+        damaged.ranges = ranges;
+        let applied = rebuild
+            .applied_in_damaged
+            .remove(&damaged.segment)
+            .unwrap_or_default();
+        let keep: Vec<(u64, Location)> = applied
+            .iter()
+            .filter(|(kind, handle, sequence, loc)| match kind {
+                RecordKind::Put | RecordKind::Update => rebuild
+                    .versions
+                    .get(handle)
+                    .is_some_and(|v| v.loc == *loc && v.sequence == *sequence),
+                RecordKind::Delete => rebuild.tombstones.get(handle) == Some(sequence),
+                RecordKind::Commit => false,
+            })
+            .map(|(_, handle, _, loc)| (*handle, *loc))
+            .collect();
+        damaged.live_objects_kept = keep
+            .iter()
+            .filter(|(h, loc)| rebuild.versions.get(h).is_some_and(|v| v.loc == *loc))
+            .count() as u64;
+        if read_only {
+            continue;
+        }
+        let source = segments
+            .remove(&damaged.segment)
+            .expect("damaged segment is open");
+        if !keep.is_empty() {
+            let header = SegmentHeader {
+                kind: SegmentKind::Compacted,
+                store_id,
+                number: next_segment,
+                next_handle,
+                next_sequence,
+                epoch,
+                compaction_id: 0,
+            };
+            let locs: Vec<Location> = keep.iter().map(|(_, l)| *l).collect();
+            let written =
+                compaction::write_segment_atomically(fs, dir, &header, &source.file, &locs)?;
+            for ((handle, old), new) in keep.iter().zip(&written.locations) {
+                if let Some(v) = rebuild.versions.get_mut(handle) {
+                    if v.loc == *old {
+                        v.loc = *new;
+                    }
+                }
+            }
+            segments.insert(
+                next_segment,
+                SegmentState {
+                    number: next_segment,
+                    kind: SegmentKind::Compacted,
+                    path: written.path,
+                    file: written.file,
+                    used: written.used,
+                },
+            );
+            next_segment += 1;
+        }
+        damaged.path = move_to_attic(fs, dir, &path)?;
+    }
+
+    // The index, ordered by handle within each collection.
+    let mut index = Index::default();
+    for (handle, v) in &rebuild.versions {
+        index.insert(*handle, &rebuild.collections[v.collection as usize], v.loc);
+    }
+    report.live_objects = index.len() as u64;
+    next_segment = next_segment.max(segments.keys().next_back().map_or(1, |n| n + 1));
+    report.duration = started.elapsed();
+    Ok(Recovered {
+        index,
+        segments,
+        store_id,
+        next_handle,
+        next_sequence,
+        epoch: epoch + 1,
+        next_segment,
+        report,
+    })
+}
+
+fn bad_header(mode: RecoveryMode, path: &Path, reason: String) -> Result<Option<SegmentHeader>> {
+    match mode {
+        RecoveryMode::Strict => Err(Error::corruption(
+            path,
+            0,
+            format!("bad segment header: {reason}"),
+        )),
+        RecoveryMode::Salvage => Ok(None),
+    }
+}
+
+/// Damage at `at` in the last journal segment is a torn tail if every valid
+/// record after it was written in the same sync epoch as the damaged one:
+/// then that write was never synced, so nothing acknowledged is lost.
+fn is_torn_tail(data: &[u8], at: usize, prev_epoch: u64, prev_group_end: bool) -> bool {
+    // The damaged record belongs to the previous record's write, or (if that
+    // write ended) to the next one, whose epoch is at most one higher.
+    let max_damaged_epoch = prev_epoch + u64::from(prev_group_end);
+    let mut from = at + 1;
+    while let Some(next) = segment::resync(data, from) {
+        let header = segment::decode_header(data, next).expect("resync returns valid records");
+        if header.epoch > max_damaged_epoch {
+            return false;
+        }
+        from = next + header.total_len();
+    }
+    true
+}
+
+/// Moves a damaged segment into `attic/`, never overwriting an earlier one.
+fn move_to_attic(fs: &dyn FileSystem, dir: &Path, path: &Path) -> Result<PathBuf> {
+    let attic = dir.join("attic");
+    fs.create_dir_all(&attic)
+        .map_err(|e| Error::io("creating attic", &attic, e))?;
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("segment")
+        .to_string();
+    let mut target = attic.join(&name);
+    let mut n = 1;
+    while fs.exists(&target) {
+        target = attic.join(format!("{name}.{n}"));
+        n += 1;
+    }
+    fs.rename(path, &target)
+        .map_err(|e| Error::io("moving damaged segment to attic", path, e))?;
+    fs.sync_dir(&attic)
+        .map_err(|e| Error::io("syncing attic", &attic, e))?;
+    fs.sync_dir(dir)
+        .map_err(|e| Error::io("syncing store directory", dir, e))?;
+    Ok(target)
+}
+
+/// The file name of a segment (re-exported for the store).
+pub fn segment_path(dir: &Path, number: u64) -> PathBuf {
+    dir.join(segment_file_name(number))
+}

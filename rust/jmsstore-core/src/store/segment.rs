@@ -1,0 +1,131 @@
+//! Reading records out of a segment's bytes: verification, end detection
+//! and re-synchronisation after damage.
+
+use std::borrow::Cow;
+
+use super::format::{record_crc, RecordHeader, RECORD_HEADER_LEN, RECORD_MAGIC};
+use crate::codec::{self, CodecId};
+
+/// Largest uncompressed body the format accepts (a sanity bound so that a
+/// damaged length field cannot make a decoder allocate gigabytes).
+pub const MAX_RAW_BODY: usize = 1 << 30;
+
+/// A record found in a segment buffer, verified.
+#[derive(Debug)]
+pub struct RecordView<'a> {
+    /// Offset of the record in the segment.
+    pub offset: usize,
+    /// Its header.
+    pub header: RecordHeader,
+    /// Its collection name.
+    pub collection: &'a str,
+    /// Its body as stored.
+    pub stored: &'a [u8],
+}
+
+/// Result of reading at one offset.
+#[derive(Debug)]
+pub enum Step<'a> {
+    /// A valid record.
+    Record(RecordView<'a>),
+    /// Zeros (or nothing) from here to the end: the end of the written part.
+    End,
+    /// Something that is not a valid record.
+    Damage(String),
+}
+
+/// Verifies the record whose header is `header` at `buf[at..]` and returns
+/// its uncompressed body, or why it is bad.
+pub fn verify<'a>(
+    buf: &'a [u8],
+    at: usize,
+    header: &RecordHeader,
+) -> Result<(&'a str, &'a [u8], Cow<'a, [u8]>), String> {
+    let name_start = at + RECORD_HEADER_LEN;
+    let body_start = name_start + header.name_len;
+    let end = body_start + header.stored_len;
+    if end > buf.len() {
+        return Err("record runs past the end of the segment".into());
+    }
+    let name = std::str::from_utf8(&buf[name_start..body_start])
+        .map_err(|_| "collection name is not UTF-8".to_string())?;
+    let stored = &buf[body_start..end];
+    let raw: Cow<'a, [u8]> = if header.codec == CodecId::None {
+        Cow::Borrowed(stored)
+    } else {
+        Cow::Owned(
+            codec::decode(header.codec, stored, header.raw_len)
+                .map_err(|e| format!("body does not decode: {e}"))?,
+        )
+    };
+    let crc = record_crc(
+        crc32c::crc32c(&raw),
+        &buf[at + 8..at + RECORD_HEADER_LEN],
+        name.as_bytes(),
+    );
+    if crc != header.crc {
+        return Err(format!(
+            "checksum mismatch (stored {:#010x}, computed {crc:#010x})",
+            header.crc
+        ));
+    }
+    Ok((name, stored, raw))
+}
+
+/// Reads the record at `buf[at..]`, verifying it.
+pub fn step(buf: &[u8], at: usize) -> Step<'_> {
+    if at >= buf.len() || is_zero(&buf[at..]) {
+        return Step::End;
+    }
+    let Some(header) = decode_header(buf, at) else {
+        return Step::Damage(
+            if buf.len() - at < RECORD_HEADER_LEN || buf[at..at + 4] == RECORD_MAGIC {
+                "malformed or truncated record header".into()
+            } else {
+                "no record header here (bad magic)".into()
+            },
+        );
+    };
+    match verify(buf, at, &header) {
+        Ok((collection, stored, _)) => Step::Record(RecordView {
+            offset: at,
+            header,
+            collection,
+            stored,
+        }),
+        Err(reason) => Step::Damage(reason),
+    }
+}
+
+/// Parses the header at `at` with plausibility checks (no CRC).
+pub fn decode_header(buf: &[u8], at: usize) -> Option<RecordHeader> {
+    let header = RecordHeader::decode(&buf[at..], buf.len() - at)?;
+    if header.raw_len > MAX_RAW_BODY {
+        return None;
+    }
+    Some(header)
+}
+
+/// The next offset after `from` where a valid record starts, if any.
+pub fn resync(buf: &[u8], from: usize) -> Option<usize> {
+    let mut at = from;
+    while at + RECORD_HEADER_LEN <= buf.len() {
+        let found = buf[at..].windows(4).position(|w| w == RECORD_MAGIC)?;
+        at += found;
+        if let Step::Record(_) = step(buf, at) {
+            return Some(at);
+        }
+        at += 1;
+    }
+    None
+}
+
+/// True if every byte is zero.
+pub fn is_zero(bytes: &[u8]) -> bool {
+    let chunks = bytes.chunks_exact(8);
+    let tail = chunks.remainder();
+    chunks
+        .into_iter()
+        .all(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")) == 0)
+        && tail.iter().all(|&b| b == 0)
+}

@@ -1,0 +1,649 @@
+//! The flusher (group commit) and the preparer of spare segments.
+//!
+//! The flusher is the only thread that appends to segments. Each round it
+//! takes the whole queue, serialises it into one buffer and writes it with
+//! one `pwrite` and one durability point, so concurrent writers share the
+//! cost of a sync. A batch that does not fit in what is left of the active
+//! segment goes to a new one; only a batch bigger than a whole segment is
+//! split (its commit record is then in the last part).
+//!
+//! Segments are preallocated with zeros by the preparer thread, in the
+//! background, under a `.prep` name; the flusher writes the header, syncs,
+//! and renames it into place when it rolls over. Appending into allocated
+//! blocks keeps `fdatasync` from having to commit a file-size change.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::{self, JoinHandle};
+
+use super::format::{
+    append_record, segment_file_name, set_record_flags, RecordFields, RecordKind, SegmentHeader,
+    SegmentKind, FLAG_GROUP_END, FLAG_TX, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
+};
+use super::index::Location;
+use super::{bump, lock, Completion, Op, SegmentInfo, Shared, SyncPolicy, Work};
+use crate::codec::CodecId;
+use crate::error::{Error, Result};
+use crate::fs::{OpenMode, StorageFile};
+
+/// The background threads of an open store.
+pub(crate) struct Threads {
+    flusher: JoinHandle<()>,
+    preparer: JoinHandle<()>,
+}
+
+enum SpareState {
+    Empty,
+    Ready(PathBuf, Arc<dyn StorageFile>),
+    Failed,
+    Stopped,
+}
+
+/// The slot the preparer fills with a ready segment file.
+pub(crate) struct SpareSlot {
+    state: Mutex<SpareState>,
+    cv: Condvar,
+}
+
+impl Default for SpareSlot {
+    fn default() -> Self {
+        SpareSlot {
+            state: Mutex::new(SpareState::Empty),
+            cv: Condvar::new(),
+        }
+    }
+}
+
+struct Active {
+    number: u64,
+    file: Arc<dyn StorageFile>,
+    path: PathBuf,
+    /// Where the next write goes.
+    offset: u64,
+}
+
+/// One completed operation, to apply to the index.
+struct Applied {
+    kind: RecordKind,
+    handle: u64,
+    collection: Arc<str>,
+    loc: Location,
+}
+
+/// A batch whose records have been placed; done once its last group is durable.
+struct Placed {
+    completion: Completion,
+    applied: Vec<Applied>,
+}
+
+struct Writer {
+    shared: Arc<Shared>,
+    active: Active,
+    next_sequence: u64,
+    epoch: u64,
+    /// The group being built: bytes, where it starts, its records.
+    buf: Vec<u8>,
+    group_start: u64,
+    group_records: u64,
+    last_record: Option<(usize, u32)>,
+    /// Batches whose records are all in written groups, waiting for the group's sync.
+    ready: Vec<Placed>,
+}
+
+/// Creates the first active segment and starts the threads.
+pub(crate) fn start(shared: &Arc<Shared>, next_sequence: u64, epoch: u64) -> Result<Threads> {
+    let (path, file) = prepare_spare(shared)?;
+    let active = activate(shared, path, file, next_sequence, epoch)?;
+    let group_start = active.offset;
+    let writer = Writer {
+        shared: shared.clone(),
+        active,
+        next_sequence,
+        epoch,
+        buf: Vec::with_capacity(1 << 20),
+        group_start,
+        group_records: 0,
+        last_record: None,
+        ready: Vec::new(),
+    };
+    let flusher = thread::Builder::new()
+        .name("jmsstore-flusher".into())
+        .spawn(move || writer.run())
+        .map_err(|e| Error::io("starting flusher thread", &shared.dir, e))?;
+    let preparer_shared = shared.clone();
+    let preparer = thread::Builder::new()
+        .name("jmsstore-preparer".into())
+        .spawn(move || run_preparer(&preparer_shared))
+        .map_err(|e| Error::io("starting preparer thread", &shared.dir, e))?;
+    Ok(Threads { flusher, preparer })
+}
+
+/// Stops the threads after the flusher has written everything queued.
+pub(crate) fn shutdown(shared: &Shared, threads: Threads) {
+    shared.work_ready.notify_all();
+    let _ = threads.flusher.join();
+    {
+        let mut spare = lock(&shared.spare.state);
+        if let SpareState::Ready(path, _) = std::mem::replace(&mut *spare, SpareState::Stopped) {
+            let _ = shared.fs.remove_file(&path);
+        }
+    }
+    shared.spare.cv.notify_all();
+    let _ = threads.preparer.join();
+}
+
+fn run_preparer(shared: &Shared) {
+    loop {
+        {
+            let mut spare = lock(&shared.spare.state);
+            loop {
+                match *spare {
+                    SpareState::Empty => break,
+                    SpareState::Stopped => return,
+                    _ => {
+                        spare = shared
+                            .spare
+                            .cv
+                            .wait(spare)
+                            .unwrap_or_else(|p| p.into_inner())
+                    }
+                }
+            }
+        }
+        let prepared = prepare_spare(shared);
+        let mut spare = lock(&shared.spare.state);
+        match (&*spare, prepared) {
+            (SpareState::Stopped, Ok((path, _))) => {
+                let _ = shared.fs.remove_file(&path);
+                return;
+            }
+            (SpareState::Stopped, Err(_)) => return,
+            (_, Ok((path, file))) => *spare = SpareState::Ready(path, file),
+            (_, Err(_)) => *spare = SpareState::Failed,
+        }
+        shared.spare.cv.notify_all();
+    }
+}
+
+/// Creates a scratch segment file, filled with zeros if preallocating, synced.
+fn prepare_spare(shared: &Shared) -> Result<(PathBuf, Arc<dyn StorageFile>)> {
+    let path = shared
+        .dir
+        .join(format!("spare-{:016x}.prep", rand::random::<u64>()));
+    let file = shared
+        .fs
+        .open(&path, OpenMode::CREATE_NEW)
+        .map_err(|e| Error::io("creating segment", &path, e))?;
+    let fill = || -> std::io::Result<()> {
+        if shared.options.preallocate {
+            let zeros = vec![0u8; 1 << 20];
+            let size = shared.options.max_segment_bytes;
+            let mut offset = 0u64;
+            while offset < size {
+                let n = (size - offset).min(zeros.len() as u64) as usize;
+                file.write_all_at(&zeros[..n], offset)?;
+                offset += n as u64;
+            }
+            file.sync_data()?;
+        }
+        Ok(())
+    };
+    if let Err(e) = fill() {
+        let _ = shared.fs.remove_file(&path);
+        return Err(Error::io("preallocating segment", &path, e));
+    }
+    Ok((path, file))
+}
+
+/// Turns a prepared file into the active journal segment.
+fn activate(
+    shared: &Shared,
+    prep_path: PathBuf,
+    file: Arc<dyn StorageFile>,
+    next_sequence: u64,
+    epoch: u64,
+) -> Result<Active> {
+    let number = shared.next_segment.fetch_add(1, Ordering::Relaxed);
+    let header = SegmentHeader {
+        kind: SegmentKind::Journal,
+        store_id: shared.store_id,
+        number,
+        next_handle: shared.next_handle.load(Ordering::Relaxed),
+        next_sequence,
+        epoch,
+        compaction_id: 0,
+    };
+    let path = shared.dir.join(segment_file_name(number));
+    let setup = || -> Result<Arc<dyn StorageFile>> {
+        file.write_all_at(&header.encode(), 0)
+            .map_err(io("writing segment header", &prep_path))?;
+        file.sync_data()
+            .map_err(io("syncing segment header", &prep_path))?;
+        shared
+            .fs
+            .rename(&prep_path, &path)
+            .map_err(io("naming new segment", &prep_path))?;
+        shared
+            .fs
+            .sync_dir(&shared.dir)
+            .map_err(io("syncing store directory", &shared.dir))?;
+        if shared.options.sync_policy == SyncPolicy::DirectWrite {
+            let mode = OpenMode {
+                dsync: true,
+                ..OpenMode::WRITE
+            };
+            return shared
+                .fs
+                .open(&path, mode)
+                .map_err(io("reopening segment with O_DSYNC", &path));
+        }
+        Ok(file.clone())
+    };
+    let file = match setup() {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = shared.fs.remove_file(&prep_path);
+            return Err(e);
+        }
+    };
+    let mut state = shared.state();
+    for seg in state.segments.values_mut() {
+        seg.active = false;
+    }
+    state.segments.insert(
+        number,
+        SegmentInfo {
+            kind: SegmentKind::Journal,
+            path: path.clone(),
+            file: file.clone(),
+            used: SEGMENT_HEADER_LEN as u64,
+            live: 0,
+            active: true,
+        },
+    );
+    Ok(Active {
+        number,
+        file,
+        path,
+        offset: SEGMENT_HEADER_LEN as u64,
+    })
+}
+
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
+    move |e| Error::io(what, path, e)
+}
+
+fn record_len(op: &Op) -> u64 {
+    (RECORD_HEADER_LEN + op.collection.as_ref().map_or(0, |c| c.len()) + op.stored.len()) as u64
+}
+
+const COMMIT_LEN: u64 = (RECORD_HEADER_LEN + 4) as u64;
+
+/// Copies an error so that every waiter of a failed group gets one.
+fn duplicate(e: &Error) -> Error {
+    match e {
+        Error::Full(why) => Error::Full(why.clone()),
+        Error::Poisoned(why) => Error::Poisoned(why.clone()),
+        Error::Closed => Error::Closed,
+        other => Error::Poisoned(other.to_string()),
+    }
+}
+
+impl Writer {
+    fn run(mut self) {
+        loop {
+            let works = {
+                let mut state = self.shared.state();
+                while state.queue.is_empty() && !state.closing {
+                    state = self
+                        .shared
+                        .work_ready
+                        .wait(state)
+                        .unwrap_or_else(|p| p.into_inner());
+                }
+                if state.queue.is_empty() {
+                    break;
+                }
+                std::mem::take(&mut state.queue)
+            };
+            self.process(works);
+        }
+        if self.shared.options.sync_policy == SyncPolicy::Disabled
+            && self.shared.state().poisoned.is_none()
+        {
+            if let Err(e) = self.active.file.sync_data() {
+                self.poison(&Error::io("final sync", &self.active.path, e));
+            }
+        }
+    }
+
+    fn capacity(&self) -> u64 {
+        self.shared.options.max_segment_bytes
+    }
+
+    fn process(&mut self, works: Vec<Work>) {
+        if let Some(why) = self.shared.state().poisoned.clone() {
+            for work in works {
+                fail(work, Error::Poisoned(why.clone()));
+            }
+            return;
+        }
+        let mut works = works.into_iter();
+        while let Some(work) = works.next() {
+            if let Err(e) = self.handle(work) {
+                // Everything not yet durable fails; so does everything queued
+                // behind it, which was validated against writes that now
+                // will not happen.
+                let mut rest: Vec<Work> = works.collect();
+                {
+                    let mut state = self.shared.state();
+                    rest.append(&mut state.queue);
+                    state.in_flight_puts.clear();
+                    state.in_flight_deletes.clear();
+                    if !matches!(e, Error::Full(_)) && state.poisoned.is_none() {
+                        state.poisoned = Some(e.to_string());
+                    }
+                }
+                for placed in self.ready.drain(..) {
+                    placed.completion.complete(Err(duplicate(&e)));
+                }
+                for work in rest {
+                    fail(work, duplicate(&e));
+                }
+                self.buf.clear();
+                self.group_records = 0;
+                self.last_record = None;
+                self.group_start = self.active.offset;
+                return;
+            }
+        }
+        if let Err(e) = self.flush_group() {
+            {
+                let mut state = self.shared.state();
+                state.in_flight_puts.clear();
+                state.in_flight_deletes.clear();
+                if !matches!(e, Error::Full(_)) && state.poisoned.is_none() {
+                    state.poisoned = Some(e.to_string());
+                }
+            }
+            for placed in self.ready.drain(..) {
+                placed.completion.complete(Err(duplicate(&e)));
+            }
+        }
+    }
+
+    fn handle(&mut self, work: Work) -> Result<()> {
+        match work {
+            Work::Batch { ops, completion } => self.place_batch(ops, completion),
+            Work::Roll(completion) => {
+                self.flush_group()?;
+                if self.active.offset > SEGMENT_HEADER_LEN as u64 {
+                    self.roll()?;
+                }
+                completion.complete(Ok(()));
+                Ok(())
+            }
+            Work::Sync(completion) => {
+                self.flush_group()?;
+                if self.shared.options.sync_policy == SyncPolicy::Disabled {
+                    self.active
+                        .file
+                        .sync_data()
+                        .map_err(|e| Error::io("syncing segment", &self.active.path, e))?;
+                    bump(&self.shared.counters.syncs, 1);
+                    self.epoch += 1;
+                }
+                completion.complete(Ok(()));
+                Ok(())
+            }
+        }
+    }
+
+    fn place_batch(&mut self, ops: Vec<Op>, completion: Completion) -> Result<()> {
+        let tx = ops.len() > 1;
+        let size: u64 = ops.iter().map(record_len).sum::<u64>() + if tx { COMMIT_LEN } else { 0 };
+        let group_end = self.group_start + self.buf.len() as u64;
+        if group_end + size > self.capacity() && group_end > SEGMENT_HEADER_LEN as u64 {
+            self.flush_group()?;
+            self.roll()?;
+        }
+        let tx_id = if tx { self.next_sequence } else { 0 };
+        let flags = if tx { FLAG_TX } else { 0 };
+        let mut applied = Vec::with_capacity(ops.len());
+        let count = ops.len() as u32;
+        for op in ops {
+            let len = record_len(&op);
+            if self.group_start + self.buf.len() as u64 + len > self.capacity() {
+                // Only a batch larger than a whole segment gets here.
+                self.flush_group()?;
+                self.roll()?;
+            }
+            let collection = op
+                .collection
+                .clone()
+                .expect("validated ops carry their collection");
+            let loc = self.append(
+                op.kind,
+                op.codec,
+                flags,
+                op.handle,
+                tx_id,
+                &collection,
+                &op.stored,
+                op.raw_len,
+                op.raw_crc,
+            );
+            applied.push(Applied {
+                kind: op.kind,
+                handle: op.handle,
+                collection,
+                loc,
+            });
+        }
+        if tx {
+            if self.group_start + self.buf.len() as u64 + COMMIT_LEN > self.capacity() {
+                self.flush_group()?;
+                self.roll()?;
+            }
+            let body = count.to_le_bytes();
+            self.append(
+                RecordKind::Commit,
+                CodecId::None,
+                0,
+                0,
+                tx_id,
+                "",
+                &body,
+                4,
+                crc32c::crc32c(&body),
+            );
+        }
+        self.ready.push(Placed {
+            completion,
+            applied,
+        });
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn append(
+        &mut self,
+        kind: RecordKind,
+        codec: CodecId,
+        flags: u8,
+        handle: u64,
+        tx_id: u64,
+        collection: &str,
+        stored: &[u8],
+        raw_len: u32,
+        raw_crc: u32,
+    ) -> Location {
+        let fields = RecordFields {
+            kind,
+            codec,
+            flags,
+            sequence: self.next_sequence,
+            handle,
+            tx_id,
+            epoch: self.epoch,
+        };
+        self.next_sequence += 1;
+        let start = self.buf.len();
+        let len = append_record(
+            &mut self.buf,
+            &fields,
+            collection.as_bytes(),
+            stored,
+            raw_len as usize,
+            raw_crc,
+        );
+        self.last_record = Some((start, raw_crc));
+        self.group_records += 1;
+        Location {
+            segment: self.active.number,
+            offset: self.group_start + start as u64,
+            len: len as u32,
+        }
+    }
+
+    /// Writes the group, makes it durable per the policy, then applies and
+    /// completes every batch whose records are all written.
+    fn flush_group(&mut self) -> Result<()> {
+        if self.buf.is_empty() {
+            return self.complete_ready();
+        }
+        if let Some((start, raw_crc)) = self.last_record {
+            let flags = self.buf[start + 10] | FLAG_GROUP_END;
+            set_record_flags(&mut self.buf[start..], flags, raw_crc);
+        }
+        let counters = &self.shared.counters;
+        let path = &self.active.path;
+        if let Err(e) = self.active.file.write_all_at(&self.buf, self.group_start) {
+            let err = Error::io("writing segment", path, e);
+            if matches!(err, Error::Full(_)) && !self.shared.options.preallocate {
+                // Drop whatever part of the write landed; the store stays usable.
+                if self.active.file.set_len(self.group_start).is_ok() {
+                    return Err(err);
+                }
+            }
+            return Err(Error::Poisoned(err.to_string()));
+        }
+        match self.shared.options.sync_policy {
+            SyncPolicy::DirectWrite => {
+                bump(&counters.syncs, 1);
+                self.epoch += 1;
+            }
+            SyncPolicy::CacheFlush => {
+                self.active.file.sync_data().map_err(|e| {
+                    Error::Poisoned(Error::io("syncing segment", path, e).to_string())
+                })?;
+                bump(&counters.syncs, 1);
+                self.epoch += 1;
+            }
+            SyncPolicy::Disabled => {}
+        }
+        bump(&counters.writes, 1);
+        bump(&counters.bytes_written, self.buf.len() as u64);
+        bump(&counters.records_written, self.group_records);
+        counters
+            .max_group_records
+            .fetch_max(self.group_records, Ordering::Relaxed);
+        self.active.offset = self.group_start + self.buf.len() as u64;
+        self.group_start = self.active.offset;
+        self.buf.clear();
+        self.group_records = 0;
+        self.last_record = None;
+        self.complete_ready()
+    }
+
+    fn complete_ready(&mut self) -> Result<()> {
+        if self.ready.is_empty() {
+            return Ok(());
+        }
+        let ready = std::mem::take(&mut self.ready);
+        {
+            let mut state = self.shared.state();
+            let active = self.active.number;
+            if let Some(seg) = state.segments.get_mut(&active) {
+                seg.used = self.active.offset;
+            }
+            for placed in &ready {
+                for a in &placed.applied {
+                    let old = match a.kind {
+                        RecordKind::Put | RecordKind::Update => {
+                            if let Some(seg) = state.segments.get_mut(&a.loc.segment) {
+                                seg.live += u64::from(a.loc.len);
+                            }
+                            if state
+                                .in_flight_puts
+                                .get(&a.handle)
+                                .is_some_and(|c| Arc::ptr_eq(c, &a.collection))
+                            {
+                                state.in_flight_puts.remove(&a.handle);
+                            }
+                            state.index.insert(a.handle, &a.collection, a.loc)
+                        }
+                        RecordKind::Delete => {
+                            state.in_flight_deletes.remove(&a.handle);
+                            state.index.remove(a.handle)
+                        }
+                        RecordKind::Commit => None,
+                    };
+                    if let Some(old) = old {
+                        if let Some(seg) = state.segments.get_mut(&old.segment) {
+                            seg.live -= u64::from(old.len);
+                        }
+                    }
+                }
+            }
+        }
+        for placed in ready {
+            placed.completion.complete(Ok(()));
+        }
+        Ok(())
+    }
+
+    /// Seals the active segment and activates a new one.
+    fn roll(&mut self) -> Result<()> {
+        debug_assert!(self.buf.is_empty());
+        let taken = {
+            let mut spare = lock(&self.shared.spare.state);
+            let taken = std::mem::replace(&mut *spare, SpareState::Empty);
+            if let SpareState::Stopped = taken {
+                *spare = SpareState::Stopped;
+            }
+            taken
+        };
+        self.shared.spare.cv.notify_all();
+        let (path, file) = match taken {
+            SpareState::Ready(path, file) => (path, file),
+            _ => prepare_spare(&self.shared)?,
+        };
+        let active = activate(&self.shared, path, file, self.next_sequence, self.epoch).map_err(
+            |e| match e {
+                Error::Full(why) => Error::Full(why),
+                other => Error::Poisoned(other.to_string()),
+            },
+        )?;
+        bump(&self.shared.counters.rollovers, 1);
+        self.active = active;
+        self.group_start = self.active.offset;
+        Ok(())
+    }
+
+    fn poison(&self, e: &Error) {
+        let mut state = self.shared.state();
+        if state.poisoned.is_none() {
+            state.poisoned = Some(e.to_string());
+        }
+    }
+}
+
+fn fail(work: Work, e: Error) {
+    match work {
+        Work::Batch { completion, .. } | Work::Roll(completion) | Work::Sync(completion) => {
+            completion.complete(Err(e))
+        }
+    }
+}
