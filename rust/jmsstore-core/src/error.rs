@@ -61,31 +61,16 @@ pub type Result<T> = std::result::Result<T, Error>;
 impl Error {
     /// Wraps an I/O error with what was being done and on which path.
     pub fn io(context: impl Into<String>, path: impl Into<PathBuf>, source: io::Error) -> Self {
-        if source.raw_os_error() == Some(libc::ENOSPC)
-            || source.raw_os_error() == Some(libc::EDQUOT)
-        {
+        if source.raw_os_error() == Some(libc::ENOSPC) || source.raw_os_error() == Some(libc::EDQUOT) {
             let path = path.into();
-            return Error::Full(format!(
-                "{}: {}: {}",
-                context.into(),
-                path.display(),
-                source
-            ));
+            return Error::Full(format!("{}: {}: {}", context.into(), path.display(), source));
         }
-        Error::Io {
-            context: context.into(),
-            path: path.into(),
-            source,
-        }
+        Error::Io { context: context.into(), path: path.into(), source }
     }
 
     /// A corruption error at `offset` of `path`.
     pub fn corruption(path: impl Into<PathBuf>, offset: u64, reason: impl Into<String>) -> Self {
-        Error::Corruption {
-            path: path.into(),
-            offset,
-            reason: reason.into(),
-        }
+        Error::Corruption { path: path.into(), offset, reason: reason.into() }
     }
 
     /// An invalid-argument error.
@@ -103,16 +88,13 @@ impl fmt::Display for Error {
             Error::Corruption { path, offset, reason } => {
                 write!(f, "corruption in {} at offset {offset}: {reason}", path.display())
             }
-            Error::Locked(path) => write!(
-                f,
-                "store {} is locked: another process (or another open handle) is using it",
-                path.display()
-            ),
+            Error::Locked(path) => {
+                write!(f, "store {} is locked: another process (or another open handle) is using it", path.display())
+            }
             Error::Closed => write!(f, "the store is closed"),
-            Error::Poisoned(why) => write!(
-                f,
-                "the store is poisoned after a failed write or sync ({why}); reopen it to recover"
-            ),
+            Error::Poisoned(why) => {
+                write!(f, "the store is poisoned after a failed write or sync ({why}); reopen it to recover")
+            }
             Error::Full(why) => write!(f, "no space left: {why}"),
             Error::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
             Error::UnknownHandle(handle) => write!(f, "unknown handle {handle}"),

@@ -3,10 +3,7 @@ use jmsstore_core::{Error, Store, StoreOptions};
 #[test]
 fn put_read_update_delete_reopen() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = StoreOptions {
-        max_segment_bytes: 1 << 20,
-        ..StoreOptions::default()
-    };
+    let opts = StoreOptions { max_segment_bytes: 1 << 20, ..StoreOptions::default() };
     let (a, b);
     {
         let store = Store::open(dir.path(), opts.clone()).unwrap();

@@ -30,26 +30,11 @@ pub struct OpenMode {
 
 impl OpenMode {
     /// Read-only.
-    pub const READ: OpenMode = OpenMode {
-        write: false,
-        create: false,
-        create_new: false,
-        dsync: false,
-    };
+    pub const READ: OpenMode = OpenMode { write: false, create: false, create_new: false, dsync: false };
     /// Read-write, existing file.
-    pub const WRITE: OpenMode = OpenMode {
-        write: true,
-        create: false,
-        create_new: false,
-        dsync: false,
-    };
+    pub const WRITE: OpenMode = OpenMode { write: true, create: false, create_new: false, dsync: false };
     /// Read-write, a new file that must not exist yet.
-    pub const CREATE_NEW: OpenMode = OpenMode {
-        write: true,
-        create: true,
-        create_new: true,
-        dsync: false,
-    };
+    pub const CREATE_NEW: OpenMode = OpenMode { write: true, create: true, create_new: true, dsync: false };
 }
 
 /// A file opened through a [`FileSystem`].
@@ -69,12 +54,7 @@ pub trait StorageFile: Send + Sync {
     fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
         while !buf.is_empty() {
             match self.read_at(buf, offset)? {
-                0 => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "file ended early",
-                    ))
-                }
+                0 => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file ended early")),
                 n => {
                     buf = &mut buf[n..];
                     offset += n as u64;

@@ -114,11 +114,7 @@ impl SimFs {
     /// and `seed`) and fail every later operation.
     pub fn arm_crash(&self, ops: u64, mode: CrashMode, seed: u64) {
         let mut state = lock(&self.state);
-        state.armed = Some(Armed {
-            remaining_ops: ops,
-            mode,
-            rng: StdRng::seed_from_u64(seed),
-        });
+        state.armed = Some(Armed { remaining_ops: ops, mode, rng: StdRng::seed_from_u64(seed) });
     }
 
     /// The image frozen by [`SimFs::arm_crash`], if the crash has happened.
@@ -144,24 +140,15 @@ impl SimFs {
     /// The current (not necessarily durable) content of a file.
     pub fn read_file(&self, path: &Path) -> Option<Vec<u8>> {
         let state = lock(&self.state);
-        state
-            .names
-            .get(path)
-            .map(|inode| lock(inode).current.clone())
+        state.names.get(path).map(|inode| lock(inode).current.clone())
     }
 
     /// Overwrites bytes of a file as they are now and durably (for corrupting tests).
     pub fn poke(&self, path: &Path, offset: u64, bytes: &[u8]) -> io::Result<()> {
         let state = lock(&self.state);
-        let inode = state
-            .names
-            .get(path)
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        let inode = state.names.get(path).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
         let mut file = lock(inode);
-        let op = Pending::Write {
-            offset,
-            data: bytes.to_vec(),
-        };
+        let op = Pending::Write { offset, data: bytes.to_vec() };
         apply(&mut file.current, &op);
         apply(&mut file.durable, &op);
         Ok(())
@@ -213,15 +200,9 @@ impl SimFs {
             };
             new_names.insert(path, copy);
         }
-        let image = State {
-            durable_names: new_names.clone(),
-            names: new_names,
-            dirs: state.dirs.clone(),
-            ..State::default()
-        };
-        SimFs {
-            state: Arc::new(Mutex::new(image)),
-        }
+        let image =
+            State { durable_names: new_names.clone(), names: new_names, dirs: state.dirs.clone(), ..State::default() };
+        SimFs { state: Arc::new(Mutex::new(image)) }
     }
 
     fn crashed_content(file: &FileState, mode: CrashMode, rng: &mut StdRng) -> Vec<u8> {
@@ -236,13 +217,7 @@ impl SimFs {
                     match torn {
                         Pending::Write { offset, data } => {
                             let cut = rng.random_range(0..=data.len());
-                            apply(
-                                &mut content,
-                                &Pending::Write {
-                                    offset: *offset,
-                                    data: data[..cut].to_vec(),
-                                },
-                            );
+                            apply(&mut content, &Pending::Write { offset: *offset, data: data[..cut].to_vec() });
                         }
                         Pending::SetLen(_) => {
                             if rng.random_bool(0.5) {
@@ -258,10 +233,8 @@ impl SimFs {
                         Pending::Write { offset, data } => {
                             for (i, sector) in data.chunks(512).enumerate() {
                                 if rng.random_bool(0.5) {
-                                    let op = Pending::Write {
-                                        offset: offset + (i * 512) as u64,
-                                        data: sector.to_vec(),
-                                    };
+                                    let op =
+                                        Pending::Write { offset: offset + (i * 512) as u64, data: sector.to_vec() };
                                     apply(&mut content, &op);
                                 }
                             }
@@ -316,16 +289,11 @@ impl SimFs {
     }
 
     fn total_size(state: &State) -> u64 {
-        state
-            .names
-            .values()
-            .map(|inode| lock(inode).current.len() as u64)
-            .sum()
+        state.names.values().map(|inode| lock(inode).current.len() as u64).sum()
     }
 
     fn parent_exists(state: &State, path: &Path) -> bool {
-        path.parent()
-            .is_none_or(|p| p.as_os_str().is_empty() || state.dirs.contains(p))
+        path.parent().is_none_or(|p| p.as_os_str().is_empty() || state.dirs.contains(p))
     }
 }
 
@@ -373,18 +341,9 @@ impl StorageFile for SimFile {
         if !self.writable {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         }
-        self.fs.tick_during(Some((
-            &self.inode,
-            Pending::Write {
-                offset,
-                data: buf.to_vec(),
-            },
-        )))?;
+        self.fs.tick_during(Some((&self.inode, Pending::Write { offset, data: buf.to_vec() })))?;
         self.check_space(offset + buf.len() as u64)?;
-        self.record(Pending::Write {
-            offset,
-            data: buf.to_vec(),
-        });
+        self.record(Pending::Write { offset, data: buf.to_vec() });
         Ok(())
     }
 
@@ -443,9 +402,7 @@ impl FileSystem for SimFs {
         self.tick()?;
         let mut state = lock(&self.state);
         let inode = match state.names.get(path) {
-            Some(_) if mode.create_new => {
-                return Err(io::Error::from(io::ErrorKind::AlreadyExists))
-            }
+            Some(_) if mode.create_new => return Err(io::Error::from(io::ErrorKind::AlreadyExists)),
             Some(inode) => inode.clone(),
             None if mode.create => {
                 if !SimFs::parent_exists(&state, path) {
@@ -453,19 +410,12 @@ impl FileSystem for SimFs {
                 }
                 let inode: Inode = Arc::default();
                 state.names.insert(path.to_path_buf(), inode.clone());
-                state
-                    .pending_ns
-                    .push(NsOp::Link(path.to_path_buf(), inode.clone()));
+                state.pending_ns.push(NsOp::Link(path.to_path_buf(), inode.clone()));
                 inode
             }
             None => return Err(io::Error::from(io::ErrorKind::NotFound)),
         };
-        Ok(Arc::new(SimFile {
-            fs: self.clone(),
-            inode,
-            writable: mode.write,
-            dsync: mode.dsync,
-        }))
+        Ok(Arc::new(SimFile { fs: self.clone(), inode, writable: mode.write, dsync: mode.dsync }))
     }
 
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
@@ -485,19 +435,8 @@ impl FileSystem for SimFs {
         if !state.dirs.contains(dir) {
             return Err(io::Error::from(io::ErrorKind::NotFound));
         }
-        let mut entries: Vec<PathBuf> = state
-            .names
-            .keys()
-            .filter(|p| p.parent() == Some(dir))
-            .cloned()
-            .collect();
-        entries.extend(
-            state
-                .dirs
-                .iter()
-                .filter(|p| p.parent() == Some(dir))
-                .cloned(),
-        );
+        let mut entries: Vec<PathBuf> = state.names.keys().filter(|p| p.parent() == Some(dir)).cloned().collect();
+        entries.extend(state.dirs.iter().filter(|p| p.parent() == Some(dir)).cloned());
         Ok(entries)
     }
 
@@ -507,24 +446,16 @@ impl FileSystem for SimFs {
         if !SimFs::parent_exists(&state, to) {
             return Err(io::Error::from(io::ErrorKind::NotFound));
         }
-        let inode = state
-            .names
-            .remove(from)
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        let inode = state.names.remove(from).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
         state.names.insert(to.to_path_buf(), inode);
-        state
-            .pending_ns
-            .push(NsOp::Rename(from.to_path_buf(), to.to_path_buf()));
+        state.pending_ns.push(NsOp::Rename(from.to_path_buf(), to.to_path_buf()));
         Ok(())
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         self.tick()?;
         let mut state = lock(&self.state);
-        state
-            .names
-            .remove(path)
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        state.names.remove(path).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
         state.pending_ns.push(NsOp::Remove(path.to_path_buf()));
         Ok(())
     }
@@ -559,10 +490,7 @@ impl FileSystem for SimFs {
         if !state.locks.insert(path.to_path_buf()) {
             return Ok(None);
         }
-        Ok(Some(Box::new(SimLock {
-            fs: self.clone(),
-            path: path.to_path_buf(),
-        })))
+        Ok(Some(Box::new(SimLock { fs: self.clone(), path: path.to_path_buf() })))
     }
 }
 
@@ -604,15 +532,10 @@ mod tests {
         fs.create_dir_all(dir).unwrap();
         let file = fs.open(&dir.join("f"), OpenMode::CREATE_NEW).unwrap();
         file.sync_data().unwrap();
-        let lost = (0..32).any(|seed| {
-            !fs.crash_image(CrashMode::Prefix, seed)
-                .exists(&dir.join("f"))
-        });
+        let lost = (0..32).any(|seed| !fs.crash_image(CrashMode::Prefix, seed).exists(&dir.join("f")));
         assert!(lost);
         fs.sync_dir(dir).unwrap();
-        assert!((0..32).all(|seed| fs
-            .crash_image(CrashMode::Prefix, seed)
-            .exists(&dir.join("f"))));
+        assert!((0..32).all(|seed| fs.crash_image(CrashMode::Prefix, seed).exists(&dir.join("f"))));
     }
 
     #[test]
@@ -633,10 +556,7 @@ mod tests {
         let file = fs.open(Path::new("/s/f"), OpenMode::CREATE_NEW).unwrap();
         file.write_all_at(b"abc", 0).unwrap();
         fs.fail_syncs(true);
-        assert_eq!(
-            file.sync_data().unwrap_err().raw_os_error(),
-            Some(libc::EIO)
-        );
+        assert_eq!(file.sync_data().unwrap_err().raw_os_error(), Some(libc::EIO));
         assert_eq!(file.len().unwrap(), 0);
     }
 
@@ -647,9 +567,6 @@ mod tests {
         fs.set_capacity(Some(10));
         let file = fs.open(Path::new("/s/f"), OpenMode::CREATE_NEW).unwrap();
         file.write_all_at(&[1; 10], 0).unwrap();
-        assert_eq!(
-            file.write_all_at(&[1], 10).unwrap_err().raw_os_error(),
-            Some(libc::ENOSPC)
-        );
+        assert_eq!(file.write_all_at(&[1], 10).unwrap_err().raw_os_error(), Some(libc::ENOSPC));
     }
 }

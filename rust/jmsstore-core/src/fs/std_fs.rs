@@ -58,16 +58,11 @@ impl FileSystem for StdFs {
     }
 
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(path)
+        fs::DirBuilder::new().recursive(true).mode(0o700).create(path)
     }
 
     fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
-        fs::read_dir(dir)?
-            .map(|entry| entry.map(|e| e.path()))
-            .collect()
+        fs::read_dir(dir)?.map(|entry| entry.map(|e| e.path())).collect()
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
@@ -91,13 +86,7 @@ impl FileSystem for StdFs {
     }
 
     fn try_lock(&self, path: &Path) -> io::Result<Option<Box<dyn LockGuard>>> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(path)?;
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(path)?;
         // flock locks belong to the open file description, so a second open in
         // this same process is refused too, which is what we want.
         // SAFETY: flock on a valid, owned descriptor.

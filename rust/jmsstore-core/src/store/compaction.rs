@@ -20,9 +20,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::format::{
-    segment_file_name, RecordKind, SegmentHeader, SegmentKind, SEGMENT_HEADER_LEN,
-};
+use super::format::{segment_file_name, RecordKind, SegmentHeader, SegmentKind, SEGMENT_HEADER_LEN};
 use super::index::Location;
 use super::segment::{self, Step as ScanStep};
 use super::{bump, lock, Completion, Progress, SegmentInfo, Shared, Waiter, Work};
@@ -85,20 +83,9 @@ struct Part {
 }
 
 /// Writes a compacted segment as a `.tmp` file and syncs it.
-fn write_part(
-    fs: &dyn FileSystem,
-    dir: &Path,
-    header: &SegmentHeader,
-    records: &[u8],
-) -> Result<Part> {
-    let tmp = dir.join(format!(
-        "{}.{:016x}.tmp",
-        segment_file_name(header.number),
-        header.compaction_id
-    ));
-    let file = fs
-        .open(&tmp, OpenMode::CREATE_NEW)
-        .map_err(|e| Error::io("creating compacted segment", &tmp, e))?;
+fn write_part(fs: &dyn FileSystem, dir: &Path, header: &SegmentHeader, records: &[u8]) -> Result<Part> {
+    let tmp = dir.join(format!("{}.{:016x}.tmp", segment_file_name(header.number), header.compaction_id));
+    let file = fs.open(&tmp, OpenMode::CREATE_NEW).map_err(|e| Error::io("creating compacted segment", &tmp, e))?;
     let write = || -> std::io::Result<()> {
         file.write_all_at(&header.encode(), 0)?;
         file.write_all_at(records, SEGMENT_HEADER_LEN as u64)?;
@@ -108,24 +95,17 @@ fn write_part(
         let _ = fs.remove_file(&tmp);
         return Err(Error::io("writing compacted segment", &tmp, e));
     }
-    Ok(Part {
-        number: header.number,
-        tmp,
-        file,
-        used: (SEGMENT_HEADER_LEN + records.len()) as u64,
-    })
+    Ok(Part { number: header.number, tmp, file, used: (SEGMENT_HEADER_LEN + records.len()) as u64 })
 }
 
 fn publish(fs: &dyn FileSystem, dir: &Path, parts: &[Part]) -> Result<Vec<PathBuf>> {
     let mut paths = Vec::with_capacity(parts.len());
     for part in parts {
         let path = dir.join(segment_file_name(part.number));
-        fs.rename(&part.tmp, &path)
-            .map_err(|e| Error::io("publishing compacted segment", &part.tmp, e))?;
+        fs.rename(&part.tmp, &path).map_err(|e| Error::io("publishing compacted segment", &part.tmp, e))?;
         paths.push(path);
     }
-    fs.sync_dir(dir)
-        .map_err(|e| Error::io("syncing store directory", dir, e))?;
+    fs.sync_dir(dir).map_err(|e| Error::io("syncing store directory", dir, e))?;
     Ok(paths)
 }
 
@@ -146,20 +126,11 @@ pub fn write_segment_atomically(
         source
             .read_exact_at(&mut records[start..], loc.offset)
             .map_err(|e| Error::io("reading record to rewrite", dir, e))?;
-        locations.push(Location {
-            segment: header.number,
-            offset: (SEGMENT_HEADER_LEN + start) as u64,
-            len: loc.len,
-        });
+        locations.push(Location { segment: header.number, offset: (SEGMENT_HEADER_LEN + start) as u64, len: loc.len });
     }
     let part = write_part(fs, dir, header, &records)?;
     let paths = publish(fs, dir, std::slice::from_ref(&part))?;
-    Ok(Written {
-        path: paths.into_iter().next().expect("one part"),
-        file: part.file,
-        used: part.used,
-        locations,
-    })
+    Ok(Written { path: paths.into_iter().next().expect("one part"), file: part.file, used: part.used, locations })
 }
 
 fn manifest_path(dir: &Path, id: u64) -> PathBuf {
@@ -176,31 +147,20 @@ fn write_manifest(fs: &dyn FileSystem, dir: &Path, id: u64, inputs: &[u64]) -> R
     bytes.extend_from_slice(&crc.to_le_bytes());
     let path = manifest_path(dir, id);
     let tmp = path.with_extension("manifest.tmp");
-    let file = fs
-        .open(&tmp, OpenMode::CREATE_NEW)
-        .map_err(|e| Error::io("creating compaction manifest", &tmp, e))?;
-    file.write_all_at(&bytes, 0)
-        .map_err(|e| Error::io("writing compaction manifest", &tmp, e))?;
-    file.sync_data()
-        .map_err(|e| Error::io("syncing compaction manifest", &tmp, e))?;
-    fs.rename(&tmp, &path)
-        .map_err(|e| Error::io("publishing compaction manifest", &tmp, e))?;
-    fs.sync_dir(dir)
-        .map_err(|e| Error::io("syncing store directory", dir, e))?;
+    let file = fs.open(&tmp, OpenMode::CREATE_NEW).map_err(|e| Error::io("creating compaction manifest", &tmp, e))?;
+    file.write_all_at(&bytes, 0).map_err(|e| Error::io("writing compaction manifest", &tmp, e))?;
+    file.sync_data().map_err(|e| Error::io("syncing compaction manifest", &tmp, e))?;
+    fs.rename(&tmp, &path).map_err(|e| Error::io("publishing compaction manifest", &tmp, e))?;
+    fs.sync_dir(dir).map_err(|e| Error::io("syncing store directory", dir, e))?;
     Ok(path)
 }
 
 /// Reads a manifest: the segment numbers a finished compaction replaced.
 pub fn read_manifest(fs: &dyn FileSystem, path: &Path) -> Result<Vec<u64>> {
-    let file = fs
-        .open(path, OpenMode::READ)
-        .map_err(|e| Error::io("opening compaction manifest", path, e))?;
-    let len = file
-        .len()
-        .map_err(|e| Error::io("reading compaction manifest", path, e))? as usize;
+    let file = fs.open(path, OpenMode::READ).map_err(|e| Error::io("opening compaction manifest", path, e))?;
+    let len = file.len().map_err(|e| Error::io("reading compaction manifest", path, e))? as usize;
     let mut bytes = vec![0u8; len];
-    file.read_exact_at(&mut bytes, 0)
-        .map_err(|e| Error::io("reading compaction manifest", path, e))?;
+    file.read_exact_at(&mut bytes, 0).map_err(|e| Error::io("reading compaction manifest", path, e))?;
     let bad = |why: &str| Error::corruption(path, 0, format!("compaction manifest: {why}"));
     if len < 16 || &bytes[..8] != MANIFEST_MAGIC {
         return Err(bad("bad magic or too short"));
@@ -213,9 +173,7 @@ pub fn read_manifest(fs: &dyn FileSystem, path: &Path) -> Result<Vec<u64>> {
     if crc32c::crc32c(&bytes[..len - 4]) != crc {
         return Err(bad("checksum mismatch"));
     }
-    Ok((0..count)
-        .map(|i| u64::from_le_bytes(bytes[12 + 8 * i..20 + 8 * i].try_into().expect("8 bytes")))
-        .collect())
+    Ok((0..count).map(|i| u64::from_le_bytes(bytes[12 + 8 * i..20 + 8 * i].try_into().expect("8 bytes"))).collect())
 }
 
 struct Input {
@@ -245,12 +203,7 @@ pub(crate) fn compact(
             .segments
             .iter()
             .filter(|(_, s)| !s.active && s.dead_bytes() > 0)
-            .map(|(&number, s)| Input {
-                number,
-                path: s.path.clone(),
-                file: s.file.clone(),
-                used: s.used,
-            })
+            .map(|(&number, s)| Input { number, path: s.path.clone(), file: s.file.clone(), used: s.used })
             .collect()
     };
     if inputs.is_empty() {
@@ -273,35 +226,29 @@ pub(crate) fn compact(
     let mut done = 0u64;
 
     let result = (|| -> Result<()> {
-        let mut flush = |out: &mut Vec<u8>,
-                         pending: &mut Vec<(u64, Location, usize)>,
-                         parts: &mut Vec<Part>|
-         -> Result<()> {
-            if out.is_empty() {
-                return Ok(());
-            }
-            let header = SegmentHeader {
-                kind: SegmentKind::Compacted,
-                store_id: shared.store_id,
-                number: shared.next_segment.fetch_add(1, Ordering::Relaxed),
-                next_handle: shared.next_handle.load(Ordering::Relaxed),
-                next_sequence: 0,
-                epoch: 0,
-                compaction_id: id,
-            };
-            let part = write_part(&*shared.fs, &shared.dir, &header, out)?;
-            for (handle, old, at) in pending.drain(..) {
-                let new = Location {
-                    segment: part.number,
-                    offset: (SEGMENT_HEADER_LEN + at) as u64,
-                    len: old.len,
+        let mut flush =
+            |out: &mut Vec<u8>, pending: &mut Vec<(u64, Location, usize)>, parts: &mut Vec<Part>| -> Result<()> {
+                if out.is_empty() {
+                    return Ok(());
+                }
+                let header = SegmentHeader {
+                    kind: SegmentKind::Compacted,
+                    store_id: shared.store_id,
+                    number: shared.next_segment.fetch_add(1, Ordering::Relaxed),
+                    next_handle: shared.next_handle.load(Ordering::Relaxed),
+                    next_sequence: 0,
+                    epoch: 0,
+                    compaction_id: id,
                 };
-                moves.push((handle, old, new));
-            }
-            parts.push(part);
-            out.clear();
-            Ok(())
-        };
+                let part = write_part(&*shared.fs, &shared.dir, &header, out)?;
+                for (handle, old, at) in pending.drain(..) {
+                    let new = Location { segment: part.number, offset: (SEGMENT_HEADER_LEN + at) as u64, len: old.len };
+                    moves.push((handle, old, new));
+                }
+                parts.push(part);
+                out.clear();
+                Ok(())
+            };
         for input in &inputs {
             let mut data = vec![0u8; input.used as usize];
             input
@@ -313,17 +260,11 @@ pub(crate) fn compact(
             loop {
                 match segment::step(&data, at) {
                     ScanStep::End => break,
-                    ScanStep::Damage(why) => {
-                        return Err(Error::corruption(&input.path, at as u64, why))
-                    }
+                    ScanStep::Damage(why) => return Err(Error::corruption(&input.path, at as u64, why)),
                     ScanStep::Record(rec) => {
                         let len = rec.header.total_len();
                         if matches!(rec.header.kind, RecordKind::Put | RecordKind::Update) {
-                            let loc = Location {
-                                segment: input.number,
-                                offset: at as u64,
-                                len: len as u32,
-                            };
+                            let loc = Location { segment: input.number, offset: at as u64, len: len as u32 };
                             candidates.push((rec.header.handle, loc));
                         }
                         at += len;
@@ -332,10 +273,7 @@ pub(crate) fn compact(
             }
             let live: Vec<(u64, Location)> = {
                 let state = shared.state();
-                candidates
-                    .into_iter()
-                    .filter(|(h, loc)| state.index.get(*h).is_some_and(|(l, _)| l == *loc))
-                    .collect()
+                candidates.into_iter().filter(|(h, loc)| state.index.get(*h).is_some_and(|(l, _)| l == *loc)).collect()
             };
             for (handle, loc) in live {
                 let record = &data[loc.offset as usize..loc.offset as usize + loc.len as usize];
@@ -401,36 +339,23 @@ pub(crate) fn compact(
     }
     report.segments_compacted = inputs.len() as u64;
     report.segments_written = parts.len() as u64;
-    report.bytes_before = inputs
-        .iter()
-        .map(|i| i.used - SEGMENT_HEADER_LEN as u64)
-        .sum();
-    report.bytes_after = parts
-        .iter()
-        .map(|p| p.used - SEGMENT_HEADER_LEN as u64)
-        .sum();
+    report.bytes_before = inputs.iter().map(|i| i.used - SEGMENT_HEADER_LEN as u64).sum();
+    report.bytes_after = parts.iter().map(|p| p.used - SEGMENT_HEADER_LEN as u64).sum();
     bump(&shared.counters.compactions, 1);
-    bump(
-        &shared.counters.compaction_bytes_reclaimed,
-        report.bytes_before.saturating_sub(report.bytes_after),
-    );
+    bump(&shared.counters.compaction_bytes_reclaimed, report.bytes_before.saturating_sub(report.bytes_after));
     if stop_after == Some(Step::Swapped) {
         return Ok(report);
     }
 
     for input in &inputs {
-        fs.remove_file(&input.path)
-            .map_err(|e| Error::io("removing compacted segment", &input.path, e))?;
+        fs.remove_file(&input.path).map_err(|e| Error::io("removing compacted segment", &input.path, e))?;
     }
-    fs.sync_dir(dir)
-        .map_err(|e| Error::io("syncing store directory", dir, e))?;
+    fs.sync_dir(dir).map_err(|e| Error::io("syncing store directory", dir, e))?;
     if stop_after == Some(Step::InputsRemoved) {
         return Ok(report);
     }
-    fs.remove_file(&manifest)
-        .map_err(|e| Error::io("removing compaction manifest", &manifest, e))?;
-    fs.sync_dir(dir)
-        .map_err(|e| Error::io("syncing store directory", dir, e))?;
+    fs.remove_file(&manifest).map_err(|e| Error::io("removing compaction manifest", &manifest, e))?;
+    fs.sync_dir(dir).map_err(|e| Error::io("syncing store directory", dir, e))?;
     report.duration = started.elapsed();
     Ok(report)
 }

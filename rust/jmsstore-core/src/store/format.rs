@@ -127,15 +127,10 @@ impl SegmentHeader {
     /// Parses and verifies a header.
     pub fn decode(b: &[u8]) -> Result<SegmentHeader, HeaderError> {
         if b.len() < SEGMENT_HEADER_LEN {
-            return Err(HeaderError::Bad(format!(
-                "file is {} bytes, shorter than a segment header",
-                b.len()
-            )));
+            return Err(HeaderError::Bad(format!("file is {} bytes, shorter than a segment header", b.len())));
         }
         if b[0..8] != SEGMENT_MAGIC {
-            return Err(HeaderError::Bad(
-                "not a jmsstore segment (bad magic)".into(),
-            ));
+            return Err(HeaderError::Bad("not a jmsstore segment (bad magic)".into()));
         }
         let version = u16::from_le_bytes([b[8], b[9]]);
         let stored_crc = u32::from_le_bytes(b[76..80].try_into().expect("4 bytes"));
@@ -155,9 +150,7 @@ impl SegmentHeader {
         };
         let header_len = u32::from_le_bytes(b[12..16].try_into().expect("4 bytes"));
         if header_len as usize != SEGMENT_HEADER_LEN {
-            return Err(HeaderError::Bad(format!(
-                "unexpected header length {header_len}"
-            )));
+            return Err(HeaderError::Bad(format!("unexpected header length {header_len}")));
         }
         let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
         Ok(SegmentHeader {
@@ -370,10 +363,7 @@ mod tests {
         let mut b = h.encode();
         assert_eq!(SegmentHeader::decode(&b), Ok(h));
         b[33] ^= 1;
-        assert!(matches!(
-            SegmentHeader::decode(&b),
-            Err(HeaderError::Bad(_))
-        ));
+        assert!(matches!(SegmentHeader::decode(&b), Err(HeaderError::Bad(_))));
     }
 
     #[test]
@@ -407,33 +397,17 @@ mod tests {
             epoch: 2,
         };
         let body = b"hello";
-        let len = append_record(
-            &mut buf,
-            &f,
-            b"orders",
-            body,
-            body.len(),
-            crc32c::crc32c(body),
-        );
+        let len = append_record(&mut buf, &f, b"orders", body, body.len(), crc32c::crc32c(body));
         assert_eq!(len, RECORD_HEADER_LEN + 6 + 5);
         let h = RecordHeader::decode(&buf, buf.len()).unwrap();
-        assert_eq!(
-            (h.handle, h.sequence, h.epoch, h.name_len, h.stored_len),
-            (77, 5, 2, 6, 5)
-        );
+        assert_eq!((h.handle, h.sequence, h.epoch, h.name_len, h.stored_len), (77, 5, 2, 6, 5));
         let fields = &buf[8..RECORD_HEADER_LEN];
         assert_eq!(record_crc(crc32c::crc32c(body), fields, b"orders"), h.crc);
-        assert_ne!(
-            record_crc(crc32c::crc32c(b"hellp"), fields, b"orders"),
-            h.crc
-        );
+        assert_ne!(record_crc(crc32c::crc32c(b"hellp"), fields, b"orders"), h.crc);
         set_record_flags(&mut buf, FLAG_GROUP_END, crc32c::crc32c(body));
         let h2 = RecordHeader::decode(&buf, buf.len()).unwrap();
         assert_eq!(h2.flags, FLAG_GROUP_END);
-        assert_eq!(
-            record_crc(crc32c::crc32c(body), &buf[8..RECORD_HEADER_LEN], b"orders"),
-            h2.crc
-        );
+        assert_eq!(record_crc(crc32c::crc32c(body), &buf[8..RECORD_HEADER_LEN], b"orders"), h2.crc);
     }
 
     #[test]
@@ -449,10 +423,7 @@ mod tests {
             epoch: 0,
         };
         append_record(&mut buf, &f, b"c", b"abc", 3, crc32c::crc32c(b"abc"));
-        assert!(
-            RecordHeader::decode(&buf, buf.len() - 1).is_none(),
-            "longer than what is left"
-        );
+        assert!(RecordHeader::decode(&buf, buf.len() - 1).is_none(), "longer than what is left");
         let mut bad_kind = buf.clone();
         bad_kind[8] = 99;
         assert!(RecordHeader::decode(&bad_kind, buf.len()).is_none());

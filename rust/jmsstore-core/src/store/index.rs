@@ -25,11 +25,7 @@ struct Entry {
 
 impl Entry {
     fn location(&self) -> Location {
-        Location {
-            segment: u64::from(self.segment),
-            offset: u64::from(self.offset),
-            len: self.len,
-        }
+        Location { segment: u64::from(self.segment), offset: u64::from(self.offset), len: self.len }
     }
 }
 
@@ -74,9 +70,7 @@ impl Index {
 
     /// Where `handle` is, and its collection.
     pub fn get(&self, handle: u64) -> Option<(Location, &Arc<str>)> {
-        self.entries
-            .get(&handle)
-            .map(|e| (e.location(), &self.collection_names[e.collection as usize]))
+        self.entries.get(&handle).map(|e| (e.location(), &self.collection_names[e.collection as usize]))
     }
 
     /// True if `handle` is live.
@@ -135,11 +129,7 @@ impl Index {
         };
         let set = &self.by_collection[id as usize];
         match after {
-            Some(after) => set
-                .range(after.saturating_add(1)..)
-                .take(limit)
-                .copied()
-                .collect(),
+            Some(after) => set.range(after.saturating_add(1)..).take(limit).copied().collect(),
             None => set.iter().take(limit).copied().collect(),
         }
     }
@@ -159,9 +149,7 @@ impl Index {
 
     /// Number of live objects in `collection`.
     pub fn collection_len(&self, collection: &str) -> usize {
-        self.collection_ids
-            .get(collection)
-            .map_or(0, |&id| self.by_collection[id as usize].len())
+        self.collection_ids.get(collection).map_or(0, |&id| self.by_collection[id as usize].len())
     }
 
     /// Every live object's handle and location (for compaction's liveness check).
@@ -175,11 +163,7 @@ mod tests {
     use super::*;
 
     fn loc(segment: u64, offset: u64, len: u32) -> Location {
-        Location {
-            segment,
-            offset,
-            len,
-        }
+        Location { segment, offset, len }
     }
 
     #[test]
@@ -205,10 +189,7 @@ mod tests {
         assert_eq!(index.handles("q", None, 2), vec![1, 3]);
         assert_eq!(index.handles("q", Some(3), 10), vec![5, 9]);
         assert_eq!(index.handles("missing", None, 10), Vec::<u64>::new());
-        assert_eq!(
-            index.collections(),
-            vec![("other".to_string(), 1), ("q".to_string(), 4)]
-        );
+        assert_eq!(index.collections(), vec![("other".to_string(), 1), ("q".to_string(), 4)]);
     }
 
     #[test]

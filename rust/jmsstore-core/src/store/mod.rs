@@ -96,9 +96,7 @@ impl RecoveryMode {
         match name {
             "strict" => Ok(RecoveryMode::Strict),
             "salvage" => Ok(RecoveryMode::Salvage),
-            _ => Err(Error::invalid(format!(
-                "recovery {name:?} is not one of \"strict\", \"salvage\""
-            ))),
+            _ => Err(Error::invalid(format!("recovery {name:?} is not one of \"strict\", \"salvage\""))),
         }
     }
 }
@@ -163,17 +161,13 @@ impl StoreOptions {
     }
 
     fn segment_body_limit(&self) -> usize {
-        let room = self.max_segment_bytes as usize
-            - SEGMENT_HEADER_LEN
-            - RECORD_HEADER_LEN
-            - MAX_COLLECTION_NAME;
+        let room = self.max_segment_bytes as usize - SEGMENT_HEADER_LEN - RECORD_HEADER_LEN - MAX_COLLECTION_NAME;
         room.min(segment::MAX_RAW_BODY)
     }
 
     /// The largest body a put accepts.
     pub fn body_limit(&self) -> usize {
-        self.max_body_bytes
-            .unwrap_or_else(|| self.segment_body_limit())
+        self.max_body_bytes.unwrap_or_else(|| self.segment_body_limit())
     }
 }
 
@@ -259,9 +253,7 @@ pub(crate) struct SegmentInfo {
 
 impl SegmentInfo {
     fn dead_bytes(&self) -> u64 {
-        self.used
-            .saturating_sub(SEGMENT_HEADER_LEN as u64)
-            .saturating_sub(self.live)
+        self.used.saturating_sub(SEGMENT_HEADER_LEN as u64).saturating_sub(self.live)
     }
 }
 
@@ -318,10 +310,7 @@ impl Waiter {
 /// Work for the flusher.
 pub(crate) enum Work {
     /// Operations to write; more than one makes a transaction.
-    Batch {
-        ops: Vec<Op>,
-        completion: Completion,
-    },
+    Batch { ops: Vec<Op>, completion: Completion },
     /// Seal the active segment and start a new one.
     Roll(Completion),
     /// Make everything written so far durable (for the `disabled` policy).
@@ -418,9 +407,7 @@ impl Shared {
                     op.collection = Some(collection);
                     local.insert(op.handle, None);
                 }
-                RecordKind::Commit => {
-                    return Err(Error::invalid("commit records are written by the store"))
-                }
+                RecordKind::Commit => return Err(Error::invalid("commit records are written by the store")),
             }
         }
         for op in &ops {
@@ -455,13 +442,7 @@ impl Shared {
         Ok(())
     }
 
-    fn encode(
-        &self,
-        kind: RecordKind,
-        handle: u64,
-        collection: Option<Arc<str>>,
-        body: &[u8],
-    ) -> Result<Op> {
+    fn encode(&self, kind: RecordKind, handle: u64, collection: Option<Arc<str>>, body: &[u8]) -> Result<Op> {
         let limit = self.options.body_limit();
         if body.len() > limit {
             return Err(Error::invalid(format!(
@@ -469,8 +450,7 @@ impl Shared {
                 body.len()
             )));
         }
-        let (codec_id, stored) =
-            codec::encode_body(self.options.codec, self.options.compression_threshold, body);
+        let (codec_id, stored) = codec::encode_body(self.options.codec, self.options.compression_threshold, body);
         if codec_id != CodecId::None {
             bump(&self.counters.compressed_bodies, 1);
         }
@@ -489,14 +469,8 @@ impl Shared {
         self.check_open()?;
         let (loc, file, path) = {
             let state = self.state();
-            let (loc, _) = state
-                .index
-                .get(handle)
-                .ok_or(Error::UnknownHandle(handle))?;
-            let seg = state
-                .segments
-                .get(&loc.segment)
-                .expect("index points at a known segment");
+            let (loc, _) = state.index.get(handle).ok_or(Error::UnknownHandle(handle))?;
+            let seg = state.segments.get(&loc.segment).expect("index points at a known segment");
             (loc, seg.file.clone(), seg.path.clone())
         };
         bump(&self.counters.reads, 1);
@@ -507,12 +481,10 @@ impl Shared {
 /// Reads and verifies one record and returns its decoded body.
 pub(crate) fn read_body_at(file: &dyn StorageFile, path: &Path, loc: Location) -> Result<Vec<u8>> {
     let mut buf = vec![0u8; loc.len as usize];
-    file.read_exact_at(&mut buf, loc.offset)
-        .map_err(|e| Error::io("reading record", path, e))?;
+    file.read_exact_at(&mut buf, loc.offset).map_err(|e| Error::io("reading record", path, e))?;
     let header = segment::decode_header(&buf, 0)
         .ok_or_else(|| Error::corruption(path, loc.offset, "malformed record header"))?;
-    let (_, _, raw) = segment::verify(&buf, 0, &header)
-        .map_err(|why| Error::corruption(path, loc.offset, why))?;
+    let (_, _, raw) = segment::verify(&buf, 0, &header).map_err(|why| Error::corruption(path, loc.offset, why))?;
     Ok(raw.into_owned())
 }
 
@@ -542,9 +514,7 @@ impl Batch {
         self.shared.check_open()?;
         let collection = check_collection(collection)?;
         let handle = self.shared.next_handle.fetch_add(1, Ordering::Relaxed);
-        let op = self
-            .shared
-            .encode(RecordKind::Put, handle, Some(collection), body)?;
+        let op = self.shared.encode(RecordKind::Put, handle, Some(collection), body)?;
         self.ops.push(op);
         Ok(handle)
     }
@@ -597,13 +567,9 @@ impl Store {
     ) -> Result<Store> {
         options.validate()?;
         if fs.exists(dir) && !fs.is_dir(dir) {
-            return Err(Error::invalid(format!(
-                "{} exists and is not a directory",
-                dir.display()
-            )));
+            return Err(Error::invalid(format!("{} exists and is not a directory", dir.display())));
         }
-        fs.create_dir_all(dir)
-            .map_err(|e| Error::io("creating store directory", dir, e))?;
+        fs.create_dir_all(dir).map_err(|e| Error::io("creating store directory", dir, e))?;
         let lock_path = dir.join("store.lock");
         let guard = fs
             .try_lock(&lock_path)
@@ -614,14 +580,7 @@ impl Store {
         for (number, seg) in recovered.segments {
             segments.insert(
                 number,
-                SegmentInfo {
-                    kind: seg.kind,
-                    path: seg.path,
-                    file: seg.file,
-                    used: seg.used,
-                    live: 0,
-                    active: false,
-                },
+                SegmentInfo { kind: seg.kind, path: seg.path, file: seg.file, used: seg.used, live: 0, active: false },
             );
         }
         for (_, loc) in recovered.index.locations() {
@@ -654,10 +613,7 @@ impl Store {
             _lock: guard,
         });
         let threads = writer::start(&shared, recovered.next_sequence, recovered.epoch)?;
-        Ok(Store {
-            shared,
-            threads: Mutex::new(Some(threads)),
-        })
+        Ok(Store { shared, threads: Mutex::new(Some(threads)) })
     }
 
     /// The store directory.
@@ -677,10 +633,7 @@ impl Store {
 
     /// A new, empty batch.
     pub fn batch(&self) -> Batch {
-        Batch {
-            shared: self.shared.clone(),
-            ops: Vec::new(),
-        }
+        Batch { shared: self.shared.clone(), ops: Vec::new() }
     }
 
     /// Commits a batch and waits until it is done (durable, unless the
@@ -697,11 +650,7 @@ impl Store {
     /// Commits a batch; `on_done` is called (on the flusher thread: keep it
     /// short) once it is durable or has failed. Errors found while
     /// validating are returned at once and `on_done` is not called.
-    pub fn commit_async(
-        &self,
-        batch: Batch,
-        on_done: impl FnOnce(Result<()>) + Send + 'static,
-    ) -> Result<()> {
+    pub fn commit_async(&self, batch: Batch, on_done: impl FnOnce(Result<()>) + Send + 'static) -> Result<()> {
         if batch.ops.is_empty() {
             on_done(Ok(()));
             return Ok(());
@@ -772,11 +721,7 @@ impl Store {
 
     /// The collection of a live object.
     pub fn collection_of(&self, handle: u64) -> Option<String> {
-        self.shared
-            .state()
-            .index
-            .get(handle)
-            .map(|(_, c)| c.to_string())
+        self.shared.state().index.get(handle).map(|(_, c)| c.to_string())
     }
 
     /// Up to `limit` handles of `collection` after `after`, in handle (creation) order.
@@ -787,12 +732,7 @@ impl Store {
 
     /// Up to `limit` objects of `collection` after `after`, with their bodies.
     /// Objects deleted while this runs are skipped.
-    pub fn scan(
-        &self,
-        collection: &str,
-        after: Option<u64>,
-        limit: usize,
-    ) -> Result<Vec<(u64, Vec<u8>)>> {
+    pub fn scan(&self, collection: &str, after: Option<u64>, limit: usize) -> Result<Vec<(u64, Vec<u8>)>> {
         let handles = self.handles(collection, after, limit)?;
         let mut out = Vec::with_capacity(handles.len());
         for handle in handles {
@@ -819,8 +759,7 @@ impl Store {
     /// Makes everything written so far durable (useful with `disabled`).
     pub fn flush(&self) -> Result<()> {
         let waiter = Arc::new(Waiter::default());
-        self.shared
-            .submit_control(Work::Sync(Completion::Wait(waiter.clone())))?;
+        self.shared.submit_control(Work::Sync(Completion::Wait(waiter.clone())))?;
         waiter.wait()
     }
 
@@ -843,11 +782,7 @@ impl Store {
         Stats {
             live_objects: state.index.len() as u64,
             live_bytes: state.index.live_bytes(),
-            total_bytes: state
-                .segments
-                .values()
-                .map(|s| s.used.saturating_sub(SEGMENT_HEADER_LEN as u64))
-                .sum(),
+            total_bytes: state.segments.values().map(|s| s.used.saturating_sub(SEGMENT_HEADER_LEN as u64)).sum(),
             segments: state.segments.len() as u64,
             collections: state.index.collections().len() as u64,
             puts: get(&c.puts),

@@ -21,8 +21,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::format::{
-    parse_segment_file_name, segment_file_name, HeaderError, RecordKind, SegmentHeader,
-    SegmentKind, FLAG_GROUP_END, SEGMENT_HEADER_LEN,
+    parse_segment_file_name, segment_file_name, HeaderError, RecordKind, SegmentHeader, SegmentKind, FLAG_GROUP_END,
+    SEGMENT_HEADER_LEN,
 };
 use super::index::{Index, Location};
 use super::segment::{self, Step};
@@ -163,18 +163,10 @@ impl Rebuild {
         }
         match r.kind {
             RecordKind::Put | RecordKind::Update => {
-                if self
-                    .tombstones
-                    .get(&r.handle)
-                    .is_some_and(|&t| t >= r.sequence)
-                {
+                if self.tombstones.get(&r.handle).is_some_and(|&t| t >= r.sequence) {
                     return;
                 }
-                let newer = Version {
-                    sequence: r.sequence,
-                    loc: r.loc,
-                    collection: r.collection,
-                };
+                let newer = Version { sequence: r.sequence, loc: r.loc, collection: r.collection };
                 self.versions
                     .entry(r.handle)
                     .and_modify(|v| {
@@ -187,11 +179,7 @@ impl Rebuild {
             RecordKind::Delete => {
                 let t = self.tombstones.entry(r.handle).or_insert(0);
                 *t = (*t).max(r.sequence);
-                if self
-                    .versions
-                    .get(&r.handle)
-                    .is_some_and(|v| v.sequence < r.sequence)
-                {
+                if self.versions.get(&r.handle).is_some_and(|v| v.sequence < r.sequence) {
                     self.versions.remove(&r.handle);
                 }
             }
@@ -211,9 +199,7 @@ pub fn recover(
 ) -> Result<Recovered> {
     let started = Instant::now();
     let mut report = RecoveryReport::default();
-    let entries = fs
-        .list(dir)
-        .map_err(|e| Error::io("listing store directory", dir, e))?;
+    let entries = fs.list(dir).map_err(|e| Error::io("listing store directory", dir, e))?;
 
     // Interrupted compactions: a manifest means the output is complete and
     // the inputs it lists are to go; scratch files are removed.
@@ -228,8 +214,7 @@ pub fn recover(
             segment_paths.insert(number, path.clone());
         } else if name.ends_with(".tmp") || name.ends_with(".prep") {
             if !read_only {
-                fs.remove_file(path)
-                    .map_err(|e| Error::io("removing scratch file", path, e))?;
+                fs.remove_file(path).map_err(|e| Error::io("removing scratch file", path, e))?;
                 report.scratch_files_removed += 1;
             }
         } else if name.ends_with(compaction::MANIFEST_SUFFIX) {
@@ -241,51 +226,34 @@ pub fn recover(
         for number in &inputs {
             if let Some(path) = segment_paths.remove(number) {
                 if !read_only {
-                    fs.remove_file(&path)
-                        .map_err(|e| Error::io("removing compacted input", &path, e))?;
+                    fs.remove_file(&path).map_err(|e| Error::io("removing compacted input", &path, e))?;
                 }
             }
         }
         excluded.extend(inputs);
         if !read_only {
-            fs.sync_dir(dir)
-                .map_err(|e| Error::io("syncing store directory", dir, e))?;
-            fs.remove_file(manifest)
-                .map_err(|e| Error::io("removing compaction manifest", manifest, e))?;
+            fs.sync_dir(dir).map_err(|e| Error::io("syncing store directory", dir, e))?;
+            fs.remove_file(manifest).map_err(|e| Error::io("removing compaction manifest", manifest, e))?;
         }
         report.compactions_finished += 1;
     }
     if !read_only && (report.scratch_files_removed > 0 || !manifests.is_empty()) {
-        fs.sync_dir(dir)
-            .map_err(|e| Error::io("syncing store directory", dir, e))?;
+        fs.sync_dir(dir).map_err(|e| Error::io("syncing store directory", dir, e))?;
     }
 
     // Headers first: which segment is the last journal, and is the store id consistent.
     let mut opened: Vec<(u64, PathBuf, Arc<dyn StorageFile>, Option<SegmentHeader>)> = Vec::new();
     let mut total_bytes = 0u64;
     for (&number, path) in &segment_paths {
-        let mode_flags = if read_only {
-            OpenMode::READ
-        } else {
-            OpenMode::WRITE
-        };
-        let file = fs
-            .open(path, mode_flags)
-            .map_err(|e| Error::io("opening segment", path, e))?;
-        total_bytes += file
-            .len()
-            .map_err(|e| Error::io("reading segment size", path, e))?;
+        let mode_flags = if read_only { OpenMode::READ } else { OpenMode::WRITE };
+        let file = fs.open(path, mode_flags).map_err(|e| Error::io("opening segment", path, e))?;
+        total_bytes += file.len().map_err(|e| Error::io("reading segment size", path, e))?;
         let mut head = [0u8; SEGMENT_HEADER_LEN];
         let header = match file.read_exact_at(&mut head, 0) {
             Ok(()) => match SegmentHeader::decode(&head) {
-                Ok(h) if h.number != number => bad_header(
-                    mode,
-                    path,
-                    format!(
-                        "header says segment {} but the file is named {number}",
-                        h.number
-                    ),
-                )?,
+                Ok(h) if h.number != number => {
+                    bad_header(mode, path, format!("header says segment {} but the file is named {number}", h.number))?
+                }
                 Ok(h) => Some(h),
                 Err(HeaderError::NewerVersion(found)) => {
                     return Err(Error::UnsupportedFormat {
@@ -331,12 +299,9 @@ pub fn recover(
 
     for (number, path, file, header) in opened {
         report.segments += 1;
-        let len = file
-            .len()
-            .map_err(|e| Error::io("reading segment size", &path, e))? as usize;
+        let len = file.len().map_err(|e| Error::io("reading segment size", &path, e))? as usize;
         let mut data = vec![0u8; len];
-        file.read_exact_at(&mut data, 0)
-            .map_err(|e| Error::io("reading segment", &path, e))?;
+        file.read_exact_at(&mut data, 0).map_err(|e| Error::io("reading segment", &path, e))?;
         report.bytes_scanned += len as u64;
 
         let mut ranges: Vec<(u64, u64)> = Vec::new();
@@ -358,13 +323,8 @@ pub fn recover(
         loop {
             let damage = match segment::step(&data, at) {
                 Step::End => break,
-                Step::Record(rec)
-                    if kind == SegmentKind::Journal && rec.header.sequence <= prev_sequence =>
-                {
-                    format!(
-                        "sequence number {} does not follow {prev_sequence}",
-                        rec.header.sequence
-                    )
+                Step::Record(rec) if kind == SegmentKind::Journal && rec.header.sequence <= prev_sequence => {
+                    format!("sequence number {} does not follow {prev_sequence}", rec.header.sequence)
                 }
                 Step::Record(rec) => {
                     let h = &rec.header;
@@ -379,26 +339,14 @@ pub fn recover(
                     if kind == SegmentKind::Journal {
                         prev_sequence = h.sequence;
                     }
-                    let loc = Location {
-                        segment: number,
-                        offset: at as u64,
-                        len: total as u32,
-                    };
+                    let loc = Location { segment: number, offset: at as u64, len: total as u32 };
                     let collection = rebuild.collection(rec.collection);
-                    let pending = PendingRecord {
-                        kind: h.kind,
-                        handle: h.handle,
-                        sequence: h.sequence,
-                        loc,
-                        collection,
-                    };
+                    let pending =
+                        PendingRecord { kind: h.kind, handle: h.handle, sequence: h.sequence, loc, collection };
                     if kind == SegmentKind::Compacted {
                         rebuild.apply(pending);
                     } else if h.kind == RecordKind::Commit {
-                        let expected = rec
-                            .stored
-                            .get(..4)
-                            .map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4")));
+                        let expected = rec.stored.get(..4).map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4")));
                         let records = rebuild.pending_tx.remove(&h.tx_id).unwrap_or_default();
                         if records.len() as u64 == u64::from(expected) {
                             for r in records {
@@ -432,20 +380,11 @@ pub fn recover(
             };
             // Damage at `at`.
             if Some(number) == last_journal && is_torn_tail(&data, at, prev_epoch, prev_group_end) {
-                let garbage = data[at..]
-                    .iter()
-                    .rposition(|&b| b != 0)
-                    .map_or(0, |p| p + 1);
-                report.torn_tail = Some(TornTail {
-                    segment: number,
-                    offset: at as u64,
-                    bytes: garbage as u64,
-                });
+                let garbage = data[at..].iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
+                report.torn_tail = Some(TornTail { segment: number, offset: at as u64, bytes: garbage as u64 });
                 if !read_only {
-                    file.set_len(at as u64)
-                        .map_err(|e| Error::io("truncating torn tail", &path, e))?;
-                    file.sync_data()
-                        .map_err(|e| Error::io("syncing truncated segment", &path, e))?;
+                    file.set_len(at as u64).map_err(|e| Error::io("truncating torn tail", &path, e))?;
+                    file.sync_data().map_err(|e| Error::io("syncing truncated segment", &path, e))?;
                 }
                 break;
             }
@@ -459,11 +398,7 @@ pub fn recover(
                     at = next;
                 }
                 None => {
-                    let end = data
-                        .iter()
-                        .rposition(|&b| b != 0)
-                        .map_or(at, |p| p + 1)
-                        .max(at);
+                    let end = data.iter().rposition(|&b| b != 0).map_or(at, |p| p + 1).max(at);
                     ranges.push((at as u64, end as u64));
                     break;
                 }
@@ -483,16 +418,7 @@ pub fn recover(
                 bytes_lost: lost,
             });
         }
-        segments.insert(
-            number,
-            SegmentState {
-                number,
-                kind,
-                path,
-                file,
-                used: used as u64,
-            },
-        );
+        segments.insert(number, SegmentState { number, kind, path, file, used: used as u64 });
     }
     let _ = excluded;
 
@@ -505,36 +431,26 @@ pub fn recover(
 
     // Salvage: rewrite what the damaged segments still hold, then move them aside.
     for damaged in &mut report.damaged {
-        let (path, ranges, _) = damaged_ranges
-            .remove(&damaged.segment)
-            .expect("damaged segment recorded");
+        let (path, ranges, _) = damaged_ranges.remove(&damaged.segment).expect("damaged segment recorded");
         damaged.ranges = ranges;
-        let applied = rebuild
-            .applied_in_damaged
-            .remove(&damaged.segment)
-            .unwrap_or_default();
+        let applied = rebuild.applied_in_damaged.remove(&damaged.segment).unwrap_or_default();
         let keep: Vec<(u64, Location)> = applied
             .iter()
             .filter(|(kind, handle, sequence, loc)| match kind {
-                RecordKind::Put | RecordKind::Update => rebuild
-                    .versions
-                    .get(handle)
-                    .is_some_and(|v| v.loc == *loc && v.sequence == *sequence),
+                RecordKind::Put | RecordKind::Update => {
+                    rebuild.versions.get(handle).is_some_and(|v| v.loc == *loc && v.sequence == *sequence)
+                }
                 RecordKind::Delete => rebuild.tombstones.get(handle) == Some(sequence),
                 RecordKind::Commit => false,
             })
             .map(|(_, handle, _, loc)| (*handle, *loc))
             .collect();
-        damaged.live_objects_kept = keep
-            .iter()
-            .filter(|(h, loc)| rebuild.versions.get(h).is_some_and(|v| v.loc == *loc))
-            .count() as u64;
+        damaged.live_objects_kept =
+            keep.iter().filter(|(h, loc)| rebuild.versions.get(h).is_some_and(|v| v.loc == *loc)).count() as u64;
         if read_only {
             continue;
         }
-        let source = segments
-            .remove(&damaged.segment)
-            .expect("damaged segment is open");
+        let source = segments.remove(&damaged.segment).expect("damaged segment is open");
         if !keep.is_empty() {
             let header = SegmentHeader {
                 kind: SegmentKind::Compacted,
@@ -546,8 +462,7 @@ pub fn recover(
                 compaction_id: 0,
             };
             let locs: Vec<Location> = keep.iter().map(|(_, l)| *l).collect();
-            let written =
-                compaction::write_segment_atomically(fs, dir, &header, &source.file, &locs)?;
+            let written = compaction::write_segment_atomically(fs, dir, &header, &source.file, &locs)?;
             for ((handle, old), new) in keep.iter().zip(&written.locations) {
                 if let Some(v) = rebuild.versions.get_mut(handle) {
                     if v.loc == *old {
@@ -578,25 +493,12 @@ pub fn recover(
     report.live_objects = index.len() as u64;
     next_segment = next_segment.max(segments.keys().next_back().map_or(1, |n| n + 1));
     report.duration = started.elapsed();
-    Ok(Recovered {
-        index,
-        segments,
-        store_id,
-        next_handle,
-        next_sequence,
-        epoch: epoch + 1,
-        next_segment,
-        report,
-    })
+    Ok(Recovered { index, segments, store_id, next_handle, next_sequence, epoch: epoch + 1, next_segment, report })
 }
 
 fn bad_header(mode: RecoveryMode, path: &Path, reason: String) -> Result<Option<SegmentHeader>> {
     match mode {
-        RecoveryMode::Strict => Err(Error::corruption(
-            path,
-            0,
-            format!("bad segment header: {reason}"),
-        )),
+        RecoveryMode::Strict => Err(Error::corruption(path, 0, format!("bad segment header: {reason}"))),
         RecoveryMode::Salvage => Ok(None),
     }
 }
@@ -622,25 +524,17 @@ fn is_torn_tail(data: &[u8], at: usize, prev_epoch: u64, prev_group_end: bool) -
 /// Moves a damaged segment into `attic/`, never overwriting an earlier one.
 fn move_to_attic(fs: &dyn FileSystem, dir: &Path, path: &Path) -> Result<PathBuf> {
     let attic = dir.join("attic");
-    fs.create_dir_all(&attic)
-        .map_err(|e| Error::io("creating attic", &attic, e))?;
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("segment")
-        .to_string();
+    fs.create_dir_all(&attic).map_err(|e| Error::io("creating attic", &attic, e))?;
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("segment").to_string();
     let mut target = attic.join(&name);
     let mut n = 1;
     while fs.exists(&target) {
         target = attic.join(format!("{name}.{n}"));
         n += 1;
     }
-    fs.rename(path, &target)
-        .map_err(|e| Error::io("moving damaged segment to attic", path, e))?;
-    fs.sync_dir(&attic)
-        .map_err(|e| Error::io("syncing attic", &attic, e))?;
-    fs.sync_dir(dir)
-        .map_err(|e| Error::io("syncing store directory", dir, e))?;
+    fs.rename(path, &target).map_err(|e| Error::io("moving damaged segment to attic", path, e))?;
+    fs.sync_dir(&attic).map_err(|e| Error::io("syncing attic", &attic, e))?;
+    fs.sync_dir(dir).map_err(|e| Error::io("syncing store directory", dir, e))?;
     Ok(target)
 }
 

@@ -47,27 +47,19 @@ pub fn verify<'a>(
     if end > buf.len() {
         return Err("record runs past the end of the segment".into());
     }
-    let name = std::str::from_utf8(&buf[name_start..body_start])
-        .map_err(|_| "collection name is not UTF-8".to_string())?;
+    let name =
+        std::str::from_utf8(&buf[name_start..body_start]).map_err(|_| "collection name is not UTF-8".to_string())?;
     let stored = &buf[body_start..end];
     let raw: Cow<'a, [u8]> = if header.codec == CodecId::None {
         Cow::Borrowed(stored)
     } else {
         Cow::Owned(
-            codec::decode(header.codec, stored, header.raw_len)
-                .map_err(|e| format!("body does not decode: {e}"))?,
+            codec::decode(header.codec, stored, header.raw_len).map_err(|e| format!("body does not decode: {e}"))?,
         )
     };
-    let crc = record_crc(
-        crc32c::crc32c(&raw),
-        &buf[at + 8..at + RECORD_HEADER_LEN],
-        name.as_bytes(),
-    );
+    let crc = record_crc(crc32c::crc32c(&raw), &buf[at + 8..at + RECORD_HEADER_LEN], name.as_bytes());
     if crc != header.crc {
-        return Err(format!(
-            "checksum mismatch (stored {:#010x}, computed {crc:#010x})",
-            header.crc
-        ));
+        return Err(format!("checksum mismatch (stored {:#010x}, computed {crc:#010x})", header.crc));
     }
     Ok((name, stored, raw))
 }
@@ -78,21 +70,14 @@ pub fn step(buf: &[u8], at: usize) -> Step<'_> {
         return Step::End;
     }
     let Some(header) = decode_header(buf, at) else {
-        return Step::Damage(
-            if buf.len() - at < RECORD_HEADER_LEN || buf[at..at + 4] == RECORD_MAGIC {
-                "malformed or truncated record header".into()
-            } else {
-                "no record header here (bad magic)".into()
-            },
-        );
+        return Step::Damage(if buf.len() - at < RECORD_HEADER_LEN || buf[at..at + 4] == RECORD_MAGIC {
+            "malformed or truncated record header".into()
+        } else {
+            "no record header here (bad magic)".into()
+        });
     };
     match verify(buf, at, &header) {
-        Ok((collection, stored, _)) => Step::Record(RecordView {
-            offset: at,
-            header,
-            collection,
-            stored,
-        }),
+        Ok((collection, stored, _)) => Step::Record(RecordView { offset: at, header, collection, stored }),
         Err(reason) => Step::Damage(reason),
     }
 }
@@ -124,8 +109,5 @@ pub fn resync(buf: &[u8], from: usize) -> Option<usize> {
 pub fn is_zero(bytes: &[u8]) -> bool {
     let chunks = bytes.chunks_exact(8);
     let tail = chunks.remainder();
-    chunks
-        .into_iter()
-        .all(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")) == 0)
-        && tail.iter().all(|&b| b == 0)
+    chunks.into_iter().all(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")) == 0) && tail.iter().all(|&b| b == 0)
 }

@@ -18,8 +18,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 
 use super::format::{
-    append_record, segment_file_name, set_record_flags, RecordFields, RecordKind, SegmentHeader,
-    SegmentKind, FLAG_GROUP_END, FLAG_TX, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
+    append_record, segment_file_name, set_record_flags, RecordFields, RecordKind, SegmentHeader, SegmentKind,
+    FLAG_GROUP_END, FLAG_TX, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
 };
 use super::index::Location;
 use super::{bump, lock, Completion, Op, SegmentInfo, Shared, SyncPolicy, Work};
@@ -48,10 +48,7 @@ pub(crate) struct SpareSlot {
 
 impl Default for SpareSlot {
     fn default() -> Self {
-        SpareSlot {
-            state: Mutex::new(SpareState::Empty),
-            cv: Condvar::new(),
-        }
+        SpareSlot { state: Mutex::new(SpareState::Empty), cv: Condvar::new() }
     }
 }
 
@@ -141,13 +138,7 @@ fn run_preparer(shared: &Shared) {
                 match *spare {
                     SpareState::Empty => break,
                     SpareState::Stopped => return,
-                    _ => {
-                        spare = shared
-                            .spare
-                            .cv
-                            .wait(spare)
-                            .unwrap_or_else(|p| p.into_inner())
-                    }
+                    _ => spare = shared.spare.cv.wait(spare).unwrap_or_else(|p| p.into_inner()),
                 }
             }
         }
@@ -168,13 +159,8 @@ fn run_preparer(shared: &Shared) {
 
 /// Creates a scratch segment file, filled with zeros if preallocating, synced.
 fn prepare_spare(shared: &Shared) -> Result<(PathBuf, Arc<dyn StorageFile>)> {
-    let path = shared
-        .dir
-        .join(format!("spare-{:016x}.prep", rand::random::<u64>()));
-    let file = shared
-        .fs
-        .open(&path, OpenMode::CREATE_NEW)
-        .map_err(|e| Error::io("creating segment", &path, e))?;
+    let path = shared.dir.join(format!("spare-{:016x}.prep", rand::random::<u64>()));
+    let file = shared.fs.open(&path, OpenMode::CREATE_NEW).map_err(|e| Error::io("creating segment", &path, e))?;
     let fill = || -> std::io::Result<()> {
         if shared.options.preallocate {
             let zeros = vec![0u8; 1 << 20];
@@ -216,27 +202,13 @@ fn activate(
     };
     let path = shared.dir.join(segment_file_name(number));
     let setup = || -> Result<Arc<dyn StorageFile>> {
-        file.write_all_at(&header.encode(), 0)
-            .map_err(io("writing segment header", &prep_path))?;
-        file.sync_data()
-            .map_err(io("syncing segment header", &prep_path))?;
-        shared
-            .fs
-            .rename(&prep_path, &path)
-            .map_err(io("naming new segment", &prep_path))?;
-        shared
-            .fs
-            .sync_dir(&shared.dir)
-            .map_err(io("syncing store directory", &shared.dir))?;
+        file.write_all_at(&header.encode(), 0).map_err(io("writing segment header", &prep_path))?;
+        file.sync_data().map_err(io("syncing segment header", &prep_path))?;
+        shared.fs.rename(&prep_path, &path).map_err(io("naming new segment", &prep_path))?;
+        shared.fs.sync_dir(&shared.dir).map_err(io("syncing store directory", &shared.dir))?;
         if shared.options.sync_policy == SyncPolicy::DirectWrite {
-            let mode = OpenMode {
-                dsync: true,
-                ..OpenMode::WRITE
-            };
-            return shared
-                .fs
-                .open(&path, mode)
-                .map_err(io("reopening segment with O_DSYNC", &path));
+            let mode = OpenMode { dsync: true, ..OpenMode::WRITE };
+            return shared.fs.open(&path, mode).map_err(io("reopening segment with O_DSYNC", &path));
         }
         Ok(file.clone())
     };
@@ -262,12 +234,7 @@ fn activate(
             active: true,
         },
     );
-    Ok(Active {
-        number,
-        file,
-        path,
-        offset: SEGMENT_HEADER_LEN as u64,
-    })
+    Ok(Active { number, file, path, offset: SEGMENT_HEADER_LEN as u64 })
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
@@ -296,11 +263,7 @@ impl Writer {
             let works = {
                 let mut state = self.shared.state();
                 while state.queue.is_empty() && !state.closing {
-                    state = self
-                        .shared
-                        .work_ready
-                        .wait(state)
-                        .unwrap_or_else(|p| p.into_inner());
+                    state = self.shared.work_ready.wait(state).unwrap_or_else(|p| p.into_inner());
                 }
                 if state.queue.is_empty() {
                     break;
@@ -309,9 +272,7 @@ impl Writer {
             };
             self.process(works);
         }
-        if self.shared.options.sync_policy == SyncPolicy::Disabled
-            && self.shared.state().poisoned.is_none()
-        {
+        if self.shared.options.sync_policy == SyncPolicy::Disabled && self.shared.state().poisoned.is_none() {
             if let Err(e) = self.active.file.sync_data() {
                 self.poison(&Error::io("final sync", &self.active.path, e));
             }
@@ -387,10 +348,7 @@ impl Writer {
             Work::Sync(completion) => {
                 self.flush_group()?;
                 if self.shared.options.sync_policy == SyncPolicy::Disabled {
-                    self.active
-                        .file
-                        .sync_data()
-                        .map_err(|e| Error::io("syncing segment", &self.active.path, e))?;
+                    self.active.file.sync_data().map_err(|e| Error::io("syncing segment", &self.active.path, e))?;
                     bump(&self.shared.counters.syncs, 1);
                     self.epoch += 1;
                 }
@@ -419,10 +377,7 @@ impl Writer {
                 self.flush_group()?;
                 self.roll()?;
             }
-            let collection = op
-                .collection
-                .clone()
-                .expect("validated ops carry their collection");
+            let collection = op.collection.clone().expect("validated ops carry their collection");
             let loc = self.append(
                 op.kind,
                 op.codec,
@@ -434,12 +389,7 @@ impl Writer {
                 op.raw_len,
                 op.raw_crc,
             );
-            applied.push(Applied {
-                kind: op.kind,
-                handle: op.handle,
-                collection,
-                loc,
-            });
+            applied.push(Applied { kind: op.kind, handle: op.handle, collection, loc });
         }
         if tx {
             if self.group_start + self.buf.len() as u64 + COMMIT_LEN > self.capacity() {
@@ -447,22 +397,9 @@ impl Writer {
                 self.roll()?;
             }
             let body = count.to_le_bytes();
-            self.append(
-                RecordKind::Commit,
-                CodecId::None,
-                0,
-                0,
-                tx_id,
-                "",
-                &body,
-                4,
-                crc32c::crc32c(&body),
-            );
+            self.append(RecordKind::Commit, CodecId::None, 0, 0, tx_id, "", &body, 4, crc32c::crc32c(&body));
         }
-        self.ready.push(Placed {
-            completion,
-            applied,
-        });
+        self.ready.push(Placed { completion, applied });
         Ok(())
     }
 
@@ -479,32 +416,14 @@ impl Writer {
         raw_len: u32,
         raw_crc: u32,
     ) -> Location {
-        let fields = RecordFields {
-            kind,
-            codec,
-            flags,
-            sequence: self.next_sequence,
-            handle,
-            tx_id,
-            epoch: self.epoch,
-        };
+        let fields =
+            RecordFields { kind, codec, flags, sequence: self.next_sequence, handle, tx_id, epoch: self.epoch };
         self.next_sequence += 1;
         let start = self.buf.len();
-        let len = append_record(
-            &mut self.buf,
-            &fields,
-            collection.as_bytes(),
-            stored,
-            raw_len as usize,
-            raw_crc,
-        );
+        let len = append_record(&mut self.buf, &fields, collection.as_bytes(), stored, raw_len as usize, raw_crc);
         self.last_record = Some((start, raw_crc));
         self.group_records += 1;
-        Location {
-            segment: self.active.number,
-            offset: self.group_start + start as u64,
-            len: len as u32,
-        }
+        Location { segment: self.active.number, offset: self.group_start + start as u64, len: len as u32 }
     }
 
     /// Writes the group, makes it durable per the policy, then applies and
@@ -535,9 +454,10 @@ impl Writer {
                 self.epoch += 1;
             }
             SyncPolicy::CacheFlush => {
-                self.active.file.sync_data().map_err(|e| {
-                    Error::Poisoned(Error::io("syncing segment", path, e).to_string())
-                })?;
+                self.active
+                    .file
+                    .sync_data()
+                    .map_err(|e| Error::Poisoned(Error::io("syncing segment", path, e).to_string()))?;
                 bump(&counters.syncs, 1);
                 self.epoch += 1;
             }
@@ -546,9 +466,7 @@ impl Writer {
         bump(&counters.writes, 1);
         bump(&counters.bytes_written, self.buf.len() as u64);
         bump(&counters.records_written, self.group_records);
-        counters
-            .max_group_records
-            .fetch_max(self.group_records, Ordering::Relaxed);
+        counters.max_group_records.fetch_max(self.group_records, Ordering::Relaxed);
         self.active.offset = self.group_start + self.buf.len() as u64;
         self.group_start = self.active.offset;
         self.buf.clear();
@@ -575,11 +493,7 @@ impl Writer {
                             if let Some(seg) = state.segments.get_mut(&a.loc.segment) {
                                 seg.live += u64::from(a.loc.len);
                             }
-                            if state
-                                .in_flight_puts
-                                .get(&a.handle)
-                                .is_some_and(|c| Arc::ptr_eq(c, &a.collection))
-                            {
+                            if state.in_flight_puts.get(&a.handle).is_some_and(|c| Arc::ptr_eq(c, &a.collection)) {
                                 state.in_flight_puts.remove(&a.handle);
                             }
                             state.index.insert(a.handle, &a.collection, a.loc)
@@ -620,12 +534,10 @@ impl Writer {
             SpareState::Ready(path, file) => (path, file),
             _ => prepare_spare(&self.shared)?,
         };
-        let active = activate(&self.shared, path, file, self.next_sequence, self.epoch).map_err(
-            |e| match e {
-                Error::Full(why) => Error::Full(why),
-                other => Error::Poisoned(other.to_string()),
-            },
-        )?;
+        let active = activate(&self.shared, path, file, self.next_sequence, self.epoch).map_err(|e| match e {
+            Error::Full(why) => Error::Full(why),
+            other => Error::Poisoned(other.to_string()),
+        })?;
         bump(&self.shared.counters.rollovers, 1);
         self.active = active;
         self.group_start = self.active.offset;
@@ -642,8 +554,6 @@ impl Writer {
 
 fn fail(work: Work, e: Error) {
     match work {
-        Work::Batch { completion, .. } | Work::Roll(completion) | Work::Sync(completion) => {
-            completion.complete(Err(e))
-        }
+        Work::Batch { completion, .. } | Work::Roll(completion) | Work::Sync(completion) => completion.complete(Err(e)),
     }
 }
