@@ -11,6 +11,7 @@
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+pub mod calibrate;
 pub mod codec;
 pub mod error;
 pub mod fs;

@@ -1,1 +1,30 @@
+//! `jmsstore._native`: the thin PyO3 layer over `jmsstore-core`. It converts
+//! arguments and results and releases the GIL around every call that does
+//! I/O, checksums or compression; policy and API live in Python.
 
+use pyo3::prelude::*;
+
+mod codec;
+mod completion;
+mod errors;
+mod inspect;
+mod progress;
+mod store;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(m)?;
+    m.add_class::<store::NativeStore>()?;
+    m.add_class::<store::NativeBatch>()?;
+    m.add_class::<inspect::Record>()?;
+    m.add_class::<inspect::Damage>()?;
+    m.add_function(wrap_pyfunction!(inspect::segments, m)?)?;
+    m.add_function(wrap_pyfunction!(inspect::read_segment, m)?)?;
+    m.add_function(wrap_pyfunction!(inspect::live, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::compress, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::decompress, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::codecs, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::raw_write_limit, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -15,6 +15,7 @@
 //!    change meanwhile (the copy of a changed object is dead on arrival).
 //! 7. The inputs are removed, then the manifest.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -183,6 +184,45 @@ struct Input {
     used: u64,
 }
 
+/// The segments to compact: every sealed segment that holds dead bytes or
+/// no records at all (each open starts a new journal segment), together with
+/// the journal segments it shares a transaction with.
+///
+/// A transaction bigger than a segment is split over consecutive journal
+/// segments, and recovery applies its records only when it finds its commit
+/// record with the right count. Compacting some of its segments but not the
+/// others would drop the commit record (the rest of the transaction would
+/// then be discarded as incomplete) or some of its records (the commit would
+/// then count too few), so such a chain is compacted whole, or not at all
+/// while a part of it is still active.
+fn select_inputs(segments: &BTreeMap<u64, SegmentInfo>) -> Vec<u64> {
+    let wanted = |s: &SegmentInfo| !s.active && (s.dead_bytes() > 0 || s.used <= SEGMENT_HEADER_LEN as u64);
+    let mut chosen = Vec::new();
+    let take_chain = |chain: &mut Vec<u64>, chosen: &mut Vec<u64>| {
+        let members = chain.iter().map(|n| &segments[n]);
+        if members.clone().all(|s| !s.active) && members.clone().any(wanted) {
+            chosen.extend_from_slice(chain);
+        }
+        chain.clear();
+    };
+    let mut chain = Vec::new();
+    for (&number, s) in segments {
+        if s.kind == SegmentKind::Compacted {
+            if wanted(s) {
+                chosen.push(number);
+            }
+            continue;
+        }
+        if !s.continues_tx {
+            take_chain(&mut chain, &mut chosen);
+        }
+        chain.push(number);
+    }
+    take_chain(&mut chain, &mut chosen);
+    chosen.sort_unstable();
+    chosen
+}
+
 /// Runs one compaction (see the module documentation).
 pub(crate) fn compact(
     shared: &Arc<Shared>,
@@ -194,16 +234,17 @@ pub(crate) fn compact(
     let mut report = CompactionReport::default();
 
     let waiter = Arc::new(Waiter::default());
-    shared.submit_control(Work::Roll(Completion::Wait(waiter.clone())))?;
+    shared.submit_control(Work::Roll(Completion::waiter(waiter.clone())))?;
     waiter.wait()?;
 
     let inputs: Vec<Input> = {
         let state = shared.state();
-        state
-            .segments
-            .iter()
-            .filter(|(_, s)| !s.active && s.dead_bytes() > 0)
-            .map(|(&number, s)| Input { number, path: s.path.clone(), file: s.file.clone(), used: s.used })
+        select_inputs(&state.segments)
+            .into_iter()
+            .map(|number| {
+                let s = &state.segments[&number];
+                Input { number, path: s.path.clone(), file: s.file.clone(), used: s.used }
+            })
             .collect()
     };
     if inputs.is_empty() {
@@ -323,6 +364,7 @@ pub(crate) fn compact(
                     used: part.used,
                     live: 0,
                     active: false,
+                    continues_tx: false,
                 },
             );
         }

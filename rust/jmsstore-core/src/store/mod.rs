@@ -182,6 +182,8 @@ pub struct Stats {
     pub total_bytes: u64,
     /// Segment files.
     pub segments: u64,
+    /// Of which written by compaction or salvage.
+    pub compacted_segments: u64,
     /// Collections with live objects.
     pub collections: u64,
     /// Put operations.
@@ -249,6 +251,10 @@ pub(crate) struct SegmentInfo {
     live: u64,
     /// The active journal segment receives appends and is never compacted.
     active: bool,
+    /// Its first record continues a transaction begun in the previous
+    /// journal segment (one bigger than a segment): compaction must take
+    /// the two together (see `compaction::select_inputs`).
+    continues_tx: bool,
 }
 
 impl SegmentInfo {
@@ -268,42 +274,75 @@ pub(crate) struct Op {
     raw_crc: u32,
 }
 
-/// How a submitter learns that its work is done.
-pub(crate) enum Completion {
+/// How a submitter learns that its work is done. Dropping one that was
+/// never completed answers it with [`Error::Closed`], so no caller can be
+/// left waiting forever.
+pub(crate) struct Completion(Option<CompletionKind>);
+
+enum CompletionKind {
     Wait(Arc<Waiter>),
     Callback(Box<dyn FnOnce(Result<()>) + Send>),
 }
 
 impl Completion {
-    fn complete(self, result: Result<()>) {
-        match self {
-            Completion::Wait(w) => w.finish(result),
-            Completion::Callback(f) => f(result),
+    fn waiter(waiter: Arc<Waiter>) -> Self {
+        Completion(Some(CompletionKind::Wait(waiter)))
+    }
+
+    fn callback(f: Box<dyn FnOnce(Result<()>) + Send>) -> Self {
+        Completion(Some(CompletionKind::Callback(f)))
+    }
+
+    fn complete(mut self, result: Result<()>) {
+        if let Some(kind) = self.0.take() {
+            kind.run(result);
         }
     }
 }
 
-/// A synchronous waiter.
-#[derive(Default)]
+impl CompletionKind {
+    fn run(self, result: Result<()>) {
+        match self {
+            CompletionKind::Wait(w) => w.finish(result),
+            CompletionKind::Callback(f) => f(result),
+        }
+    }
+}
+
+impl Drop for Completion {
+    fn drop(&mut self) {
+        if let Some(kind) = self.0.take() {
+            kind.run(Err(Error::Closed));
+        }
+    }
+}
+
+/// A synchronous waiter: the submitting thread parks until the flusher
+/// (or the completer) hands it the result and unparks it.
 pub(crate) struct Waiter {
     result: Mutex<Option<Result<()>>>,
-    cv: Condvar,
+    done: AtomicBool,
+    thread: std::thread::Thread,
+}
+
+impl Default for Waiter {
+    fn default() -> Self {
+        Waiter { result: Mutex::new(None), done: AtomicBool::new(false), thread: std::thread::current() }
+    }
 }
 
 impl Waiter {
     fn finish(&self, result: Result<()>) {
         *lock(&self.result) = Some(result);
-        self.cv.notify_all();
+        self.done.store(true, Ordering::Release);
+        self.thread.unpark();
     }
 
     fn wait(&self) -> Result<()> {
-        let mut guard = lock(&self.result);
-        loop {
-            if let Some(result) = guard.take() {
-                return result;
-            }
-            guard = self.cv.wait(guard).unwrap_or_else(|p| p.into_inner());
+        while !self.done.load(Ordering::Acquire) {
+            std::thread::park();
         }
+        lock(&self.result).take().unwrap_or(Err(Error::Closed))
     }
 }
 
@@ -357,7 +396,8 @@ pub(crate) struct Shared {
     compaction: Mutex<()>,
     spare: writer::SpareSlot,
     recovery: RecoveryReport,
-    _lock: Box<dyn LockGuard>,
+    /// The directory lock; dropped by `close` so the directory can be reopened at once.
+    lock: Mutex<Option<Box<dyn LockGuard>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -580,7 +620,15 @@ impl Store {
         for (number, seg) in recovered.segments {
             segments.insert(
                 number,
-                SegmentInfo { kind: seg.kind, path: seg.path, file: seg.file, used: seg.used, live: 0, active: false },
+                SegmentInfo {
+                    kind: seg.kind,
+                    path: seg.path,
+                    file: seg.file,
+                    used: seg.used,
+                    live: 0,
+                    active: false,
+                    continues_tx: seg.continues_tx,
+                },
             );
         }
         for (_, loc) in recovered.index.locations() {
@@ -610,7 +658,7 @@ impl Store {
             compaction: Mutex::new(()),
             spare: writer::SpareSlot::default(),
             recovery: recovered.report,
-            _lock: guard,
+            lock: Mutex::new(Some(guard)),
         });
         let threads = writer::start(&shared, recovered.next_sequence, recovered.epoch)?;
         Ok(Store { shared, threads: Mutex::new(Some(threads)) })
@@ -643,7 +691,7 @@ impl Store {
             return Ok(());
         }
         let waiter = Arc::new(Waiter::default());
-        self.commit_with(batch, Completion::Wait(waiter.clone()))?;
+        self.commit_with(batch, Completion::waiter(waiter.clone()))?;
         waiter.wait()
     }
 
@@ -655,7 +703,7 @@ impl Store {
             on_done(Ok(()));
             return Ok(());
         }
-        self.commit_with(batch, Completion::Callback(Box::new(on_done)))
+        self.commit_with(batch, Completion::callback(Box::new(on_done)))
     }
 
     fn commit_with(&self, batch: Batch, completion: Completion) -> Result<()> {
@@ -759,7 +807,7 @@ impl Store {
     /// Makes everything written so far durable (useful with `disabled`).
     pub fn flush(&self) -> Result<()> {
         let waiter = Arc::new(Waiter::default());
-        self.shared.submit_control(Work::Sync(Completion::Wait(waiter.clone())))?;
+        self.shared.submit_control(Work::Sync(Completion::waiter(waiter.clone())))?;
         waiter.wait()
     }
 
@@ -784,6 +832,7 @@ impl Store {
             live_bytes: state.index.live_bytes(),
             total_bytes: state.segments.values().map(|s| s.used.saturating_sub(SEGMENT_HEADER_LEN as u64)).sum(),
             segments: state.segments.len() as u64,
+            compacted_segments: state.segments.values().filter(|s| s.kind == SegmentKind::Compacted).count() as u64,
             collections: state.index.collections().len() as u64,
             puts: get(&c.puts),
             updates: get(&c.updates),
@@ -822,6 +871,7 @@ impl Store {
             writer::shutdown(&self.shared, threads);
         }
         self.shared.closed.store(true, Ordering::Release);
+        lock(&self.shared.lock).take();
         match &self.shared.state().poisoned {
             Some(why) => Err(Error::Poisoned(why.clone())),
             None => Ok(()),
@@ -841,6 +891,7 @@ impl Store {
             writer::shutdown(&self.shared, threads);
         }
         self.shared.closed.store(true, Ordering::Release);
+        lock(&self.shared.lock).take();
     }
 }
 

@@ -97,6 +97,8 @@ pub struct SegmentState {
     pub file: Arc<dyn StorageFile>,
     /// End of the valid records.
     pub used: u64,
+    /// Its first record continues a transaction begun in the previous journal segment.
+    pub continues_tx: bool,
 }
 
 /// Everything the store needs to start.
@@ -306,18 +308,22 @@ pub fn recover(
 
         let mut ranges: Vec<(u64, u64)> = Vec::new();
         let kind = header.as_ref().map_or(SegmentKind::Journal, |h| h.kind);
+        // Track what is applied from this segment from its first record on:
+        // if damage turns up further in, salvage must rewrite the records
+        // before it too. Dropped below if the segment is intact.
+        rebuild.applied_in_damaged.insert(number, Vec::new());
         if let Some(h) = &header {
             next_handle = next_handle.max(h.next_handle);
             next_sequence = next_sequence.max(h.next_sequence);
             epoch = epoch.max(h.epoch);
         } else {
             ranges.push((0, SEGMENT_HEADER_LEN.min(len) as u64));
-            rebuild.applied_in_damaged.insert(number, Vec::new());
         }
         let mut prev_epoch = header.as_ref().map_or(0, |h| h.epoch);
         let mut prev_group_end = true;
         let mut prev_sequence = 0u64;
         let mut records_here = 0u64;
+        let mut continues_tx = false;
         let mut at = SEGMENT_HEADER_LEN.min(len);
         let mut used = at;
         loop {
@@ -330,6 +336,10 @@ pub fn recover(
                     let h = &rec.header;
                     let total = h.total_len();
                     report.records += 1;
+                    if records_here == 0 && kind == SegmentKind::Journal {
+                        // A transaction's id is the sequence number of its first record.
+                        continues_tx = h.kind == RecordKind::Commit || (h.in_tx() && h.sequence != h.tx_id);
+                    }
                     records_here += 1;
                     next_handle = next_handle.max(h.handle.saturating_add(1));
                     next_sequence = next_sequence.max(h.sequence + 1);
@@ -391,7 +401,6 @@ pub fn recover(
             if mode == RecoveryMode::Strict {
                 return Err(Error::corruption(&path, at as u64, damage));
             }
-            rebuild.applied_in_damaged.entry(number).or_default();
             match segment::resync(&data, at + 1) {
                 Some(next) => {
                     ranges.push((at as u64, next as u64));
@@ -406,7 +415,9 @@ pub fn recover(
         }
         done_bytes += len as u64;
         progress(done_bytes, total_bytes);
-        if !ranges.is_empty() {
+        if ranges.is_empty() {
+            rebuild.applied_in_damaged.remove(&number);
+        } else {
             let lost = ranges.iter().map(|(a, b)| b - a).sum();
             damaged_ranges.insert(number, (path.clone(), ranges, lost));
             report.damaged.push(DamagedSegment {
@@ -418,7 +429,7 @@ pub fn recover(
                 bytes_lost: lost,
             });
         }
-        segments.insert(number, SegmentState { number, kind, path, file, used: used as u64 });
+        segments.insert(number, SegmentState { number, kind, path, file, used: used as u64, continues_tx });
     }
     let _ = excluded;
 
@@ -478,6 +489,7 @@ pub fn recover(
                     path: written.path,
                     file: written.file,
                     used: written.used,
+                    continues_tx: false,
                 },
             );
             next_segment += 1;

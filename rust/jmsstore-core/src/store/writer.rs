@@ -14,7 +14,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 
 use super::format::{
@@ -31,6 +31,7 @@ use crate::fs::{OpenMode, StorageFile};
 pub(crate) struct Threads {
     flusher: JoinHandle<()>,
     preparer: JoinHandle<()>,
+    completer: JoinHandle<()>,
 }
 
 enum SpareState {
@@ -86,13 +87,27 @@ struct Writer {
     last_record: Option<(usize, u32)>,
     /// Batches whose records are all in written groups, waiting for the group's sync.
     ready: Vec<Placed>,
+    /// Completions go to the completer thread, so that waking the waiters of
+    /// one group overlaps with writing the next.
+    completed: mpsc::Sender<Vec<Completion>>,
 }
 
 /// Creates the first active segment and starts the threads.
 pub(crate) fn start(shared: &Arc<Shared>, next_sequence: u64, epoch: u64) -> Result<Threads> {
     let (path, file) = prepare_spare(shared)?;
-    let active = activate(shared, path, file, next_sequence, epoch)?;
+    let active = activate(shared, path, file, next_sequence, epoch, false)?;
     let group_start = active.offset;
+    let (completed, to_complete) = mpsc::channel::<Vec<Completion>>();
+    let completer = thread::Builder::new()
+        .name("jmsstore-completer".into())
+        .spawn(move || {
+            while let Ok(batch) = to_complete.recv() {
+                for completion in batch {
+                    completion.complete(Ok(()));
+                }
+            }
+        })
+        .map_err(|e| Error::io("starting completer thread", &shared.dir, e))?;
     let writer = Writer {
         shared: shared.clone(),
         active,
@@ -103,6 +118,7 @@ pub(crate) fn start(shared: &Arc<Shared>, next_sequence: u64, epoch: u64) -> Res
         group_records: 0,
         last_record: None,
         ready: Vec::new(),
+        completed,
     };
     let flusher = thread::Builder::new()
         .name("jmsstore-flusher".into())
@@ -113,7 +129,7 @@ pub(crate) fn start(shared: &Arc<Shared>, next_sequence: u64, epoch: u64) -> Res
         .name("jmsstore-preparer".into())
         .spawn(move || run_preparer(&preparer_shared))
         .map_err(|e| Error::io("starting preparer thread", &shared.dir, e))?;
-    Ok(Threads { flusher, preparer })
+    Ok(Threads { flusher, preparer, completer })
 }
 
 /// Stops the threads after the flusher has written everything queued.
@@ -128,6 +144,8 @@ pub(crate) fn shutdown(shared: &Shared, threads: Threads) {
     }
     shared.spare.cv.notify_all();
     let _ = threads.preparer.join();
+    // The flusher dropped its sender on exit, so the completer has finished too.
+    let _ = threads.completer.join();
 }
 
 fn run_preparer(shared: &Shared) {
@@ -182,13 +200,15 @@ fn prepare_spare(shared: &Shared) -> Result<(PathBuf, Arc<dyn StorageFile>)> {
     Ok((path, file))
 }
 
-/// Turns a prepared file into the active journal segment.
+/// Turns a prepared file into the active journal segment. `continues_tx`:
+/// its first record will continue a transaction begun in the current one.
 fn activate(
     shared: &Shared,
     prep_path: PathBuf,
     file: Arc<dyn StorageFile>,
     next_sequence: u64,
     epoch: u64,
+    continues_tx: bool,
 ) -> Result<Active> {
     let number = shared.next_segment.fetch_add(1, Ordering::Relaxed);
     let header = SegmentHeader {
@@ -232,6 +252,7 @@ fn activate(
             used: SEGMENT_HEADER_LEN as u64,
             live: 0,
             active: true,
+            continues_tx,
         },
     );
     Ok(Active { number, file, path, offset: SEGMENT_HEADER_LEN as u64 })
@@ -338,33 +359,48 @@ impl Writer {
         match work {
             Work::Batch { ops, completion } => self.place_batch(ops, completion),
             Work::Roll(completion) => {
-                self.flush_group()?;
-                if self.active.offset > SEGMENT_HEADER_LEN as u64 {
-                    self.roll()?;
-                }
-                completion.complete(Ok(()));
-                Ok(())
+                let result = self.flush_group().and_then(|()| {
+                    if self.active.offset > SEGMENT_HEADER_LEN as u64 {
+                        self.roll(false)?;
+                    }
+                    Ok(())
+                });
+                finish(completion, result)
             }
             Work::Sync(completion) => {
-                self.flush_group()?;
-                if self.shared.options.sync_policy == SyncPolicy::Disabled {
-                    self.active.file.sync_data().map_err(|e| Error::io("syncing segment", &self.active.path, e))?;
-                    bump(&self.shared.counters.syncs, 1);
-                    self.epoch += 1;
-                }
-                completion.complete(Ok(()));
-                Ok(())
+                let result = self.flush_group().and_then(|()| {
+                    if self.shared.options.sync_policy == SyncPolicy::Disabled {
+                        self.active.file.sync_data().map_err(|e| Error::io("syncing segment", &self.active.path, e))?;
+                        bump(&self.shared.counters.syncs, 1);
+                        self.epoch += 1;
+                    }
+                    Ok(())
+                });
+                finish(completion, result)
             }
         }
     }
 
     fn place_batch(&mut self, ops: Vec<Op>, completion: Completion) -> Result<()> {
+        match self.place_ops(ops) {
+            Ok(applied) => {
+                self.ready.push(Placed { completion, applied });
+                Ok(())
+            }
+            // The batch is not (entirely) written; its submitter must hear so.
+            Err(e) => finish(completion, Err(e)),
+        }
+    }
+
+    /// Appends a batch's records to the group (writing out full groups and
+    /// rolling over as needed) and returns what to apply once it is durable.
+    fn place_ops(&mut self, ops: Vec<Op>) -> Result<Vec<Applied>> {
         let tx = ops.len() > 1;
         let size: u64 = ops.iter().map(record_len).sum::<u64>() + if tx { COMMIT_LEN } else { 0 };
         let group_end = self.group_start + self.buf.len() as u64;
         if group_end + size > self.capacity() && group_end > SEGMENT_HEADER_LEN as u64 {
             self.flush_group()?;
-            self.roll()?;
+            self.roll(false)?;
         }
         let tx_id = if tx { self.next_sequence } else { 0 };
         let flags = if tx { FLAG_TX } else { 0 };
@@ -375,7 +411,7 @@ impl Writer {
             if self.group_start + self.buf.len() as u64 + len > self.capacity() {
                 // Only a batch larger than a whole segment gets here.
                 self.flush_group()?;
-                self.roll()?;
+                self.roll(tx)?;
             }
             let collection = op.collection.clone().expect("validated ops carry their collection");
             let loc = self.append(
@@ -394,13 +430,12 @@ impl Writer {
         if tx {
             if self.group_start + self.buf.len() as u64 + COMMIT_LEN > self.capacity() {
                 self.flush_group()?;
-                self.roll()?;
+                self.roll(true)?;
             }
             let body = count.to_le_bytes();
             self.append(RecordKind::Commit, CodecId::None, 0, 0, tx_id, "", &body, 4, crc32c::crc32c(&body));
         }
-        self.ready.push(Placed { completion, applied });
-        Ok(())
+        Ok(applied)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -476,15 +511,18 @@ impl Writer {
     }
 
     fn complete_ready(&mut self) -> Result<()> {
-        if self.ready.is_empty() {
-            return Ok(());
-        }
         let ready = std::mem::take(&mut self.ready);
         {
             let mut state = self.shared.state();
             let active = self.active.number;
+            // Even when nothing completes: a transaction bigger than a segment
+            // writes its first parts before rolling over, and a sealed
+            // segment's `used` is what compaction reads and accounts.
             if let Some(seg) = state.segments.get_mut(&active) {
                 seg.used = self.active.offset;
+            }
+            if ready.is_empty() {
+                return Ok(());
             }
             for placed in &ready {
                 for a in &placed.applied {
@@ -512,14 +550,15 @@ impl Writer {
                 }
             }
         }
-        for placed in ready {
-            placed.completion.complete(Ok(()));
-        }
+        // If the completer is gone the store is shutting down abnormally; the
+        // completions are dropped with it (their waiters see a closed store).
+        let _ = self.completed.send(ready.into_iter().map(|p| p.completion).collect());
         Ok(())
     }
 
-    /// Seals the active segment and activates a new one.
-    fn roll(&mut self) -> Result<()> {
+    /// Seals the active segment and activates a new one (`continues_tx`: in
+    /// the middle of a transaction).
+    fn roll(&mut self, continues_tx: bool) -> Result<()> {
         debug_assert!(self.buf.is_empty());
         let taken = {
             let mut spare = lock(&self.shared.spare.state);
@@ -534,7 +573,8 @@ impl Writer {
             SpareState::Ready(path, file) => (path, file),
             _ => prepare_spare(&self.shared)?,
         };
-        let active = activate(&self.shared, path, file, self.next_sequence, self.epoch).map_err(|e| match e {
+        let active =
+            activate(&self.shared, path, file, self.next_sequence, self.epoch, continues_tx).map_err(|e| match e {
             Error::Full(why) => Error::Full(why),
             other => Error::Poisoned(other.to_string()),
         })?;
@@ -548,6 +588,21 @@ impl Writer {
         let mut state = self.shared.state();
         if state.poisoned.is_none() {
             state.poisoned = Some(e.to_string());
+        }
+    }
+}
+
+/// Completes a control or batch waiter with `result`, which it also returns
+/// (an error goes on to fail the rest of the round).
+fn finish(completion: Completion, result: Result<()>) -> Result<()> {
+    match result {
+        Ok(()) => {
+            completion.complete(Ok(()));
+            Ok(())
+        }
+        Err(e) => {
+            completion.complete(Err(duplicate(&e)));
+            Err(e)
         }
     }
 }

@@ -1,0 +1,5 @@
+import sys
+
+from jmsstore.cli import main
+
+sys.exit(main())

@@ -1,0 +1,54 @@
+"""A small progress bar for long operations (recovery, compaction, scans, export)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+class ProgressBar:
+    """Calls as ``bar(done, total)`` (bytes). Draws on a terminal; elsewhere it
+    prints a line every ``log_every`` seconds, so logs show that work goes on."""
+
+    def __init__(self, label: str, *, stream: TextIO | None = None, enabled: bool = True, log_every: float = 5.0):
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = enabled
+        self.tty = self.stream.isatty()
+        self.log_every = log_every
+        self.started = time.monotonic()
+        self.last_log = self.started
+        self.drawn = False
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        fraction = done / total if total else 1.0
+        rate = done / max(now - self.started, 1e-9)
+        text = f"{self.label}: {fraction * 100:5.1f}% {_human(done)}/{_human(total)} ({_human(rate)}/s)"
+        if self.tty:
+            width = 24
+            filled = int(width * fraction)
+            self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {text}")
+            self.stream.flush()
+            self.drawn = True
+        elif now - self.last_log >= self.log_every or done >= total:
+            self.last_log = now
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.drawn = False
