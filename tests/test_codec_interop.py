@@ -81,7 +81,7 @@ def write_bodies(
 ) -> dict[int, bytes]:
     """Puts `bodies` in a fresh store; returns handle -> body, after checking reads."""
     written: dict[int, bytes] = {}
-    store = FileStore(str(path), codec=codec, compression_threshold=threshold)
+    store = FileStore(str(path), codec=codec, compression_threshold=threshold, max_segment_bytes=1 << 20)
     with store:
         for body in bodies:
             handle = store.put(COLLECTION, body)
@@ -296,14 +296,14 @@ def round_trip(codec: str, bodies: list[bytes]) -> None:
 
 
 @pytest.mark.parametrize("codec", ALL_CODECS)
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(bodies=st.lists(st.binary(max_size=100_000), min_size=1, max_size=4))
 def test_round_trip_arbitrary_bodies(codec: str, bodies: list[bytes]) -> None:
     round_trip(codec, bodies)
 
 
 @pytest.mark.parametrize("codec", ALL_CODECS)
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(bodies=st.lists(compressible_bodies(), min_size=1, max_size=4))
 def test_round_trip_compressible_bodies(codec: str, bodies: list[bytes]) -> None:
     round_trip(codec, bodies)

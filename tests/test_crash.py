@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from crash_child import THREADS, body_for
-
 from jmsstore import FileStore
 
 HERE = Path(__file__).parent

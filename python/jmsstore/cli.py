@@ -15,6 +15,12 @@ from jmsstore.progress import ProgressBar
 from jmsstore.store import FileStore
 
 
+def _open(path: str, bar: ProgressBar) -> FileStore:
+    # Each open starts a new journal segment; an admin command writes nothing to it, so
+    # do not preallocate it (that would add max_segment_bytes of zeros to the store per run).
+    return FileStore(path, progress=bar, preallocate=False)
+
+
 def _print_json(data: Any) -> None:
     json.dump(data, sys.stdout, indent=2, sort_keys=True, default=str)
     sys.stdout.write("\n")
@@ -128,7 +134,7 @@ def compact(path: str, as_json: bool, show_progress: bool) -> int:
     """Opens the store (taking its lock) and compacts it."""
     inspect.segments(path)  # refuses a path that is not a store instead of creating one
     bar = ProgressBar("recover", enabled=show_progress)
-    with FileStore(path, progress=bar) as store:
+    with _open(path, bar) as store:
         bar.close()
         bar = ProgressBar("compact", enabled=show_progress)
         report = store.compact(progress=bar)
@@ -147,7 +153,7 @@ def stats(path: str, as_json: bool, show_progress: bool) -> int:
     inspect.segments(path)  # refuses a path that is not a store instead of creating one
     bar = ProgressBar("recover", enabled=show_progress)
     try:
-        with FileStore(path, progress=bar) as store:
+        with _open(path, bar) as store:
             bar.close()
             data = {"stats": store.stats(), "recovery": store.recovery_report, "collections": store.collections()}
     except StoreLockedError:

@@ -12,7 +12,8 @@ fn main() {
     let per: usize = args[3].parse().expect("puts per thread");
     let policy = SyncPolicy::parse(args.get(4).map_or("direct-write", String::as_str)).expect("policy");
     let _ = std::fs::remove_dir_all(&dir);
-    let store = Arc::new(Store::open(&dir, StoreOptions { sync_policy: policy, ..StoreOptions::default() }).expect("open"));
+    let store =
+        Arc::new(Store::open(&dir, StoreOptions { sync_policy: policy, ..StoreOptions::default() }).expect("open"));
     let body = vec![7u8; 1024];
     let started = Instant::now();
     let workers: Vec<_> = (0..threads)
@@ -32,9 +33,10 @@ fn main() {
     let secs = started.elapsed().as_secs_f64();
     let s = store.stats();
     let batch = s.records_written as f64 / s.writes as f64;
-    let raw = jmsstore_core::calibrate::raw_write_limit(&dir.join("raw.bin"), (batch.round() as usize).max(1) * 1100, 2000)
-        .expect("raw")
-        .as_secs_f64();
+    let raw =
+        jmsstore_core::calibrate::raw_write_limit(&dir.join("raw.bin"), (batch.round() as usize).max(1) * 1100, 2000)
+            .expect("raw")
+            .as_secs_f64();
     let raw_rate = 2000.0 * batch.round().max(1.0) / raw;
     let rate = (threads * per) as f64 / secs;
     println!(

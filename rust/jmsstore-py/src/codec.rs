@@ -18,7 +18,12 @@ pub fn compress<'py>(py: Python<'py>, codec: &str, data: PyBackedBytes) -> PyRes
 
 /// Decodes a body stored with codec id name `codec` ("none", "gzip", "lzf", "zstd") to `raw_len` bytes.
 #[pyfunction]
-pub fn decompress<'py>(py: Python<'py>, codec: &str, data: PyBackedBytes, raw_len: usize) -> PyResult2<Bound<'py, PyBytes>> {
+pub fn decompress<'py>(
+    py: Python<'py>,
+    codec: &str,
+    data: PyBackedBytes,
+    raw_len: usize,
+) -> PyResult2<Bound<'py, PyBytes>> {
     let id = [CodecId::None, CodecId::Gzip, CodecId::Lzf, CodecId::Zstd]
         .into_iter()
         .find(|c| c.name() == codec)

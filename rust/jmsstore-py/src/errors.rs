@@ -5,17 +5,22 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 
-create_exception!(_native, JmsStoreError, PyException, "Base class of every jmsstore error.");
-create_exception!(_native, StoreError, JmsStoreError, "Base class of the file store's errors.");
-create_exception!(_native, CorruptionError, StoreError, "A record or segment failed verification.");
-create_exception!(_native, StoreLockedError, StoreError, "The store is open elsewhere.");
-create_exception!(_native, StoreClosedError, StoreError, "The store is closed.");
-create_exception!(_native, StorePoisonedError, StoreError, "A write or sync failed; reopen the store.");
-create_exception!(_native, StoreFullError, StoreError, "No space left on the device.");
-create_exception!(_native, StoreIOError, StoreError, "An operating-system I/O error.");
-create_exception!(_native, InvalidArgumentError, StoreError, "An argument is out of range or malformed.");
-create_exception!(_native, UnknownHandleError, InvalidArgumentError, "A handle names no live object.");
-create_exception!(_native, UnsupportedFormatError, StoreError, "The store was written by a newer format version.");
+create_exception!(jmsstore._native, JmsStoreError, PyException, "Base class of every jmsstore error.");
+create_exception!(jmsstore._native, StoreError, JmsStoreError, "Base class of the file store's errors.");
+create_exception!(jmsstore._native, CorruptionError, StoreError, "A record or segment failed verification.");
+create_exception!(jmsstore._native, StoreLockedError, StoreError, "The store is open elsewhere.");
+create_exception!(jmsstore._native, StoreClosedError, StoreError, "The store is closed.");
+create_exception!(jmsstore._native, StorePoisonedError, StoreError, "A write or sync failed; reopen the store.");
+create_exception!(jmsstore._native, StoreFullError, StoreError, "No space left on the device.");
+create_exception!(jmsstore._native, StoreIOError, StoreError, "An operating-system I/O error.");
+create_exception!(jmsstore._native, InvalidArgumentError, StoreError, "An argument is out of range or malformed.");
+create_exception!(jmsstore._native, UnknownHandleError, InvalidArgumentError, "A handle names no live object.");
+create_exception!(
+    jmsstore._native,
+    UnsupportedFormatError,
+    StoreError,
+    "The store was written by a newer format version."
+);
 
 /// Newtype so the core's error can become a Python exception (orphan rule).
 pub struct PyStoreError(pub Error);

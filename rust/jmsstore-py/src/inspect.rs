@@ -6,7 +6,6 @@ use jmsstore_core::inspect::{self, Item, RecordInfo};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
-
 use crate::progress::python_progress;
 use crate::store::recovery_dict;
 
@@ -127,7 +126,10 @@ pub fn segments<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyLi
         d.set_item("size", s.size)?;
         d.set_item("kind", s.kind_name())?;
         d.set_item("header_error", s.header_error.clone())?;
-        d.set_item("store_id", s.header.as_ref().map(|h| h.store_id.iter().map(|b| format!("{b:02x}")).collect::<String>()))?;
+        d.set_item(
+            "store_id",
+            s.header.as_ref().map(|h| h.store_id.iter().map(|b| format!("{b:02x}")).collect::<String>()),
+        )?;
         out.append(d)?;
     }
     Ok(out)
@@ -166,4 +168,3 @@ pub fn live<'py>(
         .map_err(crate::errors::PyStoreError)?;
     Ok((view.objects, recovery_dict(py, &view.report)?))
 }
-

@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
-use crate::completion;
+use crate::completion::{self, Outstanding};
 use crate::errors::{PyResult2, PyStoreError};
 use crate::progress::python_progress;
 
@@ -19,6 +19,7 @@ use crate::progress::python_progress;
 #[pyclass(frozen, module = "jmsstore._native")]
 pub struct NativeStore {
     store: Store,
+    outstanding: Arc<Outstanding>,
 }
 
 /// A batch of operations committed atomically.
@@ -109,13 +110,20 @@ impl NativeStore {
         max_body_bytes: Option<usize>,
         progress: Option<Py<PyAny>>,
     ) -> PyResult2<Self> {
-        let options =
-            options(sync_policy, codec, compression_threshold, max_segment_bytes, recovery, preallocate, max_body_bytes)?;
+        let options = options(
+            sync_policy,
+            codec,
+            compression_threshold,
+            max_segment_bytes,
+            recovery,
+            preallocate,
+            max_body_bytes,
+        )?;
         let store = py.detach(|| {
             let mut report = python_progress(progress);
             Store::open_with(Arc::new(StdFs), &path, options, &mut report)
         })?;
-        Ok(NativeStore { store })
+        Ok(NativeStore { store, outstanding: Arc::default() })
     }
 
     /// The store directory.
@@ -145,7 +153,7 @@ impl NativeStore {
         py.detach(|| {
             let mut batch = self.store.batch();
             let handle = batch.put(collection, &body)?;
-            self.store.commit_async(batch, completion::deliver(callback, handle))?;
+            self.store.commit_async(batch, completion::deliver(callback, handle, &self.outstanding))?;
             Ok::<u64, Error>(handle)
         })
         .map_err(PyStoreError)
@@ -185,7 +193,7 @@ impl NativeStore {
     /// Commits a batch; `callback(0, error)` runs once it is durable.
     fn commit_async(&self, batch: &NativeBatch, callback: Py<PyAny>) -> PyResult2<()> {
         let batch = batch.take()?;
-        Ok(self.store.commit_async(batch, completion::deliver(callback, 0))?)
+        Ok(self.store.commit_async(batch, completion::deliver(callback, 0, &self.outstanding))?)
     }
 
     #[pyo3(signature = (collection, after=None, limit=1000))]
@@ -237,8 +245,14 @@ impl NativeStore {
         recovery_dict(py, self.store.recovery_report())
     }
 
+    /// Finishes queued writes, syncs, releases the directory, and returns
+    /// once every `put_async`/`commit_async` callback has run.
     fn close(&self, py: Python<'_>) -> PyResult2<()> {
-        Ok(py.detach(|| self.store.close())?)
+        Ok(py.detach(|| {
+            let result = self.store.close();
+            self.outstanding.wait_idle();
+            result
+        })?)
     }
 }
 

@@ -77,8 +77,7 @@ pub fn compress(raw: &[u8]) -> Vec<u8> {
             if compress_block(chunk, &mut out, len - 3, &mut table) {
                 let compressed_len = out.len() - header_at - COMPRESSED_HEADER_LEN;
                 // Both fit: compressed_len < len <= 0xFFFF.
-                out[header_at + 3..header_at + 5]
-                    .copy_from_slice(&(compressed_len as u16).to_be_bytes());
+                out[header_at + 3..header_at + 5].copy_from_slice(&(compressed_len as u16).to_be_bytes());
                 out[header_at + 5..header_at + 7].copy_from_slice(&(len as u16).to_be_bytes());
                 continue;
             }
@@ -114,16 +113,9 @@ pub fn decompress(stored: &[u8], raw_len: usize) -> Result<Vec<u8>> {
     for chunk in Chunks::new(stored) {
         match chunk? {
             Chunk::Stored { data, .. } => out.extend_from_slice(data),
-            Chunk::Compressed {
-                index,
-                offset,
-                data,
-                raw_len,
-            } => {
+            Chunk::Compressed { index, offset, data, raw_len } => {
                 decompress_block(data, &mut out, raw_len).map_err(|why| {
-                    Error::Codec(format!(
-                        "lzf: compressed chunk {index} (at byte {offset} of the body): {why}"
-                    ))
+                    Error::Codec(format!("lzf: compressed chunk {index} (at byte {offset} of the body): {why}"))
                 })?;
             }
         }
@@ -135,15 +127,8 @@ pub fn decompress(stored: &[u8], raw_len: usize) -> Result<Vec<u8>> {
 /// One chunk of a ZV body, borrowed from it.
 #[derive(Debug)]
 enum Chunk<'a> {
-    Stored {
-        data: &'a [u8],
-    },
-    Compressed {
-        index: usize,
-        offset: usize,
-        data: &'a [u8],
-        raw_len: usize,
-    },
+    Stored { data: &'a [u8] },
+    Compressed { index: usize, offset: usize, data: &'a [u8], raw_len: usize },
 }
 
 impl Chunk<'_> {
@@ -165,20 +150,12 @@ struct Chunks<'a> {
 
 impl<'a> Chunks<'a> {
     fn new(body: &'a [u8]) -> Self {
-        Chunks {
-            body,
-            pos: 0,
-            index: 0,
-            failed: false,
-        }
+        Chunks { body, pos: 0, index: 0, failed: false }
     }
 
     fn error(&mut self, why: impl std::fmt::Display) -> Error {
         self.failed = true;
-        Error::Codec(format!(
-            "lzf: chunk {} (at byte {} of the body): {why}",
-            self.index, self.pos
-        ))
+        Error::Codec(format!("lzf: chunk {} (at byte {} of the body): {why}", self.index, self.pos))
     }
 
     fn next_chunk(&mut self) -> Result<Chunk<'a>> {
@@ -190,10 +167,7 @@ impl<'a> Chunks<'a> {
             )));
         }
         if rest[..2] != MAGIC {
-            return Err(self.error(format_args!(
-                "bad magic {:02x} {:02x}, expected 5a 56 (\"ZV\")",
-                rest[0], rest[1]
-            )));
+            return Err(self.error(format_args!("bad magic {:02x} {:02x}, expected 5a 56 (\"ZV\")", rest[0], rest[1])));
         }
         let be16 = |at: usize| usize::from(u16::from_be_bytes([rest[at], rest[at + 1]]));
         let (header_len, data_len, chunk) = match rest[2] {
@@ -212,9 +186,7 @@ impl<'a> Chunks<'a> {
                 (COMPRESSED_HEADER_LEN, be16(3), Some(be16(5)))
             }
             other => {
-                return Err(self.error(format_args!(
-                    "unknown chunk type {other} (0 = stored, 1 = compressed)"
-                )));
+                return Err(self.error(format_args!("unknown chunk type {other} (0 = stored, 1 = compressed)")));
             }
         };
         let available = rest.len() - header_len;
@@ -227,12 +199,7 @@ impl<'a> Chunks<'a> {
         let data = &rest[header_len..header_len + data_len];
         let chunk = match chunk {
             None => Chunk::Stored { data },
-            Some(raw_len) => Chunk::Compressed {
-                index: self.index,
-                offset: self.pos,
-                data,
-                raw_len,
-            },
+            Some(raw_len) => Chunk::Compressed { index: self.index, offset: self.pos, data, raw_len },
         };
         self.pos += header_len + data_len;
         self.index += 1;
@@ -376,11 +343,7 @@ fn emit_match(distance: usize, len: usize, out: &mut Vec<u8>) {
 ///
 /// Back references may not reach before the block's own output. Errors are
 /// plain descriptions; the caller adds which chunk it was.
-fn decompress_block(
-    input: &[u8],
-    out: &mut Vec<u8>,
-    expected: usize,
-) -> std::result::Result<(), String> {
+fn decompress_block(input: &[u8], out: &mut Vec<u8>, expected: usize) -> std::result::Result<(), String> {
     let base = out.len();
     let end = base + expected;
     let mut ip = 0;
@@ -442,17 +405,13 @@ fn decompress_block(
     }
     let produced = out.len() - base;
     if produced != expected {
-        return Err(format!(
-            "the block decodes to {produced} bytes but the chunk header says {expected}"
-        ));
+        return Err(format!("the block decodes to {produced} bytes but the chunk header says {expected}"));
     }
     Ok(())
 }
 
 fn overrun(expected: usize, at: usize) -> String {
-    format!(
-        "the item at byte {at} of the block writes past the {expected} bytes the header declares"
-    )
+    format!("the item at byte {at} of the block writes past the {expected} bytes the header declares")
 }
 
 fn truncated_match(at: usize) -> String {
@@ -498,10 +457,7 @@ mod tests {
         expected.push(b'!');
         assert_eq!(expected.len(), 5 + 31);
         assert_eq!(decompress(&stream, expected.len()).unwrap(), expected);
-        assert_eq!(
-            crate::codec::decode(crate::codec::CodecId::Lzf, &stream, 36).unwrap(),
-            expected
-        );
+        assert_eq!(crate::codec::decode(crate::codec::CodecId::Lzf, &stream, 36).unwrap(), expected);
     }
 
     /// A back reference with the high offset bits set: 300 bytes back.
@@ -538,10 +494,7 @@ mod tests {
         for (len, chunks) in [(65_535, 1), (65_536, 2), (131_070, 2), (131_071, 3)] {
             let raw = vec![1u8; len];
             let stream = compress(&raw);
-            let n = Chunks::new(&stream)
-                .collect::<Result<Vec<_>>>()
-                .unwrap()
-                .len();
+            let n = Chunks::new(&stream).collect::<Result<Vec<_>>>().unwrap().len();
             assert_eq!(n, chunks, "{len}");
             assert_eq!(decompress(&stream, len).unwrap(), raw);
         }
@@ -557,9 +510,7 @@ mod tests {
             })
             .collect();
         let stream = compress(&raw);
-        let types: Vec<_> = Chunks::new(&stream)
-            .map(|c| matches!(c.unwrap(), Chunk::Compressed { .. }))
-            .collect();
+        let types: Vec<_> = Chunks::new(&stream).map(|c| matches!(c.unwrap(), Chunk::Compressed { .. })).collect();
         assert_eq!(types, [false, false]);
         assert_eq!(stream.len(), raw.len() + 2 * STORED_HEADER_LEN);
     }
@@ -584,30 +535,18 @@ mod tests {
         let mut bad = good.clone();
         bad[0] = b'X';
         let msg = codec_error(decompress(&bad, len));
-        assert!(
-            msg.contains("chunk 0") && msg.contains("bad magic"),
-            "{msg}"
-        );
+        assert!(msg.contains("chunk 0") && msg.contains("bad magic"), "{msg}");
 
         let second = 7 + usize::from(u16::from_be_bytes([good[3], good[4]]));
         let mut bad = good.clone();
         bad[second + 2] = 9;
         let msg = codec_error(decompress(&bad, len));
-        assert!(
-            msg.contains("chunk 1") && msg.contains("unknown chunk type 9"),
-            "{msg}"
-        );
+        assert!(msg.contains("chunk 1") && msg.contains("unknown chunk type 9"), "{msg}");
 
         let msg = codec_error(decompress(&good[..second + 4], len));
-        assert!(
-            msg.contains("chunk 1") && msg.contains("truncated"),
-            "{msg}"
-        );
+        assert!(msg.contains("chunk 1") && msg.contains("truncated"), "{msg}");
         let msg = codec_error(decompress(&good[..second + 20], len));
-        assert!(
-            msg.contains("chunk 1") && msg.contains("truncated chunk"),
-            "{msg}"
-        );
+        assert!(msg.contains("chunk 1") && msg.contains("truncated chunk"), "{msg}");
 
         let msg = codec_error(decompress(&good, len + 1));
         assert!(msg.contains("record says"), "{msg}");
@@ -615,10 +554,7 @@ mod tests {
         // A back reference before the start of the chunk.
         let stream = [b'Z', b'V', 1, 0, 4, 0, 4, 0x00, b'a', 0x20, 0x01];
         let msg = codec_error(decompress(&stream, 4));
-        assert!(
-            msg.contains("chunk 0") && msg.contains("before the start"),
-            "{msg}"
-        );
+        assert!(msg.contains("chunk 0") && msg.contains("before the start"), "{msg}");
 
         // A block that writes more than its header declares.
         let stream = [b'Z', b'V', 1, 0, 4, 0, 3, 0x00, b'a', 0x20, 0x00];
@@ -652,25 +588,17 @@ mod tests {
     fn tolerates_what_other_writers_may_emit() {
         // An empty stored chunk (some writers emit one for empty input).
         assert_eq!(decompress(b"ZV\x00\x00\x00", 0).unwrap(), b"");
-        assert_eq!(
-            decompress(b"ZV\x00\x00\x00ZV\x00\x00\x01q", 1).unwrap(),
-            b"q"
-        );
+        assert_eq!(decompress(b"ZV\x00\x00\x00ZV\x00\x00\x01q", 1).unwrap(), b"q");
         // A compressed chunk even though it did not pay off.
         assert_eq!(decompress(b"ZV\x01\x00\x02\x00\x01\x00z", 1).unwrap(), b"z");
     }
 
     fn repeated_snippets() -> impl Strategy<Value = Vec<u8>> {
-        (
-            prop::collection::vec(any::<u8>(), 1..300),
-            1usize..1000,
-            0usize..300,
-        )
-            .prop_map(|(snippet, times, cut)| {
-                let mut out = snippet.repeat(times);
-                out.truncate(out.len().saturating_sub(cut));
-                out
-            })
+        (prop::collection::vec(any::<u8>(), 1..300), 1usize..1000, 0usize..300).prop_map(|(snippet, times, cut)| {
+            let mut out = snippet.repeat(times);
+            out.truncate(out.len().saturating_sub(cut));
+            out
+        })
     }
 
     proptest! {

@@ -12,7 +12,7 @@
 use crate::error::{Error, Result};
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::io::{Read, Write};
+use std::io::Read;
 
 pub mod lzf;
 
@@ -76,14 +76,7 @@ const VALID_NAMES: &str = "none, gzip, gzip-best, gzip-speed, lzf, zstd \
 
 impl Codec {
     /// Every codec, in a fixed order.
-    pub const ALL: [Codec; 6] = [
-        Codec::None,
-        Codec::Gzip,
-        Codec::GzipBest,
-        Codec::GzipSpeed,
-        Codec::Lzf,
-        Codec::Zstd,
-    ];
+    pub const ALL: [Codec; 6] = [Codec::None, Codec::Gzip, Codec::GzipBest, Codec::GzipSpeed, Codec::Lzf, Codec::Zstd];
 
     /// Parses a codec name: `"none"`, `"gzip"`, `"gzip-best"`, `"gzip-speed"`,
     /// `"lzf"`, `"zstd"` (exact, case-sensitive), or one of WebLogic's
@@ -97,11 +90,7 @@ impl Codec {
             "gzip-speed" | "GZIP_BEST_SPEED" => Codec::GzipSpeed,
             "lzf" | "LZF" => Codec::Lzf,
             "zstd" => Codec::Zstd,
-            _ => {
-                return Err(Error::invalid(format!(
-                    "unknown codec {name:?}; valid codecs are {VALID_NAMES}"
-                )))
-            }
+            _ => return Err(Error::invalid(format!("unknown codec {name:?}; valid codecs are {VALID_NAMES}"))),
         })
     }
 
@@ -137,10 +126,7 @@ impl Codec {
 pub fn compress(codec: Codec, raw: &[u8]) -> Vec<u8> {
     match try_compress(codec, raw) {
         Ok(out) => out,
-        Err(e) => panic!(
-            "{} compression of an in-memory buffer failed: {e}",
-            codec.name()
-        ),
+        Err(e) => panic!("{} compression of an in-memory buffer failed: {e}", codec.name()),
     }
 }
 
@@ -203,13 +189,50 @@ const GZIP_MIN_LEN: usize = 18;
 /// Deflate cannot expand by more than 1032:1 (a 258-byte match in two bits).
 const DEFLATE_MAX_RATIO: usize = 1032;
 
+thread_local! {
+    // One raw-deflate state per thread and level, reset between bodies:
+    // setting one up allocates and clears tables bigger than a small body,
+    // which made per-body encoders the cost of gzip on 1 KiB bodies.
+    static DEFLATERS: std::cell::RefCell<Vec<(u32, flate2::Compress)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// RFC 1952: a gzip member is a 10-byte header, a raw deflate stream, and the
+/// CRC-32 and length (mod 2^32) of the input, little-endian.
 fn gzip_encode(raw: &[u8], level: flate2::Compression) -> std::io::Result<Vec<u8>> {
+    // XFL: 2 = best compression, 4 = fastest; OS 255 = unknown.
+    let xfl = match level.level() {
+        9 => 2,
+        1 => 4,
+        _ => 0,
+    };
     // Room for the worst case (stored deflate blocks plus the gzip framing),
     // so the output is never reallocated; untouched capacity costs nothing.
-    let capacity = raw.len() + raw.len() / 16 + 64;
-    let mut encoder = flate2::write::GzEncoder::new(Vec::with_capacity(capacity), level);
-    encoder.write_all(raw)?;
-    encoder.finish()
+    let mut out = Vec::with_capacity(raw.len() + raw.len() / 16 + 64 + GZIP_MIN_LEN);
+    out.extend_from_slice(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, xfl, 255]);
+    DEFLATERS.with(|cell| -> std::io::Result<()> {
+        let mut deflaters = cell.borrow_mut();
+        let index = match deflaters.iter().position(|(l, _)| *l == level.level()) {
+            Some(i) => i,
+            None => {
+                deflaters.push((level.level(), flate2::Compress::new(level, false)));
+                deflaters.len() - 1
+            }
+        };
+        let deflater = &mut deflaters[index].1;
+        deflater.reset();
+        loop {
+            let consumed = deflater.total_in() as usize;
+            match deflater.compress_vec(&raw[consumed..], &mut out, flate2::FlushCompress::Finish)? {
+                flate2::Status::StreamEnd => return Ok(()),
+                _ => out.reserve(out.capacity().max(64)),
+            }
+        }
+    })?;
+    let mut crc = flate2::Crc::new();
+    crc.update(raw);
+    out.extend_from_slice(&crc.sum().to_le_bytes());
+    out.extend_from_slice(&(raw.len() as u32).to_le_bytes());
+    Ok(out)
 }
 
 fn gzip_decode(stored: &[u8], raw_len: usize) -> Result<Vec<u8>> {
@@ -306,9 +329,7 @@ fn zstd_encode(raw: &[u8]) -> std::io::Result<Vec<u8>> {
 
 fn zstd_decode(stored: &[u8], raw_len: usize) -> Result<Vec<u8>> {
     if stored.is_empty() {
-        return Err(Error::Codec(
-            "zstd: the body is empty, not a zstd frame".into(),
-        ));
+        return Err(Error::Codec("zstd: the body is empty, not a zstd frame".into()));
     }
     // `decompress` allocates the size the frame records when there is one
     // (refusing more than raw_len), else raw_len: never more than raw_len.
@@ -330,8 +351,7 @@ fn zstd_decode(stored: &[u8], raw_len: usize) -> Result<Vec<u8>> {
         Ok(Some(result)) => result,
         _ => zstd::bulk::Decompressor::new().and_then(|mut d| decompress(&mut d)),
     };
-    let out =
-        result.map_err(|e| Error::Codec(format!("zstd: {e} (record says {raw_len} bytes)")))?;
+    let out = result.map_err(|e| Error::Codec(format!("zstd: {e} (record says {raw_len} bytes)")))?;
     if out.len() != raw_len {
         return Err(Error::Codec(format!(
             "zstd: the frame decodes to {} bytes but the record says {raw_len}",

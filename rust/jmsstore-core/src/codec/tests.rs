@@ -65,20 +65,11 @@ fn round_trip(codec: Codec, raw: &[u8]) {
     let compressed = compress(codec, raw);
     let decoded = decode(codec.id(), &compressed, raw.len())
         .unwrap_or_else(|e| panic!("{} failed to decode its own output: {e}", codec.name()));
-    assert!(
-        decoded == raw,
-        "{} round trip changed {} bytes",
-        codec.name(),
-        raw.len()
-    );
+    assert!(decoded == raw, "{} round trip changed {} bytes", codec.name(), raw.len());
 
     let (id, body) = encode_body(codec, 0, raw);
     let decoded = decode(id, &body, raw.len()).unwrap();
-    assert!(
-        decoded == raw,
-        "{} encode_body round trip changed the body",
-        codec.name()
-    );
+    assert!(decoded == raw, "{} encode_body round trip changed the body", codec.name());
 }
 
 #[test]
@@ -111,51 +102,24 @@ fn ids_and_names() {
             None => assert!(b > 3),
         }
     }
-    let names: Vec<_> = [CodecId::None, CodecId::Gzip, CodecId::Lzf, CodecId::Zstd]
-        .iter()
-        .map(|id| id.name())
-        .collect();
+    let names: Vec<_> =
+        [CodecId::None, CodecId::Gzip, CodecId::Lzf, CodecId::Zstd].iter().map(|id| id.name()).collect();
     assert_eq!(names, ["none", "gzip", "lzf", "zstd"]);
 
     for codec in Codec::ALL {
         assert_eq!(Codec::parse(codec.name()).unwrap(), codec);
     }
     let ids: Vec<_> = Codec::ALL.iter().map(|c| c.id()).collect();
-    assert_eq!(
-        ids,
-        [
-            CodecId::None,
-            CodecId::Gzip,
-            CodecId::Gzip,
-            CodecId::Gzip,
-            CodecId::Lzf,
-            CodecId::Zstd
-        ]
-    );
-    assert_eq!(
-        Codec::parse("GZIP_DEFAULT_COMPRESSION").unwrap(),
-        Codec::Gzip
-    );
-    assert_eq!(
-        Codec::parse("GZIP_BEST_COMPRESSION").unwrap(),
-        Codec::GzipBest
-    );
+    assert_eq!(ids, [CodecId::None, CodecId::Gzip, CodecId::Gzip, CodecId::Gzip, CodecId::Lzf, CodecId::Zstd]);
+    assert_eq!(Codec::parse("GZIP_DEFAULT_COMPRESSION").unwrap(), Codec::Gzip);
+    assert_eq!(Codec::parse("GZIP_BEST_COMPRESSION").unwrap(), Codec::GzipBest);
     assert_eq!(Codec::parse("GZIP_BEST_SPEED").unwrap(), Codec::GzipSpeed);
     assert_eq!(Codec::parse("LZF").unwrap(), Codec::Lzf);
 }
 
 #[test]
 fn parse_rejects_other_spellings() {
-    for bad in [
-        "",
-        "GZIP",
-        "Gzip",
-        "zstd ",
-        "lz4",
-        "gzip_best",
-        "ZSTD",
-        "NONE",
-    ] {
+    for bad in ["", "GZIP", "Gzip", "zstd ", "lz4", "gzip_best", "ZSTD", "NONE"] {
         match Codec::parse(bad) {
             Err(Error::InvalidArgument(msg)) => {
                 assert!(msg.contains(&format!("{bad:?}")), "{msg}");
@@ -206,9 +170,7 @@ fn gzip_is_rfc1952_and_reads_other_encoders() {
         let stored = compress(codec, &raw);
         assert_eq!(&stored[..3], &[0x1f, 0x8b, 0x08], "{}", codec.name());
         let mut decoded = Vec::new();
-        flate2::read::GzDecoder::new(&stored[..])
-            .read_to_end(&mut decoded)
-            .unwrap();
+        flate2::read::GzDecoder::new(&stored[..]).read_to_end(&mut decoded).unwrap();
         assert_eq!(decoded, raw);
     }
     // The levels really differ: speed gives up ratio.
@@ -245,10 +207,7 @@ fn zstd_reads_other_encoders() {
     let raw = json_like(50_000);
     let stored = compress(Codec::Zstd, &raw);
     assert_eq!(&stored[..4], &[0x28, 0xb5, 0x2f, 0xfd]);
-    assert_eq!(
-        zstd::zstd_safe::get_frame_content_size(&stored).ok(),
-        Some(Some(raw.len() as u64))
-    );
+    assert_eq!(zstd::zstd_safe::get_frame_content_size(&stored).ok(), Some(Some(raw.len() as u64)));
     // A streaming frame that does not record its size, at another level.
     let foreign = zstd::stream::encode_all(&raw[..], 19).unwrap();
     assert_eq!(decode(CodecId::Zstd, &foreign, raw.len()).unwrap(), raw);
@@ -270,30 +229,18 @@ fn decode_checks_the_length() {
         let stored = compress(codec, &raw);
         for wrong in [0, 1, raw.len() - 1, raw.len() + 1, raw.len() * 2] {
             let result = decode(codec.id(), &stored, wrong);
-            assert!(
-                matches!(result, Err(Error::Codec(_))),
-                "{} with {wrong}",
-                codec.name()
-            );
+            assert!(matches!(result, Err(Error::Codec(_))), "{} with {wrong}", codec.name());
         }
         // Truncated bodies.
         for cut in [0, 1, stored.len() / 2, stored.len() - 1] {
             let result = decode(codec.id(), &stored[..cut], raw.len());
-            assert!(
-                matches!(result, Err(Error::Codec(_))),
-                "{} cut at {cut}",
-                codec.name()
-            );
+            assert!(matches!(result, Err(Error::Codec(_))), "{} cut at {cut}", codec.name());
         }
         // Trailing garbage.
         let mut longer = stored.clone();
         longer.extend_from_slice(b"garbage!");
         let result = decode(codec.id(), &longer, raw.len());
-        assert!(
-            matches!(result, Err(Error::Codec(_))),
-            "{} with garbage",
-            codec.name()
-        );
+        assert!(matches!(result, Err(Error::Codec(_))), "{} with garbage", codec.name());
     }
 }
 
@@ -315,10 +262,7 @@ fn gzip_detects_a_corrupt_checksum() {
     let mut stored = compress(Codec::Gzip, &raw);
     let crc_at = stored.len() - 8;
     stored[crc_at] ^= 0x01;
-    assert!(matches!(
-        decode(CodecId::Gzip, &stored, raw.len()),
-        Err(Error::Codec(_))
-    ));
+    assert!(matches!(decode(CodecId::Gzip, &stored, raw.len()), Err(Error::Codec(_))));
 }
 
 #[test]
@@ -372,12 +316,7 @@ fn any_codec() -> impl Strategy<Value = Codec> {
 }
 
 fn any_id() -> impl Strategy<Value = CodecId> {
-    prop::sample::select(vec![
-        CodecId::None,
-        CodecId::Gzip,
-        CodecId::Lzf,
-        CodecId::Zstd,
-    ])
+    prop::sample::select(vec![CodecId::None, CodecId::Gzip, CodecId::Lzf, CodecId::Zstd])
 }
 
 proptest! {

@@ -252,15 +252,19 @@ impl SimFs {
     }
 
     /// Counts one operation; when an armed crash is due, freezes the image.
-    /// Returns an error once the power is off.
-    fn tick(&self) -> io::Result<()> {
+    /// Returns an error once the power is off. Otherwise returns the state
+    /// lock, which the caller holds while it carries the operation out: an
+    /// operation that the crash did not stop must be in the frozen image,
+    /// or it could report success for an effect the image does not have
+    /// (another thread could freeze the image in between).
+    fn tick(&self) -> io::Result<MutexGuard<'_, State>> {
         self.tick_during(None)
     }
 
     /// Like `tick`, for a write that is under way: if the power goes off
     /// now, part of it may land, so it joins the unsynced writes before the
     /// image is taken.
-    fn tick_during(&self, in_flight: Option<(&Inode, Pending)>) -> io::Result<()> {
+    fn tick_during(&self, in_flight: Option<(&Inode, Pending)>) -> io::Result<MutexGuard<'_, State>> {
         let mut state = lock(&self.state);
         state.ops += 1;
         if state.frozen.is_some() {
@@ -285,7 +289,7 @@ impl SimFs {
             state.frozen = Some(image);
             return Err(power_off());
         }
-        Ok(())
+        Ok(state)
     }
 
     fn total_size(state: &State) -> u64 {
@@ -305,11 +309,10 @@ struct SimFile {
 }
 
 impl SimFile {
-    fn check_space(&self, new_len: u64) -> io::Result<()> {
-        let state = lock(&self.fs.state);
+    fn check_space(&self, state: &State, new_len: u64) -> io::Result<()> {
         if let Some(capacity) = state.capacity {
             let current = lock(&self.inode).current.len() as u64;
-            if new_len > current && SimFs::total_size(&state) + (new_len - current) > capacity {
+            if new_len > current && SimFs::total_size(state) + (new_len - current) > capacity {
                 return Err(io::Error::from_raw_os_error(libc::ENOSPC));
             }
         }
@@ -329,7 +332,7 @@ impl SimFile {
 
 impl StorageFile for SimFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.fs.tick()?;
+        let _state = self.fs.tick()?;
         let file = lock(&self.inode);
         let start = (offset as usize).min(file.current.len());
         let n = buf.len().min(file.current.len() - start);
@@ -341,25 +344,22 @@ impl StorageFile for SimFile {
         if !self.writable {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         }
-        self.fs.tick_during(Some((&self.inode, Pending::Write { offset, data: buf.to_vec() })))?;
-        self.check_space(offset + buf.len() as u64)?;
+        let state = self.fs.tick_during(Some((&self.inode, Pending::Write { offset, data: buf.to_vec() })))?;
+        self.check_space(&state, offset + buf.len() as u64)?;
         self.record(Pending::Write { offset, data: buf.to_vec() });
         Ok(())
     }
 
     fn sync_data(&self) -> io::Result<()> {
-        self.fs.tick()?;
-        {
-            let mut state = lock(&self.fs.state);
-            state.syncs += 1;
-            if state.fail_syncs {
-                // As on Linux: the error is reported once and the dirty pages are
-                // dropped, so what was written is lost and not retried.
-                let mut file = lock(&self.inode);
-                file.pending.clear();
-                file.current = file.durable.clone();
-                return Err(io::Error::from_raw_os_error(libc::EIO));
-            }
+        let mut state = self.fs.tick()?;
+        state.syncs += 1;
+        if state.fail_syncs {
+            // As on Linux: the error is reported once and the dirty pages are
+            // dropped, so what was written is lost and not retried.
+            let mut file = lock(&self.inode);
+            file.pending.clear();
+            file.current = file.durable.clone();
+            return Err(io::Error::from_raw_os_error(libc::EIO));
         }
         let mut file = lock(&self.inode);
         let pending = std::mem::take(&mut file.pending);
@@ -377,8 +377,8 @@ impl StorageFile for SimFile {
         if !self.writable {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         }
-        self.fs.tick()?;
-        self.check_space(len)?;
+        let state = self.fs.tick()?;
+        self.check_space(&state, len)?;
         self.record(Pending::SetLen(len));
         Ok(())
     }
@@ -399,8 +399,7 @@ impl Drop for SimLock {
 
 impl FileSystem for SimFs {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn StorageFile>> {
-        self.tick()?;
-        let mut state = lock(&self.state);
+        let mut state = self.tick()?;
         let inode = match state.names.get(path) {
             Some(_) if mode.create_new => return Err(io::Error::from(io::ErrorKind::AlreadyExists)),
             Some(inode) => inode.clone(),
@@ -419,8 +418,7 @@ impl FileSystem for SimFs {
     }
 
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        self.tick()?;
-        let mut state = lock(&self.state);
+        let mut state = self.tick()?;
         for ancestor in path.ancestors() {
             if !ancestor.as_os_str().is_empty() {
                 state.dirs.insert(ancestor.to_path_buf());
@@ -430,8 +428,7 @@ impl FileSystem for SimFs {
     }
 
     fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
-        self.tick()?;
-        let state = lock(&self.state);
+        let state = self.tick()?;
         if !state.dirs.contains(dir) {
             return Err(io::Error::from(io::ErrorKind::NotFound));
         }
@@ -441,8 +438,7 @@ impl FileSystem for SimFs {
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.tick()?;
-        let mut state = lock(&self.state);
+        let mut state = self.tick()?;
         if !SimFs::parent_exists(&state, to) {
             return Err(io::Error::from(io::ErrorKind::NotFound));
         }
@@ -453,16 +449,14 @@ impl FileSystem for SimFs {
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
-        self.tick()?;
-        let mut state = lock(&self.state);
+        let mut state = self.tick()?;
         state.names.remove(path).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
         state.pending_ns.push(NsOp::Remove(path.to_path_buf()));
         Ok(())
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        self.tick()?;
-        let mut state = lock(&self.state);
+        let mut state = self.tick()?;
         if !state.dirs.contains(dir) {
             return Err(io::Error::from(io::ErrorKind::NotFound));
         }
@@ -482,8 +476,7 @@ impl FileSystem for SimFs {
     }
 
     fn try_lock(&self, path: &Path) -> io::Result<Option<Box<dyn LockGuard>>> {
-        self.tick()?;
-        let mut state = lock(&self.state);
+        let mut state = self.tick()?;
         if !SimFs::parent_exists(&state, path) {
             return Err(io::Error::from(io::ErrorKind::NotFound));
         }

@@ -1,10 +1,12 @@
 //! Online, crash-safe compaction.
 //!
 //! 1. The active segment is sealed (writers move on to a new one and keep going).
-//! 2. Inputs: every sealed segment holding dead bytes. A segment whose
-//!    records are all live cannot hold an older version of anything, so
-//!    leaving it out is safe, and dropping the tombstones of the inputs is
-//!    safe because no remaining segment holds a version they delete.
+//! 2. Inputs: every sealed segment holding dead bytes (or no records), and
+//!    the journal segments it shares a transaction with (`select_inputs`).
+//!    A segment whose records are all live cannot hold an older version of
+//!    anything, so leaving it out is safe, and dropping the tombstones of
+//!    the inputs is safe because no remaining segment holds a version they
+//!    delete.
 //! 3. The live records of the inputs are copied verbatim (verified on the
 //!    way) into new compacted segments, written as `.tmp` files and synced.
 //! 4. They are renamed into place and the directory is synced. A crash from

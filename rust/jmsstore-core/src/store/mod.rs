@@ -298,6 +298,11 @@ impl Completion {
             kind.run(result);
         }
     }
+
+    /// Drops the completion without running it.
+    fn disarm(mut self) {
+        self.0 = None;
+    }
 }
 
 impl CompletionKind {
@@ -416,8 +421,20 @@ impl Shared {
         Ok(())
     }
 
-    /// Validates `ops` against the index and what is in flight, then queues them.
-    fn submit(&self, mut ops: Vec<Op>, completion: Completion) -> Result<()> {
+    /// Validates `ops` against the index and what is in flight, then queues
+    /// them. A refused batch's completion is dropped without being run: its
+    /// submitter learns of the refusal from the returned error alone (and
+    /// an asynchronous callback is not called).
+    fn submit(&self, ops: Vec<Op>, completion: Completion) -> Result<()> {
+        let mut completion = Some(completion);
+        let result = self.try_submit(ops, &mut completion);
+        if let Some(refused) = completion {
+            refused.disarm();
+        }
+        result
+    }
+
+    fn try_submit(&self, mut ops: Vec<Op>, completion: &mut Option<Completion>) -> Result<()> {
         self.check_open()?;
         let mut state = self.state();
         if state.closing {
@@ -464,7 +481,7 @@ impl Shared {
                 RecordKind::Commit => {}
             }
         }
-        state.queue.push(Work::Batch { ops, completion });
+        state.queue.push(Work::Batch { ops, completion: completion.take().expect("queued once") });
         drop(state);
         self.work_ready.notify_one();
         Ok(())
@@ -707,19 +724,17 @@ impl Store {
     }
 
     fn commit_with(&self, batch: Batch, completion: Completion) -> Result<()> {
+        let count = |kind| batch.ops.iter().filter(|op| op.kind == kind).count() as u64;
+        let (puts, updates, deletes) = (count(RecordKind::Put), count(RecordKind::Update), count(RecordKind::Delete));
+        let tx = batch.ops.len() > 1;
+        // Counted once accepted: a refused batch changes nothing, statistics included.
+        self.shared.submit(batch.ops, completion)?;
         let counters = &self.shared.counters;
-        for op in &batch.ops {
-            match op.kind {
-                RecordKind::Put => bump(&counters.puts, 1),
-                RecordKind::Update => bump(&counters.updates, 1),
-                RecordKind::Delete => bump(&counters.deletes, 1),
-                RecordKind::Commit => {}
-            }
-        }
-        if batch.ops.len() > 1 {
-            bump(&counters.transactions, 1);
-        }
-        self.shared.submit(batch.ops, completion)
+        bump(&counters.puts, puts);
+        bump(&counters.updates, updates);
+        bump(&counters.deletes, deletes);
+        bump(&counters.transactions, u64::from(tx));
+        Ok(())
     }
 
     /// Stores a new object; returns its handle once durable.

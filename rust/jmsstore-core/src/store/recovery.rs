@@ -319,8 +319,10 @@ pub fn recover(
         } else {
             ranges.push((0, SEGMENT_HEADER_LEN.min(len) as u64));
         }
+        // The first write into a segment carries the epoch of its header: a
+        // damaged first record belongs to that write, not to the next one.
         let mut prev_epoch = header.as_ref().map_or(0, |h| h.epoch);
-        let mut prev_group_end = true;
+        let mut prev_group_end = false;
         let mut prev_sequence = 0u64;
         let mut records_here = 0u64;
         let mut continues_tx = false;

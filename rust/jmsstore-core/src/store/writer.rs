@@ -312,47 +312,42 @@ impl Writer {
             return;
         }
         let mut works = works.into_iter();
-        while let Some(work) = works.next() {
+        let mut failure = None;
+        for work in works.by_ref() {
             if let Err(e) = self.handle(work) {
-                // Everything not yet durable fails; so does everything queued
-                // behind it, which was validated against writes that now
-                // will not happen.
-                let mut rest: Vec<Work> = works.collect();
-                {
-                    let mut state = self.shared.state();
-                    rest.append(&mut state.queue);
-                    state.in_flight_puts.clear();
-                    state.in_flight_deletes.clear();
-                    if !matches!(e, Error::Full(_)) && state.poisoned.is_none() {
-                        state.poisoned = Some(e.to_string());
-                    }
-                }
-                for placed in self.ready.drain(..) {
-                    placed.completion.complete(Err(duplicate(&e)));
-                }
-                for work in rest {
-                    fail(work, duplicate(&e));
-                }
-                self.buf.clear();
-                self.group_records = 0;
-                self.last_record = None;
-                self.group_start = self.active.offset;
-                return;
+                failure = Some(e);
+                break;
             }
         }
-        if let Err(e) = self.flush_group() {
-            {
-                let mut state = self.shared.state();
-                state.in_flight_puts.clear();
-                state.in_flight_deletes.clear();
-                if !matches!(e, Error::Full(_)) && state.poisoned.is_none() {
-                    state.poisoned = Some(e.to_string());
-                }
-            }
-            for placed in self.ready.drain(..) {
-                placed.completion.complete(Err(duplicate(&e)));
+        // A failed final write must not leave its records in the buffer
+        // either: they would go out with the next group (a write reported
+        // as failed would reappear after a reopen).
+        let Some(e) = failure.or_else(|| self.flush_group().err()) else {
+            return;
+        };
+        // Everything not yet durable fails; so does everything queued
+        // behind it, which was validated against writes that now will
+        // not happen.
+        let mut rest: Vec<Work> = works.collect();
+        {
+            let mut state = self.shared.state();
+            rest.append(&mut state.queue);
+            state.in_flight_puts.clear();
+            state.in_flight_deletes.clear();
+            if !matches!(e, Error::Full(_)) && state.poisoned.is_none() {
+                state.poisoned = Some(e.to_string());
             }
         }
+        for placed in self.ready.drain(..) {
+            placed.completion.complete(Err(duplicate(&e)));
+        }
+        for work in rest {
+            fail(work, duplicate(&e));
+        }
+        self.buf.clear();
+        self.group_records = 0;
+        self.last_record = None;
+        self.group_start = self.active.offset;
     }
 
     fn handle(&mut self, work: Work) -> Result<()> {
@@ -365,7 +360,7 @@ impl Writer {
                     }
                     Ok(())
                 });
-                finish(completion, result)
+                self.finish(completion, result)
             }
             Work::Sync(completion) => {
                 let result = self.flush_group().and_then(|()| {
@@ -376,7 +371,26 @@ impl Writer {
                     }
                     Ok(())
                 });
-                finish(completion, result)
+                self.finish(completion, result)
+            }
+        }
+    }
+
+    /// Completes a control request or a batch that could not be placed. A
+    /// failure is answered by `process`, with the batches placed before it,
+    /// only once it has cleared what was in flight and failed what was
+    /// queued meanwhile: answered earlier, the submitter could queue a new
+    /// batch (validated against writes that will not happen) that would
+    /// then fail without being tried.
+    fn finish(&mut self, completion: Completion, result: Result<()>) -> Result<()> {
+        match result {
+            Ok(()) => {
+                completion.complete(Ok(()));
+                Ok(())
+            }
+            Err(e) => {
+                self.ready.push(Placed { completion, applied: Vec::new() });
+                Err(e)
             }
         }
     }
@@ -387,8 +401,8 @@ impl Writer {
                 self.ready.push(Placed { completion, applied });
                 Ok(())
             }
-            // The batch is not (entirely) written; its submitter must hear so.
-            Err(e) => finish(completion, Err(e)),
+            // Not (entirely) written: its submitter must hear so.
+            Err(e) => self.finish(completion, Err(e)),
         }
     }
 
@@ -560,6 +574,20 @@ impl Writer {
     /// the middle of a transaction).
     fn roll(&mut self, continues_tx: bool) -> Result<()> {
         debug_assert!(self.buf.is_empty());
+        if self.shared.options.sync_policy == SyncPolicy::Disabled {
+            // Nothing else syncs a segment under `disabled`. Unsynced, a
+            // sealed segment could be torn by a power loss, and damage to a
+            // segment that is not the last is never taken for a torn tail:
+            // the store would refuse to open. `disabled` may lose the newest
+            // writes, never the store.
+            let path = &self.active.path;
+            self.active
+                .file
+                .sync_data()
+                .map_err(|e| Error::Poisoned(Error::io("syncing sealed segment", path, e).to_string()))?;
+            bump(&self.shared.counters.syncs, 1);
+            self.epoch += 1;
+        }
         let taken = {
             let mut spare = lock(&self.shared.spare.state);
             let taken = std::mem::replace(&mut *spare, SpareState::Empty);
@@ -575,9 +603,9 @@ impl Writer {
         };
         let active =
             activate(&self.shared, path, file, self.next_sequence, self.epoch, continues_tx).map_err(|e| match e {
-            Error::Full(why) => Error::Full(why),
-            other => Error::Poisoned(other.to_string()),
-        })?;
+                Error::Full(why) => Error::Full(why),
+                other => Error::Poisoned(other.to_string()),
+            })?;
         bump(&self.shared.counters.rollovers, 1);
         self.active = active;
         self.group_start = self.active.offset;
@@ -588,21 +616,6 @@ impl Writer {
         let mut state = self.shared.state();
         if state.poisoned.is_none() {
             state.poisoned = Some(e.to_string());
-        }
-    }
-}
-
-/// Completes a control or batch waiter with `result`, which it also returns
-/// (an error goes on to fail the rest of the round).
-fn finish(completion: Completion, result: Result<()>) -> Result<()> {
-    match result {
-        Ok(()) => {
-            completion.complete(Ok(()));
-            Ok(())
-        }
-        Err(e) => {
-            completion.complete(Err(duplicate(&e)));
-            Err(e)
         }
     }
 }

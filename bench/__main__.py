@@ -1,0 +1,73 @@
+"""Command line: ``python -m bench store [--quick] [--json PATH]``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from bench import harness
+
+# name -> (one-line help, runner(ctx) -> None). New suites (issue 7) add an entry.
+Runner = Callable[[harness.Context], None]
+
+
+def _store(ctx: harness.Context) -> None:
+    from bench import store
+
+    store.run(ctx)
+
+
+SUITES: dict[str, tuple[str, Runner]] = {
+    "store": ("file store: put throughput vs raw disk and sqlite3, recovery time, codecs", _store),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("suite", choices=sorted(SUITES), help="; ".join(f"{k}: {v[0]}" for k, v in SUITES.items()))
+    parser.add_argument("--quick", action="store_true", help="small sizes (CI; well under a minute)")
+    parser.add_argument(
+        "--json", metavar="PATH", help="where to write the report (default bench/results/<suite>-<time>.json)"
+    )
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=float(os.environ.get("JMSSTORE_BENCH_SCALE", "1")),
+        help="multiply every count by this (default $JMSSTORE_BENCH_SCALE or 1); the test suite uses <1",
+    )
+    parser.add_argument(
+        "--dir",
+        metavar="DIR",
+        default=os.environ.get("JMSSTORE_BENCH_DIR"),
+        help="parent of the scratch directory (default bench/results/tmp, i.e. the file system of the checkout)",
+    )
+    parser.add_argument("--threads", metavar="N,N,...", help="override the thread counts of the put benchmark")
+    parser.add_argument(
+        "--only", metavar="NAME,...", help="run only these benchmarks of the suite (store: put,recovery,codecs)"
+    )
+    parser.add_argument("--no-engine", action="store_true", help="skip building/running the native-thread example")
+    args = parser.parse_args(argv)
+    if args.scale <= 0:
+        parser.error("--scale must be positive")
+    ctx = harness.Context(
+        suite=args.suite,
+        quick=args.quick,
+        scale=args.scale,
+        json_path=Path(args.json) if args.json else None,
+        scratch_parent=Path(args.dir) if args.dir else None,
+        options={
+            "threads": [int(t) for t in args.threads.split(",")] if args.threads else None,
+            "engine": not args.no_engine,
+            "only": [n.strip() for n in args.only.split(",")] if args.only else None,
+        },
+    )
+    with ctx:
+        SUITES[args.suite][1](ctx)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""The engine without Python: the Rust example ``put_load`` (native threads).
+
+``cargo build --release --example put_load`` is run once per benchmark run
+(a no-op when up to date). If cargo is missing or the build fails (e.g. the
+target directory is locked by someone else's long build and the timeout
+passes) an existing binary is used and that is reported; without one the
+engine rows are marked unavailable.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+EXAMPLE = "put_load"
+# "16 threads DirectWrite: 47768 puts/s, avg batch 6.7, syncs/record 0.148; raw at that batch 80522/s; ratio 0.59"
+LINE = re.compile(
+    r"(?P<threads>\d+) threads (?P<policy>\w+): (?P<rate>[\d.]+) puts/s, avg batch (?P<avg_group>[\d.]+), "
+    r"syncs/record (?P<fsyncs_per_record>[\d.]+); raw at that batch (?P<raw_rate>[\d.]+)/s; ratio (?P<ratio_raw>[\d.]+)"
+)
+# What the example assumes per record when it sizes its raw batch (ours is 52 + len(collection) + body).
+EXAMPLE_RECORD_BYTES = 1100
+EXAMPLE_RAW_BATCHES = 2000
+
+
+def binary(repo: Path) -> Path:
+    return repo / "target" / "release" / "examples" / EXAMPLE
+
+
+def build(repo: Path, timeout: float) -> dict[str, Any]:
+    """Builds the example; returns {"status": "ok"|"stale"|"unavailable", ...}."""
+    exe = binary(repo)
+    cargo = shutil.which("cargo")
+    info: dict[str, Any] = {"binary": str(exe), "build_seconds": None, "build_error": None}
+    if cargo is None:
+        info["build_error"] = "cargo not on PATH"
+    else:
+        t0 = time.perf_counter()
+        try:
+            out = subprocess.run(
+                [cargo, "build", "--release", "--example", EXAMPLE],
+                cwd=repo,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+            if out.returncode != 0:
+                info["build_error"] = out.stderr.strip().splitlines()[-1:] or ["cargo failed"]
+                info["build_error"] = info["build_error"][0]
+        except subprocess.TimeoutExpired:
+            info["build_error"] = f"cargo build did not finish in {timeout:.0f} s"
+        info["build_seconds"] = round(time.perf_counter() - t0, 2)
+    if exe.exists():
+        info["status"] = "ok" if info["build_error"] is None else "stale"
+    else:
+        info["status"] = "unavailable"
+    return info
+
+
+def run(
+    exe: Path, store_dir: Path, threads: int, per_thread: int, policy: str = "direct-write", timeout: float = 600
+) -> dict[str, Any]:
+    """Runs one load; the example deletes and recreates ``store_dir``."""
+    t0 = time.perf_counter()
+    try:
+        out = subprocess.run(
+            [str(exe), str(store_dir), str(threads), str(per_thread), policy],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=True,
+        )
+    finally:
+        shutil.rmtree(store_dir, ignore_errors=True)
+    wall = time.perf_counter() - t0
+    m = LINE.search(out.stdout)
+    if m is None:
+        raise RuntimeError(f"unexpected output of {exe.name}: {out.stdout!r}")
+    d: dict[str, Any] = {k: float(v) for k, v in m.groupdict().items() if k not in ("threads", "policy")}
+    d.update(
+        threads=int(m["threads"]),
+        per_thread=per_thread,
+        puts=threads * per_thread,
+        policy=m["policy"],
+        wall_seconds=wall,
+        raw_batch_record_bytes=EXAMPLE_RECORD_BYTES,
+        raw_batches=EXAMPLE_RAW_BATCHES,
+        line=out.stdout.strip(),
+    )
+    return d

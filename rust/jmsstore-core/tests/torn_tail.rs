@@ -1,0 +1,241 @@
+//! Damage at the end of the last segment that only an interrupted, never
+//! acknowledged write can have left (a torn tail) is cut off; damage that
+//! data written after a later sync follows is not, and fails a strict open.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{
+    assert_contents, craft_record, expect_err, flip_byte, is_corruption_at, scan_file, segment_files, snapshot,
+    write_at, Contents, DiskRecord, TestResult,
+};
+use jmsstore_core::store::format::{RecordKind, FLAG_TX, RECORD_HEADER_LEN};
+use jmsstore_core::{Error, RecoveryMode, Store, StoreOptions};
+
+fn options() -> StoreOptions {
+    // Preallocated: the valid data of a segment ends where the zeros begin.
+    StoreOptions { max_segment_bytes: 64 << 10, ..StoreOptions::default() }
+}
+
+/// Writes `n` puts, each its own write (and sync epoch), and closes the store.
+fn write_puts(dir: &Path, n: usize) -> jmsstore_core::Result<Contents> {
+    let store = Store::open(dir, options())?;
+    let mut model = Contents::new();
+    for i in 0..n {
+        let b = format!("message {i}").into_bytes();
+        model.insert(store.put("q", &b)?, ("q".into(), b));
+    }
+    store.close()?;
+    Ok(model)
+}
+
+/// The newest segment file, its records and where its valid data ends.
+fn last_segment(dir: &Path) -> (u64, PathBuf, Vec<DiskRecord>, usize) {
+    let (number, path) = segment_files(dir).pop().expect("a segment");
+    let (records, end) = scan_file(&path);
+    (number, path, records, end)
+}
+
+/// Reopens after a torn tail was planted at `offset` of segment `number`
+/// and checks that it is reported, cut off, and gone for good.
+fn assert_torn_tail_is_cut(dir: &Path, number: u64, path: &Path, offset: usize, model: &Contents) -> TestResult {
+    let mut model = model.clone();
+    {
+        let store = Store::open(dir, options())?;
+        let torn = store.recovery_report().torn_tail.clone().expect("a torn tail is reported");
+        assert_eq!((torn.segment, torn.offset), (number, offset as u64));
+        assert!(torn.bytes > 0);
+        assert_eq!(std::fs::metadata(path)?.len(), offset as u64, "the torn tail is truncated");
+        assert!(store.recovery_report().damaged.is_empty());
+        assert_contents(&store, &model);
+        // Writable afterwards.
+        let h = store.put("q", b"after the torn tail")?;
+        model.insert(h, ("q".into(), b"after the torn tail".to_vec()));
+        assert_contents(&store, &model);
+    }
+    let store = Store::open(dir, options())?;
+    assert!(store.recovery_report().torn_tail.is_none(), "the torn tail is reported twice");
+    assert_contents(&store, &model);
+    Ok(())
+}
+
+#[test]
+fn garbage_after_the_last_record_is_a_torn_tail() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let model = write_puts(dir.path(), 20)?;
+    let (number, path, records, end) = last_segment(dir.path());
+    assert_eq!(records.len(), 20);
+    let garbage: Vec<u8> = (0..100u8).map(|i| i.wrapping_mul(37) | 1).collect();
+    write_at(&path, end, &garbage);
+    assert_torn_tail_is_cut(dir.path(), number, &path, end, &model)?;
+    Ok(())
+}
+
+#[test]
+fn a_partial_record_after_the_last_record_is_a_torn_tail() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let model = write_puts(dir.path(), 20)?;
+    let (number, path, records, end) = last_segment(dir.path());
+    let last = &records.last().expect("records").header;
+    // The next write, as the writer would have made it, cut short.
+    let next = craft_record(RecordKind::Put, last.sequence + 1, last.handle + 1, last.epoch + 1, "q", &[7; 300]);
+    write_at(&path, end, &next[..next.len() / 2]);
+    assert_torn_tail_is_cut(dir.path(), number, &path, end, &model)?;
+    Ok(())
+}
+
+#[test]
+fn a_torn_record_followed_by_records_of_the_same_write_is_a_torn_tail() -> TestResult {
+    // The last write is one transaction: its records share one sync epoch.
+    // Damage to its first record, with intact records of the same write
+    // after it, is what out-of-order write-back of an unsynced write leaves.
+    let dir = tempfile::tempdir()?;
+    let model = {
+        let mut model = write_puts(dir.path(), 10)?;
+        let store = Store::open(dir.path(), options())?;
+        let h = store.put("q", b"in the last segment")?;
+        model.insert(h, ("q".into(), b"in the last segment".to_vec()));
+        let mut tx = store.batch();
+        for i in 0..3 {
+            tx.put("q", format!("tx {i}").as_bytes())?;
+        }
+        store.commit(tx)?;
+        model
+    };
+    let (number, path, records, _) = last_segment(dir.path());
+    let tx: Vec<&DiskRecord> = records.iter().filter(|r| r.header.flags & FLAG_TX != 0).collect();
+    assert_eq!(tx.len(), 3);
+    let epoch = tx[0].header.epoch;
+    assert!(records.iter().skip_while(|r| r.offset < tx[0].offset).all(|r| r.header.epoch == epoch));
+    flip_byte(&path, tx[0].offset + RECORD_HEADER_LEN + 2);
+    assert_torn_tail_is_cut(dir.path(), number, &path, tx[0].offset, &model)?;
+    Ok(())
+}
+
+#[test]
+fn a_torn_record_inside_a_transaction_drops_the_transaction() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let model = write_puts(dir.path(), 10)?;
+    {
+        let store = Store::open(dir.path(), options())?;
+        let mut tx = store.batch();
+        for i in 0..3 {
+            tx.put("q", format!("tx {i}").as_bytes())?;
+        }
+        store.commit(tx)?;
+    }
+    let (number, path, records, _) = last_segment(dir.path());
+    let second = records.iter().filter(|r| r.header.flags & FLAG_TX != 0).nth(1).expect("tx records").clone();
+    flip_byte(&path, second.offset + RECORD_HEADER_LEN + 2);
+    {
+        let store = Store::open(dir.path(), options())?;
+        let report = store.recovery_report();
+        let torn = report.torn_tail.clone().expect("torn tail");
+        assert_eq!((torn.segment, torn.offset), (number, second.offset as u64));
+        // The transaction's first record is intact but its commit is gone.
+        assert_eq!((report.incomplete_transactions, report.incomplete_transaction_records), (1, 1));
+        assert_contents(&store, &model);
+    }
+    let store = Store::open(dir.path(), options())?;
+    assert!(store.recovery_report().torn_tail.is_none());
+    assert_contents(&store, &model);
+    Ok(())
+}
+
+#[test]
+fn crafted_damage_followed_by_valid_records_of_its_own_sync_epoch_is_a_torn_tail() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let model = write_puts(dir.path(), 5)?;
+    let (number, path, records, end) = last_segment(dir.path());
+    let last = &records.last().expect("records").header;
+    // One unsynced write of three records, the first of which did not reach the disk whole.
+    let epoch = last.epoch + 1;
+    let mut write = Vec::new();
+    for i in 0..3u64 {
+        let mut rec = craft_record(RecordKind::Put, last.sequence + 1 + i, last.handle + 1 + i, epoch, "q", &[9; 64]);
+        if i == 0 {
+            rec[RECORD_HEADER_LEN + 10] ^= 0xff;
+        }
+        write.extend_from_slice(&rec);
+    }
+    write_at(&path, end, &write);
+    assert_torn_tail_is_cut(dir.path(), number, &path, end, &model)?;
+    Ok(())
+}
+
+/// Opens strictly and expects a corruption error at `offset` of `path`,
+/// with nothing on disk changed.
+fn assert_strict_open_refuses(dir: &Path, path: &Path, offset: usize) {
+    let before = snapshot(dir);
+    let e = expect_err("strict open of a damaged store", Store::open(dir, options()).map(|_| ()));
+    assert!(is_corruption_at(&e, path, offset as u64), "wrong error: {e:?}");
+    let message = e.to_string();
+    assert!(message.contains(&path.display().to_string()) && message.contains(&offset.to_string()), "{message}");
+    assert_eq!(snapshot(dir), before, "a refused open must not change anything");
+}
+
+#[test]
+fn damage_followed_by_a_record_of_a_later_sync_is_not_a_torn_tail() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let model = write_puts(dir.path(), 6)?;
+    let (number, path, records, _) = last_segment(dir.path());
+    // Record 3 was synced: records 4 and 5 were written by later writes.
+    let damaged = records[3].clone();
+    assert!(records[4].header.epoch > damaged.header.epoch);
+    flip_byte(&path, damaged.offset + RECORD_HEADER_LEN + 3);
+    assert_strict_open_refuses(dir.path(), &path, damaged.offset);
+
+    // Salvage keeps everything else and moves the segment aside.
+    let salvage = StoreOptions { recovery: RecoveryMode::Salvage, ..options() };
+    let mut model = model;
+    model.remove(&damaged.header.handle);
+    {
+        let store = Store::open(dir.path(), salvage)?;
+        let report = store.recovery_report();
+        assert!(report.torn_tail.is_none());
+        assert_eq!(report.damaged.len(), 1);
+        assert_eq!(report.damaged[0].segment, number);
+        assert_eq!(report.damaged[0].ranges, vec![(damaged.offset as u64, damaged.end() as u64)]);
+        assert_contents(&store, &model);
+    }
+    let store = Store::open(dir.path(), options())?;
+    assert_contents(&store, &model);
+    Ok(())
+}
+
+#[test]
+fn damage_to_the_first_record_of_a_segment_followed_by_a_later_write_is_not_a_torn_tail() -> TestResult {
+    // The first write of a segment has the epoch of the segment header; the
+    // next write has a higher one, so the first was synced before it.
+    let dir = tempfile::tempdir()?;
+    write_puts(dir.path(), 2)?;
+    let (_, path, records, _) = last_segment(dir.path());
+    assert_eq!(records.len(), 2);
+    assert!(records[1].header.epoch > records[0].header.epoch);
+    flip_byte(&path, records[0].offset + RECORD_HEADER_LEN + 3);
+    assert_strict_open_refuses(dir.path(), &path, records[0].offset);
+    Ok(())
+}
+
+#[test]
+fn a_torn_first_write_of_a_segment_is_a_torn_tail() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    {
+        let store = Store::open(dir.path(), options())?;
+        let mut tx = store.batch();
+        tx.put("q", b"one")?;
+        tx.put("q", b"two")?;
+        store.commit(tx)?;
+    }
+    let (number, path, records, _) = last_segment(dir.path());
+    flip_byte(&path, records[0].offset + RECORD_HEADER_LEN + 3);
+    assert_torn_tail_is_cut(dir.path(), number, &path, records[0].offset, &Contents::new())?;
+    Ok(())
+}
+
+#[test]
+fn a_corruption_error_names_the_segment_file_and_offset() {
+    let e = Error::corruption("/x/0000000003.seg", 4242, "checksum mismatch");
+    assert_eq!(e.to_string(), "corruption in /x/0000000003.seg at offset 4242: checksum mismatch");
+}
