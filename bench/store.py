@@ -598,6 +598,33 @@ def read_segments(path: Path, chunk: int = 8 << 20) -> tuple[float, int, int]:
     return time.perf_counter() - t0, total, len(files)
 
 
+def drop_page_cache() -> bool:
+    """Empties the page cache (root only); False where that is not allowed."""
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def cold_recovery(path: Path) -> dict[str, float] | None:
+    """Reading the segment files once from disk vs opening the store from disk
+    (page cache dropped before each); None where the cache cannot be dropped."""
+    if not drop_page_cache():
+        return None
+    read_s, read_bytes, _ = read_segments(path)
+    drop_page_cache()
+    t0 = time.perf_counter()
+    store = FileStore(path)
+    engine_s = store.recovery_report["seconds"]
+    open_s = time.perf_counter() - t0
+    store.close()
+    return {"read_seconds": read_s, "read_bytes": read_bytes, "open_seconds": open_s,
+            "engine_recovery_seconds": engine_s, "ratio": open_s / read_s}
+
+
 def bench_recovery(ctx: Context) -> None:
     n = ctx.n(50_000, 1_000_000, minimum=1000)
     tx_size = 1000
@@ -641,6 +668,21 @@ def bench_recovery(ctx: Context) -> None:
     best_open = min(r["open_seconds"] for r in runs)
     ratio = best_open / best_read
     median_ratio = statistics.median(r["ratio"] for r in runs)
+    ctx.step("recovery: from disk (page cache dropped before the read and before the open)")
+    cold = [c for c in (cold_recovery(path) for _ in range(2)) if c is not None]
+    if cold:
+        best = min(cold, key=lambda c: c["ratio"])
+        ctx.table(
+            f"Recovery from disk: {n:,} live {BODY_BYTES} B records; page cache dropped before each measurement",
+            ["run", "(a) read s", "MiB/s", "(b) open s", "engine recovery s", "b/a", f"≤{GOAL_RECOVERY_VS_READ:g}"],
+            [
+                [i, c["read_seconds"], c["read_bytes"] / 2**20 / c["read_seconds"], c["open_seconds"],
+                 c["engine_recovery_seconds"], c["ratio"], goal_cell(c["ratio"], "<=", GOAL_RECOVERY_VS_READ)]
+                for i, c in enumerate(cold, 1)
+            ],
+        )
+        ctx.goal("recovery", f"{n:,} records from disk: open/read", "ratio", best["ratio"], "<=",
+                 GOAL_RECOVERY_VS_READ)
     ctx.results["recovery"] = {
         "records": n,
         "build": built,
@@ -650,6 +692,7 @@ def bench_recovery(ctx: Context) -> None:
         "ratio": ratio,
         "median_ratio": median_ratio,
         "page_cache": "warm (one read pass of every segment file before the measurements)",
+        "cold_runs": cold,
     }
     ctx.table(
         f"Recovery: {n:,} live {BODY_BYTES} B records; page cache warm for both (a warm-up read pass first)",
@@ -681,11 +724,13 @@ def bench_recovery(ctx: Context) -> None:
         + [["best", "", "", best_read, best_open, "", "", ratio, goal_cell(ratio, "<=", GOAL_RECOVERY_VS_READ)]],
         footer=(
             "(a) every *.seg file read once in Python, 8 MiB reads; (b) FileStore(path) + recovery_report;\n"
-            "engine recovery s = recovery_report['seconds'] (the rest of (b) is lock, threads, preallocating the new "
-            "active segment)"
+            "engine recovery s = recovery_report['seconds'] (the rest of (b) is taking the lock and starting threads"
+            ")"
         ),
     )
-    ctx.goal("recovery", f"{n:,} records: open/read (best of {repeats})", "ratio", ratio, "<=", GOAL_RECOVERY_VS_READ)
+    if not cold:
+        ctx.goal("recovery", f"{n:,} records: open/read, warm cache (best of {repeats})", "ratio", ratio, "<=",
+                 GOAL_RECOVERY_VS_READ)
 
 
 # --------------------------------------------------------------------------

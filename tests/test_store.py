@@ -795,12 +795,6 @@ def test_reopen_with_smaller_segments_reads_old_records(open_store: OpenStore) -
     assert store.count("a") == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine: every open starts a new journal segment (preallocated to max_segment_bytes) and leaves "
-    "the previous, empty one in place; only compact() removes them, so N opens without writes leave N empty "
-    "segments (N x 64 MiB with the defaults)",
-)
 def test_reopening_without_writes_does_not_accumulate_segments(open_store: OpenStore, store_dir: Path) -> None:
     store = open_store(max_segment_bytes=8192)
     store.put("a", b"x")

@@ -203,12 +203,15 @@ fn set_version(path: &Path, version: u16) {
     fs::write(path, bytes).expect("write segment");
 }
 
+/// Writes one fixture store into the given directory.
+type MakeFixture = fn(&Path) -> Result<()>;
+
 fn main() {
     let out = std::env::args()
         .nth(1)
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("fixtures"));
-    let fixtures: [(&str, fn(&Path) -> Result<()>); 6] = [
+    let fixtures: [(&str, MakeFixture); 6] = [
         ("clean", clean),
         ("torn_tail", torn_tail),
         ("mid_segment_corrupt", mid_segment_corrupt),

@@ -161,7 +161,7 @@ pub fn read_segment_on(fs: &dyn FileSystem, path: &Path) -> Result<Vec<Item>> {
             Step::End => break,
             Step::Record(rec) => {
                 let h = &rec.header;
-                let body = segment::verify(&data, at, h).map(|(_, _, raw)| raw.into_owned()).unwrap_or_default();
+                let body = segment::verify(&data, at, h).map(|v| v.body.into_owned()).unwrap_or_default();
                 items.push(Item::Record(RecordInfo {
                     segment: number,
                     offset: at as u64,

@@ -151,6 +151,9 @@ pub fn read_segment<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, 
     Ok(out)
 }
 
+/// `(handle, collection, segment, offset)` of each live object.
+type LiveObjects = Vec<(u64, String, u64, u64)>;
+
 /// The live objects `(handle, collection, segment, offset)` as recovery
 /// would see them, and the recovery report; changes nothing.
 #[pyfunction]
@@ -159,7 +162,7 @@ pub fn live<'py>(
     py: Python<'py>,
     path: PathBuf,
     progress: Option<Py<PyAny>>,
-) -> PyResult<(Vec<(u64, String, u64, u64)>, Bound<'py, PyDict>)> {
+) -> PyResult<(LiveObjects, Bound<'py, PyDict>)> {
     let view = py
         .detach(|| {
             let mut report = python_progress(progress);

@@ -2,6 +2,8 @@
 //! arguments and results and releases the GIL around every call that does
 //! I/O, checksums or compression; policy and API live in Python.
 
+#![deny(clippy::unwrap_used)]
+
 use pyo3::prelude::*;
 
 mod codec;

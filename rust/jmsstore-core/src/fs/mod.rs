@@ -50,6 +50,19 @@ pub trait StorageFile: Send + Sync {
     /// Truncates or extends the file.
     fn set_len(&self, len: u64) -> io::Result<()>;
 
+    /// True if the file is empty.
+    fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    /// Replaces `buf`'s content with the whole file.
+    fn read_all_into(&self, buf: &mut Vec<u8>) -> io::Result<()> {
+        let len = self.len()? as usize;
+        buf.clear();
+        buf.resize(len, 0);
+        self.read_exact_at(buf, 0)
+    }
+
     /// Reads exactly `buf.len()` bytes at `offset`.
     fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
         while !buf.is_empty() {

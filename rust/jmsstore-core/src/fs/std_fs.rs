@@ -1,7 +1,7 @@
 //! The real file system.
 
 use std::fs::{self, File, OpenOptions};
-use std::io;
+use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -35,6 +35,22 @@ impl StorageFile for StdFile {
 
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.0.set_len(len)
+    }
+
+    fn read_all_into(&self, buf: &mut Vec<u8>) -> io::Result<()> {
+        // `read_to_end` fills the spare capacity without zeroing it first,
+        // which matters when recovery reads gigabytes. All other I/O here is
+        // positional, so moving the descriptor's cursor disturbs nobody.
+        let len = self.len()?;
+        buf.clear();
+        buf.reserve(len as usize);
+        let mut file = &self.0;
+        file.seek(SeekFrom::Start(0))?;
+        file.take(len).read_to_end(buf)?;
+        if buf.len() as u64 != len {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while being read"));
+        }
+        Ok(())
     }
 }
 

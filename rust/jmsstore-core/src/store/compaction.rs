@@ -235,7 +235,7 @@ pub(crate) fn compact(
     let started = Instant::now();
     let mut report = CompactionReport::default();
 
-    let waiter = Arc::new(Waiter::default());
+    let waiter = Arc::new(Waiter::new(&shared.wakeup));
     shared.submit_control(Work::Roll(Completion::waiter(waiter.clone())))?;
     waiter.wait()?;
 

@@ -299,6 +299,22 @@ impl Completion {
         }
     }
 
+    /// Completes without waking a synchronous waiter; returns true if one
+    /// needs the group's broadcast ([`Wakeup::notify`]).
+    fn complete_quietly(mut self, result: Result<()>) -> bool {
+        match self.0.take() {
+            Some(CompletionKind::Wait(w)) => {
+                w.set(result);
+                true
+            }
+            Some(kind @ CompletionKind::Callback(_)) => {
+                kind.run(result);
+                false
+            }
+            None => false,
+        }
+    }
+
     /// Drops the completion without running it.
     fn disarm(mut self) {
         self.0 = None;
@@ -322,31 +338,53 @@ impl Drop for Completion {
     }
 }
 
-/// A synchronous waiter: the submitting thread parks until the flusher
-/// (or the completer) hands it the result and unparks it.
+/// Where synchronous waiters sleep. The flusher sets the results of a whole
+/// group, then wakes everyone with one broadcast: one syscall per group
+/// instead of one per waiter, so it gets back to the queue sooner.
+#[derive(Default)]
+pub(crate) struct Wakeup {
+    lock: Mutex<()>,
+    cv: Condvar,
+}
+
+impl Wakeup {
+    fn notify(&self) {
+        // Taking the lock orders this wake-up after any waiter that saw its
+        // result missing and is about to sleep.
+        drop(lock(&self.lock));
+        self.cv.notify_all();
+    }
+}
+
+/// A synchronous waiter.
 pub(crate) struct Waiter {
     result: Mutex<Option<Result<()>>>,
     done: AtomicBool,
-    thread: std::thread::Thread,
-}
-
-impl Default for Waiter {
-    fn default() -> Self {
-        Waiter { result: Mutex::new(None), done: AtomicBool::new(false), thread: std::thread::current() }
-    }
+    wakeup: Arc<Wakeup>,
 }
 
 impl Waiter {
-    fn finish(&self, result: Result<()>) {
+    fn new(wakeup: &Arc<Wakeup>) -> Self {
+        Waiter { result: Mutex::new(None), done: AtomicBool::new(false), wakeup: wakeup.clone() }
+    }
+
+    /// Records the result without waking anyone (see [`Wakeup`]).
+    fn set(&self, result: Result<()>) {
         *lock(&self.result) = Some(result);
         self.done.store(true, Ordering::Release);
-        self.thread.unpark();
+    }
+
+    fn finish(&self, result: Result<()>) {
+        self.set(result);
+        self.wakeup.notify();
     }
 
     fn wait(&self) -> Result<()> {
+        let mut guard = lock(&self.wakeup.lock);
         while !self.done.load(Ordering::Acquire) {
-            std::thread::park();
+            guard = self.wakeup.cv.wait(guard).unwrap_or_else(|p| p.into_inner());
         }
+        drop(guard);
         lock(&self.result).take().unwrap_or(Err(Error::Closed))
     }
 }
@@ -400,6 +438,7 @@ pub(crate) struct Shared {
     closed: AtomicBool,
     compaction: Mutex<()>,
     spare: writer::SpareSlot,
+    wakeup: Arc<Wakeup>,
     recovery: RecoveryReport,
     /// The directory lock; dropped by `close` so the directory can be reopened at once.
     lock: Mutex<Option<Box<dyn LockGuard>>>,
@@ -541,8 +580,8 @@ pub(crate) fn read_body_at(file: &dyn StorageFile, path: &Path, loc: Location) -
     file.read_exact_at(&mut buf, loc.offset).map_err(|e| Error::io("reading record", path, e))?;
     let header = segment::decode_header(&buf, 0)
         .ok_or_else(|| Error::corruption(path, loc.offset, "malformed record header"))?;
-    let (_, _, raw) = segment::verify(&buf, 0, &header).map_err(|why| Error::corruption(path, loc.offset, why))?;
-    Ok(raw.into_owned())
+    let verified = segment::verify(&buf, 0, &header).map_err(|why| Error::corruption(path, loc.offset, why))?;
+    Ok(verified.body.into_owned())
 }
 
 fn check_collection(name: &str) -> Result<Arc<str>> {
@@ -674,10 +713,11 @@ impl Store {
             closed: AtomicBool::new(false),
             compaction: Mutex::new(()),
             spare: writer::SpareSlot::default(),
+            wakeup: Arc::default(),
             recovery: recovered.report,
             lock: Mutex::new(Some(guard)),
         });
-        let threads = writer::start(&shared, recovered.next_sequence, recovered.epoch)?;
+        let threads = writer::start(&shared, recovered.next_sequence, recovered.epoch, recovered.reusable_tail)?;
         Ok(Store { shared, threads: Mutex::new(Some(threads)) })
     }
 
@@ -707,7 +747,7 @@ impl Store {
         if batch.ops.is_empty() {
             return Ok(());
         }
-        let waiter = Arc::new(Waiter::default());
+        let waiter = Arc::new(Waiter::new(&self.shared.wakeup));
         self.commit_with(batch, Completion::waiter(waiter.clone()))?;
         waiter.wait()
     }
@@ -821,7 +861,7 @@ impl Store {
 
     /// Makes everything written so far durable (useful with `disabled`).
     pub fn flush(&self) -> Result<()> {
-        let waiter = Arc::new(Waiter::default());
+        let waiter = Arc::new(Waiter::new(&self.shared.wakeup));
         self.shared.submit_control(Work::Sync(Completion::waiter(waiter.clone())))?;
         waiter.wait()
     }

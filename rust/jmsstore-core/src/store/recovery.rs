@@ -17,14 +17,16 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use super::format::{
     parse_segment_file_name, segment_file_name, HeaderError, RecordKind, SegmentHeader, SegmentKind, FLAG_GROUP_END,
-    SEGMENT_HEADER_LEN,
+    FLAG_TX, SEGMENT_HEADER_LEN,
 };
-use super::index::{Index, Location};
+use super::index::{IdMap, Index, Location};
 use super::segment::{self, Step};
 use super::{compaction, Progress, RecoveryMode};
 use crate::error::{Error, Result};
@@ -117,6 +119,9 @@ pub struct Recovered {
     pub epoch: u64,
     /// Next segment number.
     pub next_segment: u64,
+    /// The last journal segment, if it ended cleanly (no damage, no torn
+    /// tail, its last write complete): the writer may go on appending to it.
+    pub reusable_tail: Option<u64>,
     /// What happened.
     pub report: RecoveryReport,
 }
@@ -136,15 +141,18 @@ struct PendingRecord {
     collection: u32,
 }
 
+/// A record applied from a damaged segment: kind, handle, sequence, location.
+type AppliedRecord = (RecordKind, u64, u64, Location);
+
 #[derive(Default)]
 struct Rebuild {
-    versions: HashMap<u64, Version>,
-    tombstones: HashMap<u64, u64>,
+    versions: IdMap<Version>,
+    tombstones: IdMap<u64>,
     collections: Vec<Arc<str>>,
     collection_ids: HashMap<Arc<str>, u32>,
-    pending_tx: HashMap<u64, Vec<PendingRecord>>,
+    pending_tx: IdMap<Vec<PendingRecord>>,
     /// For damaged segments: the records applied from them (to rewrite in salvage).
-    applied_in_damaged: HashMap<u64, Vec<(RecordKind, u64, u64, Location)>>,
+    applied_in_damaged: IdMap<Vec<AppliedRecord>>,
 }
 
 impl Rebuild {
@@ -190,8 +198,161 @@ impl Rebuild {
     }
 }
 
+/// A damaged segment's path, its damaged ranges and the bytes in them.
+type DamagedRanges = (PathBuf, Vec<(u64, u64)>, u64);
+
+/// A segment file as opened for recovery.
+struct Opened {
+    number: u64,
+    path: PathBuf,
+    file: Arc<dyn StorageFile>,
+    header: Option<SegmentHeader>,
+}
+
+/// One record as the scan found it (its bytes stay on disk).
+struct Scanned {
+    kind: RecordKind,
+    flags: u8,
+    /// Index into [`SegmentScan::names`].
+    name: u32,
+    handle: u64,
+    sequence: u64,
+    tx_id: u64,
+    offset: u64,
+    len: u32,
+    /// For commit records: how many records the transaction has.
+    commit_count: u32,
+}
+
+/// What scanning one segment found: done on worker threads, in parallel.
+struct SegmentScan {
+    records: Vec<Scanned>,
+    names: Vec<Box<str>>,
+    len: u64,
+    /// End of the valid records.
+    used: u64,
+    /// Damaged ranges (salvage).
+    ranges: Vec<(u64, u64)>,
+    torn: Option<TornTail>,
+    /// The first record continues a transaction begun in the previous segment.
+    continues_tx: bool,
+    /// The last valid record ended a write (or there is none): appending may go on.
+    ends_cleanly: bool,
+    /// Highest sync epoch of its records.
+    max_epoch: u64,
+}
+
+/// Reads, verifies and parses one segment.
+fn scan_segment(seg: &Opened, buf: &mut Vec<u8>, mode: RecoveryMode, last_journal: bool) -> Result<SegmentScan> {
+    seg.file.read_all_into(buf).map_err(|e| Error::io("reading segment", &seg.path, e))?;
+    let data = &buf[..];
+    let len = data.len();
+    let kind = seg.header.as_ref().map_or(SegmentKind::Journal, |h| h.kind);
+    let mut scan = SegmentScan {
+        records: Vec::with_capacity(len / 1024),
+        names: Vec::new(),
+        len: len as u64,
+        used: 0,
+        ranges: Vec::new(),
+        torn: None,
+        continues_tx: false,
+        ends_cleanly: true,
+        max_epoch: 0,
+    };
+    if seg.header.is_none() {
+        scan.ranges.push((0, SEGMENT_HEADER_LEN.min(len) as u64));
+    }
+    let mut names: HashMap<&str, u32> = HashMap::new();
+    let mut last_name: (&str, u32) = ("", u32::MAX);
+    // The first write into a segment carries the epoch of its header: a
+    // damaged first record belongs to that write, not to the next one.
+    let mut prev_epoch = seg.header.as_ref().map_or(0, |h| h.epoch);
+    let mut prev_group_end = false;
+    let mut prev_sequence = 0u64;
+    let mut at = SEGMENT_HEADER_LEN.min(len);
+    let mut used = at;
+    loop {
+        let damage = match segment::step(data, at) {
+            Step::End => break,
+            Step::Record(rec) if kind == SegmentKind::Journal && rec.header.sequence <= prev_sequence => {
+                format!("sequence number {} does not follow {prev_sequence}", rec.header.sequence)
+            }
+            Step::Record(rec) => {
+                let h = &rec.header;
+                if scan.records.is_empty() && kind == SegmentKind::Journal {
+                    // A transaction's id is the sequence number of its first record.
+                    scan.continues_tx = h.kind == RecordKind::Commit || (h.in_tx() && h.sequence != h.tx_id);
+                }
+                prev_epoch = h.epoch;
+                scan.max_epoch = scan.max_epoch.max(h.epoch);
+                prev_group_end = h.flags & FLAG_GROUP_END != 0;
+                if kind == SegmentKind::Journal {
+                    prev_sequence = h.sequence;
+                }
+                let name = if last_name.1 != u32::MAX && last_name.0 == rec.collection {
+                    last_name.1
+                } else {
+                    let next = names.len() as u32;
+                    let id = *names.entry(rec.collection).or_insert(next);
+                    if id == next {
+                        scan.names.push(rec.collection.into());
+                    }
+                    last_name = (rec.collection, id);
+                    id
+                };
+                let commit_count = if h.kind == RecordKind::Commit {
+                    rec.stored.get(..4).map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+                } else {
+                    0
+                };
+                scan.records.push(Scanned {
+                    kind: h.kind,
+                    flags: h.flags,
+                    name,
+                    handle: h.handle,
+                    sequence: h.sequence,
+                    tx_id: h.tx_id,
+                    offset: at as u64,
+                    len: h.total_len() as u32,
+                    commit_count,
+                });
+                at += h.total_len();
+                used = at;
+                continue;
+            }
+            Step::Damage(reason) => reason,
+        };
+        // Damage at `at`.
+        if last_journal && is_torn_tail(data, at, prev_epoch, prev_group_end) {
+            let garbage = data[at..].iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
+            scan.torn = Some(TornTail { segment: seg.number, offset: at as u64, bytes: garbage as u64 });
+            break;
+        }
+        if mode == RecoveryMode::Strict {
+            return Err(Error::corruption(&seg.path, at as u64, damage));
+        }
+        match segment::resync(data, at + 1) {
+            Some(next) => {
+                scan.ranges.push((at as u64, next as u64));
+                at = next;
+            }
+            None => {
+                let end = data.iter().rposition(|&b| b != 0).map_or(at, |p| p + 1).max(at);
+                scan.ranges.push((at as u64, end as u64));
+                break;
+            }
+        }
+    }
+    scan.used = used as u64;
+    scan.ends_cleanly = scan.records.is_empty() || prev_group_end;
+    Ok(scan)
+}
+
 /// Recovers the store in `dir`. With `read_only`, nothing on disk is changed
 /// (no truncation, no salvage, no cleanup): what would be done is reported.
+///
+/// Worker threads read, verify and parse segments in parallel; this thread
+/// applies them strictly in segment order as they arrive.
 pub fn recover(
     fs: &dyn FileSystem,
     dir: &Path,
@@ -205,7 +366,6 @@ pub fn recover(
 
     // Interrupted compactions: a manifest means the output is complete and
     // the inputs it lists are to go; scratch files are removed.
-    let mut excluded: Vec<u64> = Vec::new();
     let mut segment_paths: BTreeMap<u64, PathBuf> = BTreeMap::new();
     let mut manifests = Vec::new();
     for path in &entries {
@@ -224,15 +384,13 @@ pub fn recover(
         }
     }
     for manifest in &manifests {
-        let inputs = compaction::read_manifest(fs, manifest)?;
-        for number in &inputs {
-            if let Some(path) = segment_paths.remove(number) {
+        for number in compaction::read_manifest(fs, manifest)? {
+            if let Some(path) = segment_paths.remove(&number) {
                 if !read_only {
                     fs.remove_file(&path).map_err(|e| Error::io("removing compacted input", &path, e))?;
                 }
             }
         }
-        excluded.extend(inputs);
         if !read_only {
             fs.sync_dir(dir).map_err(|e| Error::io("syncing store directory", dir, e))?;
             fs.remove_file(manifest).map_err(|e| Error::io("removing compaction manifest", manifest, e))?;
@@ -244,7 +402,7 @@ pub fn recover(
     }
 
     // Headers first: which segment is the last journal, and is the store id consistent.
-    let mut opened: Vec<(u64, PathBuf, Arc<dyn StorageFile>, Option<SegmentHeader>)> = Vec::new();
+    let mut opened: Vec<Opened> = Vec::new();
     let mut total_bytes = 0u64;
     for (&number, path) in &segment_paths {
         let mode_flags = if read_only { OpenMode::READ } else { OpenMode::WRITE };
@@ -268,110 +426,108 @@ pub fn recover(
             },
             Err(_) => bad_header(mode, path, "file is shorter than a segment header".into())?,
         };
-        opened.push((number, path.clone(), file, header));
+        opened.push(Opened { number, path: path.clone(), file, header });
     }
-    let store_id = match opened.iter().find_map(|(_, _, _, h)| h.as_ref()) {
+    let store_id = match opened.iter().find_map(|o| o.header.as_ref()) {
         Some(h) => h.store_id,
         None => rand::random(),
     };
-    for (number, path, _, header) in &opened {
-        if let Some(h) = header {
-            if h.store_id != store_id {
-                let reason = "segment belongs to a different store (store id differs)".to_string();
-                if mode == RecoveryMode::Strict {
-                    return Err(Error::corruption(path, 0, reason));
-                }
-                let _ = number;
-            }
+    if mode == RecoveryMode::Strict {
+        if let Some(foreign) = opened.iter().find(|o| o.header.as_ref().is_some_and(|h| h.store_id != store_id)) {
+            return Err(Error::corruption(&foreign.path, 0, "segment belongs to a different store (store id differs)"));
         }
     }
     let last_journal = opened
         .iter()
-        .filter(|(_, _, _, h)| h.as_ref().is_some_and(|h| h.kind == SegmentKind::Journal))
-        .map(|(n, _, _, _)| *n)
+        .filter(|o| o.header.as_ref().is_some_and(|h| h.kind == SegmentKind::Journal))
+        .map(|o| o.number)
         .max();
 
     let mut rebuild = Rebuild::default();
     let mut next_handle = 1u64;
     let mut next_sequence = 1u64;
     let mut epoch = 0u64;
+    for h in opened.iter().filter_map(|o| o.header.as_ref()) {
+        next_handle = next_handle.max(h.next_handle);
+        next_sequence = next_sequence.max(h.next_sequence);
+        epoch = epoch.max(h.epoch);
+    }
     let mut segments = BTreeMap::new();
-    let mut damaged_ranges: BTreeMap<u64, (PathBuf, Vec<(u64, u64)>, u64)> = BTreeMap::new();
+    let mut damaged_ranges: BTreeMap<u64, DamagedRanges> = BTreeMap::new();
+    let mut reusable_tail = None;
     let mut done_bytes = 0u64;
 
-    for (number, path, file, header) in opened {
-        report.segments += 1;
-        let len = file.len().map_err(|e| Error::io("reading segment size", &path, e))? as usize;
-        let mut data = vec![0u8; len];
-        file.read_exact_at(&mut data, 0).map_err(|e| Error::io("reading segment", &path, e))?;
-        report.bytes_scanned += len as u64;
-
-        let mut ranges: Vec<(u64, u64)> = Vec::new();
-        let kind = header.as_ref().map_or(SegmentKind::Journal, |h| h.kind);
-        // Track what is applied from this segment from its first record on:
-        // if damage turns up further in, salvage must rewrite the records
-        // before it too. Dropped below if the segment is intact.
-        rebuild.applied_in_damaged.insert(number, Vec::new());
-        if let Some(h) = &header {
-            next_handle = next_handle.max(h.next_handle);
-            next_sequence = next_sequence.max(h.next_sequence);
-            epoch = epoch.max(h.epoch);
-        } else {
-            ranges.push((0, SEGMENT_HEADER_LEN.min(len) as u64));
-        }
-        // The first write into a segment carries the epoch of its header: a
-        // damaged first record belongs to that write, not to the next one.
-        let mut prev_epoch = header.as_ref().map_or(0, |h| h.epoch);
-        let mut prev_group_end = false;
-        let mut prev_sequence = 0u64;
-        let mut records_here = 0u64;
-        let mut continues_tx = false;
-        let mut at = SEGMENT_HEADER_LEN.min(len);
-        let mut used = at;
-        loop {
-            let damage = match segment::step(&data, at) {
-                Step::End => break,
-                Step::Record(rec) if kind == SegmentKind::Journal && rec.header.sequence <= prev_sequence => {
-                    format!("sequence number {} does not follow {prev_sequence}", rec.header.sequence)
+    let workers = thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, 4).min(opened.len().max(1));
+    let next_to_scan = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let (sender, results) = mpsc::channel::<(usize, Result<SegmentScan>)>();
+    let outcome = thread::scope(|scope| -> Result<()> {
+        for _ in 0..workers {
+            let sender = sender.clone();
+            let (opened, next_to_scan, stop) = (&opened, &next_to_scan, &stop);
+            scope.spawn(move || {
+                let mut buf = Vec::new();
+                loop {
+                    let i = next_to_scan.fetch_add(1, Ordering::Relaxed);
+                    if i >= opened.len() || stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let seg = &opened[i];
+                    let scan = scan_segment(seg, &mut buf, mode, Some(seg.number) == last_journal);
+                    if sender.send((i, scan)).is_err() {
+                        return;
+                    }
                 }
-                Step::Record(rec) => {
-                    let h = &rec.header;
-                    let total = h.total_len();
-                    report.records += 1;
-                    if records_here == 0 && kind == SegmentKind::Journal {
-                        // A transaction's id is the sequence number of its first record.
-                        continues_tx = h.kind == RecordKind::Commit || (h.in_tx() && h.sequence != h.tx_id);
-                    }
-                    records_here += 1;
-                    next_handle = next_handle.max(h.handle.saturating_add(1));
-                    next_sequence = next_sequence.max(h.sequence + 1);
-                    epoch = epoch.max(h.epoch);
-                    prev_epoch = h.epoch;
-                    prev_group_end = h.flags & FLAG_GROUP_END != 0;
-                    if kind == SegmentKind::Journal {
-                        prev_sequence = h.sequence;
-                    }
-                    let loc = Location { segment: number, offset: at as u64, len: total as u32 };
-                    let collection = rebuild.collection(rec.collection);
-                    let pending =
-                        PendingRecord { kind: h.kind, handle: h.handle, sequence: h.sequence, loc, collection };
+            });
+        }
+        drop(sender);
+        let mut arrived: BTreeMap<usize, Result<SegmentScan>> = BTreeMap::new();
+        let mut want = 0;
+        let mut apply_in_order = |arrived: &mut BTreeMap<usize, Result<SegmentScan>>| -> Result<()> {
+            while let Some(scan) = arrived.remove(&want) {
+                let seg = &opened[want];
+                want += 1;
+                let scan = scan?;
+                let number = seg.number;
+                let kind = seg.header.as_ref().map_or(SegmentKind::Journal, |h| h.kind);
+                report.segments += 1;
+                report.bytes_scanned += scan.len;
+                report.records += scan.records.len() as u64;
+                let damaged = !scan.ranges.is_empty();
+                if damaged {
+                    // Salvage rewrites what was applied from this segment.
+                    rebuild.applied_in_damaged.insert(number, Vec::new());
+                }
+                let ids: Vec<u32> = scan.names.iter().map(|n| rebuild.collection(n)).collect();
+                rebuild.versions.reserve(scan.records.len());
+                for r in &scan.records {
+                    next_handle = next_handle.max(r.handle.saturating_add(1));
+                    next_sequence = next_sequence.max(r.sequence + 1);
+                    let loc = Location { segment: number, offset: r.offset, len: r.len };
+                    let pending = PendingRecord {
+                        kind: r.kind,
+                        handle: r.handle,
+                        sequence: r.sequence,
+                        loc,
+                        collection: ids[r.name as usize],
+                    };
                     if kind == SegmentKind::Compacted {
                         rebuild.apply(pending);
-                    } else if h.kind == RecordKind::Commit {
-                        let expected = rec.stored.get(..4).map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4")));
-                        let records = rebuild.pending_tx.remove(&h.tx_id).unwrap_or_default();
-                        if records.len() as u64 == u64::from(expected) {
-                            for r in records {
-                                rebuild.apply(r);
+                    } else if r.kind == RecordKind::Commit {
+                        let records = rebuild.pending_tx.remove(&r.tx_id).unwrap_or_default();
+                        if records.len() as u64 == u64::from(r.commit_count) {
+                            for p in records {
+                                rebuild.apply(p);
                             }
                         } else {
-                            if mode == RecoveryMode::Strict && ranges.is_empty() {
+                            if mode == RecoveryMode::Strict && !damaged {
                                 return Err(Error::corruption(
-                                    &path,
-                                    at as u64,
+                                    &seg.path,
+                                    r.offset,
                                     format!(
-                                        "transaction {} commits {expected} records but {} were found",
-                                        h.tx_id,
+                                        "transaction {} commits {} records but {} were found",
+                                        r.tx_id,
+                                        r.commit_count,
                                         records.len()
                                     ),
                                 ));
@@ -379,61 +535,60 @@ pub fn recover(
                             report.incomplete_transactions += 1;
                             report.incomplete_transaction_records += records.len() as u64;
                         }
-                    } else if h.in_tx() {
-                        rebuild.pending_tx.entry(h.tx_id).or_default().push(pending);
+                    } else if r.flags & FLAG_TX != 0 {
+                        rebuild.pending_tx.entry(r.tx_id).or_default().push(pending);
                     } else {
                         rebuild.apply(pending);
                     }
-                    at += total;
-                    used = at;
-                    continue;
                 }
-                Step::Damage(reason) => reason,
-            };
-            // Damage at `at`.
-            if Some(number) == last_journal && is_torn_tail(&data, at, prev_epoch, prev_group_end) {
-                let garbage = data[at..].iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
-                report.torn_tail = Some(TornTail { segment: number, offset: at as u64, bytes: garbage as u64 });
-                if !read_only {
-                    file.set_len(at as u64).map_err(|e| Error::io("truncating torn tail", &path, e))?;
-                    file.sync_data().map_err(|e| Error::io("syncing truncated segment", &path, e))?;
+                epoch = epoch.max(scan.max_epoch);
+                if let Some(torn) = &scan.torn {
+                    if !read_only {
+                        seg.file.set_len(torn.offset).map_err(|e| Error::io("truncating torn tail", &seg.path, e))?;
+                        seg.file.sync_data().map_err(|e| Error::io("syncing truncated segment", &seg.path, e))?;
+                    }
+                    report.torn_tail = Some(torn.clone());
                 }
-                break;
+                if damaged {
+                    let lost = scan.ranges.iter().map(|(a, b)| b - a).sum();
+                    damaged_ranges.insert(number, (seg.path.clone(), scan.ranges.clone(), lost));
+                    report.damaged.push(DamagedSegment {
+                        segment: number,
+                        path: seg.path.clone(),
+                        ranges: Vec::new(),
+                        records_recovered: scan.records.len() as u64,
+                        live_objects_kept: 0,
+                        bytes_lost: lost,
+                    });
+                } else if Some(number) == last_journal && scan.torn.is_none() && scan.ends_cleanly && !read_only {
+                    reusable_tail = Some(number);
+                }
+                segments.insert(
+                    number,
+                    SegmentState {
+                        number,
+                        kind,
+                        path: seg.path.clone(),
+                        file: seg.file.clone(),
+                        used: scan.used,
+                        continues_tx: scan.continues_tx,
+                    },
+                );
+                done_bytes += scan.len;
+                progress(done_bytes, total_bytes);
             }
-            if mode == RecoveryMode::Strict {
-                return Err(Error::corruption(&path, at as u64, damage));
-            }
-            match segment::resync(&data, at + 1) {
-                Some(next) => {
-                    ranges.push((at as u64, next as u64));
-                    at = next;
-                }
-                None => {
-                    let end = data.iter().rposition(|&b| b != 0).map_or(at, |p| p + 1).max(at);
-                    ranges.push((at as u64, end as u64));
-                    break;
-                }
+            Ok(())
+        };
+        for (i, scan) in results.iter() {
+            arrived.insert(i, scan);
+            if let Err(e) = apply_in_order(&mut arrived) {
+                stop.store(true, Ordering::Relaxed);
+                return Err(e);
             }
         }
-        done_bytes += len as u64;
-        progress(done_bytes, total_bytes);
-        if ranges.is_empty() {
-            rebuild.applied_in_damaged.remove(&number);
-        } else {
-            let lost = ranges.iter().map(|(a, b)| b - a).sum();
-            damaged_ranges.insert(number, (path.clone(), ranges, lost));
-            report.damaged.push(DamagedSegment {
-                segment: number,
-                path: path.clone(),
-                ranges: Vec::new(),
-                records_recovered: records_here,
-                live_objects_kept: 0,
-                bytes_lost: lost,
-            });
-        }
-        segments.insert(number, SegmentState { number, kind, path, file, used: used as u64, continues_tx });
-    }
-    let _ = excluded;
+        Ok(())
+    });
+    outcome?;
 
     for (_, records) in rebuild.pending_tx.drain() {
         report.incomplete_transactions += 1;
@@ -500,14 +655,24 @@ pub fn recover(
     }
 
     // The index, ordered by handle within each collection.
-    let mut index = Index::default();
-    for (handle, v) in &rebuild.versions {
-        index.insert(*handle, &rebuild.collections[v.collection as usize], v.loc);
-    }
+    let index = Index::build(rebuild.versions.iter().map(|(&h, v)| (h, v.collection, v.loc)), rebuild.collections);
     report.live_objects = index.len() as u64;
     next_segment = next_segment.max(segments.keys().next_back().map_or(1, |n| n + 1));
     report.duration = started.elapsed();
-    Ok(Recovered { index, segments, store_id, next_handle, next_sequence, epoch: epoch + 1, next_segment, report })
+    if report.damaged.iter().any(|d| Some(d.segment) == reusable_tail) {
+        reusable_tail = None;
+    }
+    Ok(Recovered {
+        index,
+        segments,
+        store_id,
+        next_handle,
+        next_sequence,
+        epoch: epoch + 1,
+        next_segment,
+        reusable_tail,
+        report,
+    })
 }
 
 fn bad_header(mode: RecoveryMode, path: &Path, reason: String) -> Result<Option<SegmentHeader>> {

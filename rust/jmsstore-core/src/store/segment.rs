@@ -34,13 +34,19 @@ pub enum Step<'a> {
     Damage(String),
 }
 
+/// The parts of a record that verified.
+pub struct Verified<'a> {
+    /// Its collection name.
+    pub collection: &'a str,
+    /// Its body as stored.
+    pub stored: &'a [u8],
+    /// Its body uncompressed.
+    pub body: Cow<'a, [u8]>,
+}
+
 /// Verifies the record whose header is `header` at `buf[at..]` and returns
-/// its uncompressed body, or why it is bad.
-pub fn verify<'a>(
-    buf: &'a [u8],
-    at: usize,
-    header: &RecordHeader,
-) -> Result<(&'a str, &'a [u8], Cow<'a, [u8]>), String> {
+/// its parts, or why it is bad.
+pub fn verify<'a>(buf: &'a [u8], at: usize, header: &RecordHeader) -> Result<Verified<'a>, String> {
     let name_start = at + RECORD_HEADER_LEN;
     let body_start = name_start + header.name_len;
     let end = body_start + header.stored_len;
@@ -61,7 +67,7 @@ pub fn verify<'a>(
     if crc != header.crc {
         return Err(format!("checksum mismatch (stored {:#010x}, computed {crc:#010x})", header.crc));
     }
-    Ok((name, stored, raw))
+    Ok(Verified { collection: name, stored, body: raw })
 }
 
 /// Reads the record at `buf[at..]`, verifying it.
@@ -77,7 +83,7 @@ pub fn step(buf: &[u8], at: usize) -> Step<'_> {
         });
     };
     match verify(buf, at, &header) {
-        Ok((collection, stored, _)) => Step::Record(RecordView { offset: at, header, collection, stored }),
+        Ok(v) => Step::Record(RecordView { offset: at, header, collection: v.collection, stored: v.stored }),
         Err(reason) => Step::Damage(reason),
     }
 }

@@ -7,15 +7,26 @@
 //! segment goes to a new one; only a batch bigger than a whole segment is
 //! split (its commit record is then in the last part).
 //!
+//! Completion: the flusher applies a durable group to the index, sets every
+//! waiter's result and wakes them all with one broadcast. Before it takes the
+//! next queue it yields the CPU for as long as the writers it just released
+//! keep coming back with new work (up to as many as it released): on a busy
+//! machine they need a moment to run, and without it the next group would
+//! hold only the first few of them while the rest waited for another sync.
+//! This is not a timer: a lone writer, or an idle disk, never waits.
+//!
 //! Segments are preallocated with zeros by the preparer thread, in the
-//! background, under a `.prep` name; the flusher writes the header, syncs,
-//! and renames it into place when it rolls over. Appending into allocated
-//! blocks keeps `fdatasync` from having to commit a file-size change.
+//! background, under a `.prep` name, once the active segment is half full;
+//! the flusher writes the header, syncs, and renames it into place when it
+//! rolls over. Appending into allocated blocks keeps `fdatasync` from having
+//! to commit a file-size change. On reopen, a last segment that ended
+//! cleanly with room left is appended to rather than replaced.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
 
 use super::format::{
     append_record, segment_file_name, set_record_flags, RecordFields, RecordKind, SegmentHeader, SegmentKind,
@@ -31,10 +42,12 @@ use crate::fs::{OpenMode, StorageFile};
 pub(crate) struct Threads {
     flusher: JoinHandle<()>,
     preparer: JoinHandle<()>,
-    completer: JoinHandle<()>,
 }
 
 enum SpareState {
+    /// Not wanted yet (the active segment is less than half full).
+    Idle,
+    /// Wanted: the preparer is (or is about to be) making one.
     Empty,
     Ready(PathBuf, Arc<dyn StorageFile>),
     Failed,
@@ -49,7 +62,7 @@ pub(crate) struct SpareSlot {
 
 impl Default for SpareSlot {
     fn default() -> Self {
-        SpareSlot { state: Mutex::new(SpareState::Empty), cv: Condvar::new() }
+        SpareSlot { state: Mutex::new(SpareState::Idle), cv: Condvar::new() }
     }
 }
 
@@ -87,27 +100,26 @@ struct Writer {
     last_record: Option<(usize, u32)>,
     /// Batches whose records are all in written groups, waiting for the group's sync.
     ready: Vec<Placed>,
-    /// Completions go to the completer thread, so that waking the waiters of
-    /// one group overlaps with writing the next.
-    completed: mpsc::Sender<Vec<Completion>>,
+    /// Synchronous waiters released by the last completion (see the module docs).
+    last_released: usize,
+    /// How long the last group's write and sync took.
+    last_sync: Duration,
 }
 
-/// Creates the first active segment and starts the threads.
-pub(crate) fn start(shared: &Arc<Shared>, next_sequence: u64, epoch: u64) -> Result<Threads> {
-    let (path, file) = prepare_spare(shared)?;
-    let active = activate(shared, path, file, next_sequence, epoch, false)?;
+/// Longest wait for released writers to come back, whatever the disk's speed.
+const MAX_GATHER: Duration = Duration::from_millis(1);
+
+/// Starts the threads with an active segment: the last journal segment
+/// `reuse` if recovery found it ended cleanly and it has room, else a new one.
+pub(crate) fn start(shared: &Arc<Shared>, next_sequence: u64, epoch: u64, reuse: Option<u64>) -> Result<Threads> {
+    let active = match reuse.and_then(|number| reopen_active(shared, number).transpose()) {
+        Some(active) => active?,
+        None => {
+            let (path, file) = prepare_spare(shared)?;
+            activate(shared, path, file, next_sequence, epoch, false)?
+        }
+    };
     let group_start = active.offset;
-    let (completed, to_complete) = mpsc::channel::<Vec<Completion>>();
-    let completer = thread::Builder::new()
-        .name("jmsstore-completer".into())
-        .spawn(move || {
-            while let Ok(batch) = to_complete.recv() {
-                for completion in batch {
-                    completion.complete(Ok(()));
-                }
-            }
-        })
-        .map_err(|e| Error::io("starting completer thread", &shared.dir, e))?;
     let writer = Writer {
         shared: shared.clone(),
         active,
@@ -118,7 +130,8 @@ pub(crate) fn start(shared: &Arc<Shared>, next_sequence: u64, epoch: u64) -> Res
         group_records: 0,
         last_record: None,
         ready: Vec::new(),
-        completed,
+        last_released: 0,
+        last_sync: Duration::ZERO,
     };
     let flusher = thread::Builder::new()
         .name("jmsstore-flusher".into())
@@ -129,7 +142,29 @@ pub(crate) fn start(shared: &Arc<Shared>, next_sequence: u64, epoch: u64) -> Res
         .name("jmsstore-preparer".into())
         .spawn(move || run_preparer(&preparer_shared))
         .map_err(|e| Error::io("starting preparer thread", &shared.dir, e))?;
-    Ok(Threads { flusher, preparer, completer })
+    Ok(Threads { flusher, preparer })
+}
+
+/// Makes the recovered segment `number` the active one again if at least a
+/// quarter of it is free; `None` if not worth it.
+fn reopen_active(shared: &Shared, number: u64) -> Result<Option<Active>> {
+    let capacity = shared.options.max_segment_bytes;
+    let mut state = shared.state();
+    let Some(seg) = state.segments.get_mut(&number) else {
+        return Ok(None);
+    };
+    if seg.kind != SegmentKind::Journal || seg.used > capacity / 4 * 3 {
+        return Ok(None);
+    }
+    let file = if shared.options.sync_policy == SyncPolicy::DirectWrite {
+        let mode = OpenMode { dsync: true, ..OpenMode::WRITE };
+        shared.fs.open(&seg.path, mode).map_err(io("reopening segment with O_DSYNC", &seg.path))?
+    } else {
+        seg.file.clone()
+    };
+    seg.file = file.clone();
+    seg.active = true;
+    Ok(Some(Active { number, file, path: seg.path.clone(), offset: seg.used }))
 }
 
 /// Stops the threads after the flusher has written everything queued.
@@ -144,8 +179,6 @@ pub(crate) fn shutdown(shared: &Shared, threads: Threads) {
     }
     shared.spare.cv.notify_all();
     let _ = threads.preparer.join();
-    // The flusher dropped its sender on exit, so the completer has finished too.
-    let _ = threads.completer.join();
 }
 
 fn run_preparer(shared: &Shared) {
@@ -288,6 +321,32 @@ impl Writer {
                 }
                 if state.queue.is_empty() {
                     break;
+                }
+                if state.queue.len() < self.last_released {
+                    // Released writers come back one after another as they get
+                    // CPU time; wait while they keep arriving (each submit signals
+                    // `work_ready`), not for the ones that went on to other work.
+                    let started = Instant::now();
+                    let gap = (self.last_sync / 8).min(MAX_GATHER);
+                    let cap = started + (self.last_sync / 2).min(MAX_GATHER);
+                    let mut seen = state.queue.len();
+                    let mut deadline = (started + gap).min(cap);
+                    while state.queue.len() < self.last_released && !state.closing {
+                        let now = Instant::now();
+                        if now >= deadline {
+                            break;
+                        }
+                        state = self
+                            .shared
+                            .work_ready
+                            .wait_timeout(state, deadline - now)
+                            .unwrap_or_else(|p| p.into_inner())
+                            .0;
+                        if state.queue.len() > seen {
+                            seen = state.queue.len();
+                            deadline = (Instant::now() + gap).min(cap);
+                        }
+                    }
                 }
                 std::mem::take(&mut state.queue)
             };
@@ -487,6 +546,7 @@ impl Writer {
         }
         let counters = &self.shared.counters;
         let path = &self.active.path;
+        let started = Instant::now();
         if let Err(e) = self.active.file.write_all_at(&self.buf, self.group_start) {
             let err = Error::io("writing segment", path, e);
             if matches!(err, Error::Full(_)) && !self.shared.options.preallocate {
@@ -512,12 +572,16 @@ impl Writer {
             }
             SyncPolicy::Disabled => {}
         }
+        self.last_sync = started.elapsed();
         bump(&counters.writes, 1);
         bump(&counters.bytes_written, self.buf.len() as u64);
         bump(&counters.records_written, self.group_records);
         counters.max_group_records.fetch_max(self.group_records, Ordering::Relaxed);
         self.active.offset = self.group_start + self.buf.len() as u64;
         self.group_start = self.active.offset;
+        if self.active.offset > self.capacity() / 2 {
+            self.want_spare();
+        }
         self.buf.clear();
         self.group_records = 0;
         self.last_record = None;
@@ -564,9 +628,14 @@ impl Writer {
                 }
             }
         }
-        // If the completer is gone the store is shutting down abnormally; the
-        // completions are dropped with it (their waiters see a closed store).
-        let _ = self.completed.send(ready.into_iter().map(|p| p.completion).collect());
+        let mut released = 0;
+        for placed in ready {
+            released += usize::from(placed.completion.complete_quietly(Ok(())));
+        }
+        if released > 0 {
+            self.shared.wakeup.notify();
+        }
+        self.last_released = released;
         Ok(())
     }
 
@@ -590,13 +659,12 @@ impl Writer {
         }
         let taken = {
             let mut spare = lock(&self.shared.spare.state);
-            let taken = std::mem::replace(&mut *spare, SpareState::Empty);
+            let taken = std::mem::replace(&mut *spare, SpareState::Idle);
             if let SpareState::Stopped = taken {
                 *spare = SpareState::Stopped;
             }
             taken
         };
-        self.shared.spare.cv.notify_all();
         let (path, file) = match taken {
             SpareState::Ready(path, file) => (path, file),
             _ => prepare_spare(&self.shared)?,
@@ -610,6 +678,16 @@ impl Writer {
         self.active = active;
         self.group_start = self.active.offset;
         Ok(())
+    }
+
+    /// Asks the preparer for the next segment (once per segment).
+    fn want_spare(&self) {
+        let mut spare = lock(&self.shared.spare.state);
+        if let SpareState::Idle = *spare {
+            *spare = SpareState::Empty;
+            drop(spare);
+            self.shared.spare.cv.notify_all();
+        }
     }
 
     fn poison(&self, e: &Error) {
