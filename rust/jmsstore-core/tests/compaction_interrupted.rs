@@ -146,6 +146,39 @@ fn a_full_compaction_reclaims_the_dead_space() -> TestResult {
 }
 
 #[test]
+fn automatic_compaction_keeps_a_queue_workload_bounded() -> TestResult {
+    // Used as a queue (put, then delete a little later) the store must not
+    // grow without bound: the background compactor removes dead segments.
+    let dir = tempfile::tempdir()?;
+    let opts = StoreOptions { max_segment_bytes: 8192, preallocate: false, ..StoreOptions::default() };
+    assert!(opts.compaction_threshold > 0.0, "on by default");
+    let store = Store::open(dir.path(), opts.clone())?;
+    let mut model = Contents::new();
+    let mut backlog = std::collections::VecDeque::new();
+    for i in 0..3000 {
+        let body = common::body(&format!("m{i}"), 300);
+        let h = store.put("queue", &body)?;
+        model.insert(h, ("queue".into(), body));
+        backlog.push_back(h);
+        if backlog.len() > 20 {
+            let old = backlog.pop_front().expect("backlog is not empty");
+            store.delete(old)?;
+            model.remove(&old);
+        }
+    }
+    // About 1 MB went through; 20 live records fit in one segment.
+    let stats = store.stats();
+    assert!(stats.auto_compactions > 0, "{stats:?}");
+    assert_eq!(stats.auto_compaction_failures, 0);
+    assert!(stats.segments <= 8, "{} segments for 20 live records: {stats:?}", stats.segments);
+    assert_contents(&store, &model);
+    drop(store);
+    let store = Store::open(dir.path(), opts)?;
+    assert_contents(&store, &model);
+    Ok(())
+}
+
+#[test]
 fn reopening_appends_to_the_last_segment_instead_of_piling_up_new_ones() -> TestResult {
     let dir = tempfile::tempdir()?;
     let opts = StoreOptions { max_segment_bytes: 16384, ..StoreOptions::default() };

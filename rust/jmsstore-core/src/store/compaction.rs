@@ -13,6 +13,7 @@
 //!    here on leaves duplicates, which recovery resolves by sequence number.
 //! 5. A manifest naming the inputs is written (atomically). From here on
 //!    recovery finishes the job: it removes the inputs the manifest names.
+//!    (Under the `disabled` policy the journal is synced first: see there.)
 //! 6. The index is switched to the copies, only for objects that did not
 //!    change meanwhile (the copy of a changed object is dead on arrival).
 //! 7. The inputs are removed, then the manifest.
@@ -20,13 +21,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::format::{segment_file_name, RecordKind, SegmentHeader, SegmentKind, SEGMENT_HEADER_LEN};
 use super::index::Location;
 use super::segment::{self, Step as ScanStep};
-use super::{bump, lock, Completion, Progress, SegmentInfo, Shared, Waiter, Work};
+use super::{bump, lock, Completion, Progress, SegmentInfo, Shared, SyncPolicy, Waiter, Work};
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, OpenMode, StorageFile};
 
@@ -225,19 +226,81 @@ fn select_inputs(segments: &BTreeMap<u64, SegmentInfo>) -> Vec<u64> {
     chosen
 }
 
+/// Wakes the background compactor (see `StoreOptions::compaction_threshold`).
+#[derive(Default)]
+pub(crate) struct Compactor {
+    /// (a check was asked for, stop)
+    state: Mutex<(bool, bool)>,
+    cv: Condvar,
+}
+
+impl Compactor {
+    /// Asks for a check (after a rollover): cheap, never blocks the caller.
+    pub(crate) fn poke(&self) {
+        lock(&self.state).0 = true;
+        self.cv.notify_one();
+    }
+
+    pub(crate) fn stop(&self) {
+        lock(&self.state).1 = true;
+        self.cv.notify_one();
+    }
+}
+
+/// True if the sealed segments are mostly dead: their live share is below
+/// the threshold and at least one segment's worth could be reclaimed.
+fn worth_compacting(shared: &Shared) -> bool {
+    let state = shared.state();
+    let (total, live) = state
+        .segments
+        .values()
+        .filter(|s| !s.active)
+        .fold((0u64, 0u64), |(t, l), s| (t + s.used.saturating_sub(SEGMENT_HEADER_LEN as u64), l + s.live));
+    let dead = total.saturating_sub(live);
+    dead >= shared.options.max_segment_bytes && (live as f64) < shared.options.compaction_threshold * total as f64
+}
+
+/// The background compactor's loop.
+pub(crate) fn run_compactor(shared: &Arc<Shared>) {
+    loop {
+        {
+            let mut state = lock(&shared.compactor.state);
+            while !state.0 && !state.1 {
+                state = shared.compactor.cv.wait(state).unwrap_or_else(|p| p.into_inner());
+            }
+            if state.1 {
+                return;
+            }
+            state.0 = false;
+        }
+        if worth_compacting(shared) {
+            bump(&shared.counters.auto_compactions, 1);
+            if compact(shared, &mut |_, _| {}, None, false).is_err() {
+                bump(&shared.counters.auto_compaction_failures, 1);
+            }
+        }
+    }
+}
+
 /// Runs one compaction (see the module documentation).
+/// With `seal_active`, the active segment is sealed first so that its dead
+/// records can go too (explicit compactions); the background compactor
+/// leaves it alone.
 pub(crate) fn compact(
     shared: &Arc<Shared>,
     progress: &mut Progress<'_>,
     stop_after: Option<Step>,
+    seal_active: bool,
 ) -> Result<CompactionReport> {
     let _one_at_a_time = lock(&shared.compaction);
     let started = Instant::now();
     let mut report = CompactionReport::default();
 
-    let waiter = Arc::new(Waiter::new(&shared.wakeup));
-    shared.submit_control(Work::Roll(Completion::waiter(waiter.clone())))?;
-    waiter.wait()?;
+    if seal_active {
+        let waiter = Arc::new(Waiter::new(&shared.wakeup));
+        shared.submit_control(Work::Roll(Completion::waiter(waiter.clone())))?;
+        waiter.wait()?;
+    }
 
     let inputs: Vec<Input> = {
         let state = shared.state();
@@ -347,6 +410,16 @@ pub(crate) fn compact(
     let paths = publish(fs, dir, &parts)?;
     if stop_after == Some(Step::Published) {
         return Ok(report);
+    }
+    if shared.options.sync_policy == SyncPolicy::Disabled {
+        // Under `disabled` the index already points at writes not yet synced.
+        // An input record that was not copied because such a write replaced
+        // it must not go before that write is durable, or a power loss would
+        // lose both versions. Everything written before this sync is durable
+        // after it; anything written later replaces a record that was copied.
+        let waiter = Arc::new(Waiter::new(&shared.wakeup));
+        shared.submit_control(Work::Sync(Completion::waiter(waiter.clone())))?;
+        waiter.wait()?;
     }
     let input_numbers: Vec<u64> = inputs.iter().map(|i| i.number).collect();
     let manifest = write_manifest(fs, dir, id, &input_numbers)?;

@@ -119,6 +119,10 @@ pub struct StoreOptions {
     pub recovery: RecoveryMode,
     /// Largest body accepted (defaults to what fits in one segment).
     pub max_body_bytes: Option<usize>,
+    /// Compact automatically, in the background, when the live share of the
+    /// sealed segments drops below this ratio and at least a segment's worth
+    /// is dead (0 turns automatic compaction off).
+    pub compaction_threshold: f64,
 }
 
 impl Default for StoreOptions {
@@ -131,6 +135,7 @@ impl Default for StoreOptions {
             preallocate: true,
             recovery: RecoveryMode::Strict,
             max_body_bytes: None,
+            compaction_threshold: 0.5,
         }
     }
 }
@@ -146,6 +151,12 @@ impl StoreOptions {
             return Err(Error::invalid(format!(
                 "max_segment_bytes must be between {MIN_SEGMENT_BYTES} and {MAX_SEGMENT_BYTES}, not {}",
                 self.max_segment_bytes
+            )));
+        }
+        if !(0.0..1.0).contains(&self.compaction_threshold) {
+            return Err(Error::invalid(format!(
+                "compaction_threshold is a live ratio in [0, 1), not {}",
+                self.compaction_threshold
             )));
         }
         if let Some(max) = self.max_body_bytes {
@@ -212,6 +223,10 @@ pub struct Stats {
     pub compactions: u64,
     /// Bytes reclaimed by compaction.
     pub compaction_bytes_reclaimed: u64,
+    /// Compactions started by the store itself (see `compaction_threshold`).
+    pub auto_compactions: u64,
+    /// Automatic compactions that failed (the store goes on; the next one retries).
+    pub auto_compaction_failures: u64,
     /// Bodies stored compressed.
     pub compressed_bodies: u64,
     /// True once a write or sync failed.
@@ -233,6 +248,8 @@ struct Counters {
     rollovers: AtomicU64,
     compactions: AtomicU64,
     compaction_bytes_reclaimed: AtomicU64,
+    auto_compactions: AtomicU64,
+    auto_compaction_failures: AtomicU64,
     compressed_bodies: AtomicU64,
 }
 
@@ -438,6 +455,7 @@ pub(crate) struct Shared {
     closed: AtomicBool,
     compaction: Mutex<()>,
     spare: writer::SpareSlot,
+    compactor: compaction::Compactor,
     wakeup: Arc<Wakeup>,
     recovery: RecoveryReport,
     /// The directory lock; dropped by `close` so the directory can be reopened at once.
@@ -529,6 +547,9 @@ impl Shared {
     fn submit_control(&self, work: Work) -> Result<()> {
         self.check_open()?;
         let mut state = self.state();
+        if state.closing {
+            return Err(Error::Closed);
+        }
         if let Some(why) = &state.poisoned {
             return Err(Error::Poisoned(why.clone()));
         }
@@ -646,6 +667,7 @@ impl Batch {
 pub struct Store {
     shared: Arc<Shared>,
     threads: Mutex<Option<writer::Threads>>,
+    compactor: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Store {
@@ -713,12 +735,28 @@ impl Store {
             closed: AtomicBool::new(false),
             compaction: Mutex::new(()),
             spare: writer::SpareSlot::default(),
+            compactor: compaction::Compactor::default(),
             wakeup: Arc::default(),
             recovery: recovered.report,
             lock: Mutex::new(Some(guard)),
         });
         let threads = writer::start(&shared, recovered.next_sequence, recovered.epoch, recovered.reusable_tail)?;
-        Ok(Store { shared, threads: Mutex::new(Some(threads)) })
+        let compactor = if shared.options.compaction_threshold > 0.0 {
+            let background = shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name("jmsstore-compactor".into())
+                .spawn(move || compaction::run_compactor(&background));
+            match spawned {
+                Ok(handle) => Some(handle),
+                Err(e) => {
+                    writer::shutdown(&shared, threads);
+                    return Err(Error::io("starting compactor thread", dir, e));
+                }
+            }
+        } else {
+            None
+        };
+        Ok(Store { shared, threads: Mutex::new(Some(threads)), compactor: Mutex::new(compactor) })
     }
 
     /// The store directory.
@@ -868,13 +906,13 @@ impl Store {
 
     /// Rewrites live records out of segments holding dead ones, online.
     pub fn compact(&self, progress: &mut Progress<'_>) -> Result<CompactionReport> {
-        compaction::compact(&self.shared, progress, None)
+        compaction::compact(&self.shared, progress, None, true)
     }
 
     /// Compaction that stops after `step` as if the process died there (for crash tests).
     #[doc(hidden)]
     pub fn compact_and_stop_after(&self, step: compaction::Step) -> Result<CompactionReport> {
-        compaction::compact(&self.shared, &mut |_, _| {}, Some(step))
+        compaction::compact(&self.shared, &mut |_, _| {}, Some(step), true)
     }
 
     /// Current statistics.
@@ -902,6 +940,8 @@ impl Store {
             rollovers: get(&c.rollovers),
             compactions: get(&c.compactions),
             compaction_bytes_reclaimed: get(&c.compaction_bytes_reclaimed),
+            auto_compactions: get(&c.auto_compactions),
+            auto_compaction_failures: get(&c.auto_compaction_failures),
             compressed_bodies: get(&c.compressed_bodies),
             poisoned: state.poisoned.is_some(),
         }
@@ -922,6 +962,7 @@ impl Store {
             }
             state.closing = true;
         }
+        self.stop_compactor();
         if let Some(threads) = lock(&self.threads).take() {
             writer::shutdown(&self.shared, threads);
         }
@@ -930,6 +971,14 @@ impl Store {
         match &self.shared.state().poisoned {
             Some(why) => Err(Error::Poisoned(why.clone())),
             None => Ok(()),
+        }
+    }
+
+    /// Stops the background compactor (waiting for a compaction under way).
+    fn stop_compactor(&self) {
+        self.shared.compactor.stop();
+        if let Some(handle) = lock(&self.compactor).take() {
+            let _ = handle.join();
         }
     }
 
@@ -942,6 +991,7 @@ impl Store {
             state.poisoned = Some("abandoned".into());
             state.closing = true;
         }
+        self.stop_compactor();
         if let Some(threads) = lock(&self.threads).take() {
             writer::shutdown(&self.shared, threads);
         }

@@ -103,6 +103,15 @@ pub struct SegmentState {
     pub continues_tx: bool,
 }
 
+/// A journal segment the writer may go on appending to.
+#[derive(Clone, Copy, Debug)]
+pub struct ReusableTail {
+    /// Segment number.
+    pub segment: u64,
+    /// The sync epoch its next write must carry.
+    pub epoch: u64,
+}
+
 /// Everything the store needs to start.
 pub struct Recovered {
     /// The rebuilt index.
@@ -121,7 +130,7 @@ pub struct Recovered {
     pub next_segment: u64,
     /// The last journal segment, if it ended cleanly (no damage, no torn
     /// tail, its last write complete): the writer may go on appending to it.
-    pub reusable_tail: Option<u64>,
+    pub reusable_tail: Option<ReusableTail>,
     /// What happened.
     pub report: RecoveryReport,
 }
@@ -240,6 +249,11 @@ struct SegmentScan {
     ends_cleanly: bool,
     /// Highest sync epoch of its records.
     max_epoch: u64,
+    /// The epoch a writer appending to this segment must use for its next
+    /// write, so that the torn-tail rule reads it right: the header's if
+    /// there are no records (see `prev_group_end` below), else one past the
+    /// last record's (which ended its write).
+    resume_epoch: u64,
 }
 
 /// Reads, verifies and parses one segment.
@@ -258,6 +272,7 @@ fn scan_segment(seg: &Opened, buf: &mut Vec<u8>, mode: RecoveryMode, last_journa
         continues_tx: false,
         ends_cleanly: true,
         max_epoch: 0,
+        resume_epoch: 0,
     };
     if seg.header.is_none() {
         scan.ranges.push((0, SEGMENT_HEADER_LEN.min(len) as u64));
@@ -345,6 +360,7 @@ fn scan_segment(seg: &Opened, buf: &mut Vec<u8>, mode: RecoveryMode, last_journa
     }
     scan.used = used as u64;
     scan.ends_cleanly = scan.records.is_empty() || prev_group_end;
+    scan.resume_epoch = if scan.records.is_empty() { prev_epoch } else { prev_epoch + 1 };
     Ok(scan)
 }
 
@@ -561,7 +577,7 @@ pub fn recover(
                         bytes_lost: lost,
                     });
                 } else if Some(number) == last_journal && scan.torn.is_none() && scan.ends_cleanly && !read_only {
-                    reusable_tail = Some(number);
+                    reusable_tail = Some(ReusableTail { segment: number, epoch: scan.resume_epoch });
                 }
                 segments.insert(
                     number,
@@ -659,7 +675,7 @@ pub fn recover(
     report.live_objects = index.len() as u64;
     next_segment = next_segment.max(segments.keys().next_back().map_or(1, |n| n + 1));
     report.duration = started.elapsed();
-    if report.damaged.iter().any(|d| Some(d.segment) == reusable_tail) {
+    if report.damaged.iter().any(|d| Some(d.segment) == reusable_tail.map(|t| t.segment)) {
         reusable_tail = None;
     }
     Ok(Recovered {

@@ -33,6 +33,7 @@ use super::format::{
     FLAG_GROUP_END, FLAG_TX, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
 };
 use super::index::Location;
+use super::recovery::ReusableTail;
 use super::{bump, lock, Completion, Op, SegmentInfo, Shared, SyncPolicy, Work};
 use crate::codec::CodecId;
 use crate::error::{Error, Result};
@@ -111,12 +112,17 @@ const MAX_GATHER: Duration = Duration::from_millis(1);
 
 /// Starts the threads with an active segment: the last journal segment
 /// `reuse` if recovery found it ended cleanly and it has room, else a new one.
-pub(crate) fn start(shared: &Arc<Shared>, next_sequence: u64, epoch: u64, reuse: Option<u64>) -> Result<Threads> {
-    let active = match reuse.and_then(|number| reopen_active(shared, number).transpose()) {
-        Some(active) => active?,
+pub(crate) fn start(
+    shared: &Arc<Shared>,
+    next_sequence: u64,
+    epoch: u64,
+    reuse: Option<ReusableTail>,
+) -> Result<Threads> {
+    let (active, epoch) = match reuse.and_then(|tail| reopen_active(shared, tail.segment).transpose()) {
+        Some(active) => (active?, reuse.map_or(epoch, |tail| tail.epoch)),
         None => {
             let (path, file) = prepare_spare(shared)?;
-            activate(shared, path, file, next_sequence, epoch, false)?
+            (activate(shared, path, file, next_sequence, epoch, false)?, epoch)
         }
     };
     let group_start = active.offset;
@@ -677,6 +683,7 @@ impl Writer {
         bump(&self.shared.counters.rollovers, 1);
         self.active = active;
         self.group_start = self.active.offset;
+        self.shared.compactor.poke();
         Ok(())
     }
 

@@ -28,8 +28,9 @@ pub fn long_mode() -> bool {
 }
 
 /// Options for small test stores: small segments, no preallocation (so files stay small).
+/// Automatic compaction is off, so that tests of explicit compaction see only their own.
 pub fn small(max_segment_bytes: u64) -> StoreOptions {
-    StoreOptions { max_segment_bytes, preallocate: false, ..StoreOptions::default() }
+    StoreOptions { max_segment_bytes, preallocate: false, compaction_threshold: 0.0, ..StoreOptions::default() }
 }
 
 /// A deterministic body of `len` bytes that names `tag` (so every value is distinguishable).
