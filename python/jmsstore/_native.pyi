@@ -69,6 +69,7 @@ class NativeStore:
         recovery: str = "strict",
         preallocate: bool = True,
         max_body_bytes: int | None = None,
+        compaction_threshold: float = 0.5,
         progress: _Progress | None = None,
     ) -> NativeStore: ...
     @property

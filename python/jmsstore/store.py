@@ -121,6 +121,11 @@ class Transaction:
 class FileStore:
     """A persistent store of bodies in named collections, addressed by handles.
 
+    ``compaction_threshold`` (a live ratio, default 0.5): when the live share
+    of the sealed segments drops below it, and at least a segment's worth is
+    dead, the store compacts itself in the background; 0 turns that off
+    (:meth:`compact` still works).
+
     Opening runs recovery (see :attr:`recovery_report`). Only one
     ``FileStore`` may have a directory open at a time; a second open raises
     :class:`~jmsstore.errors.StoreLockedError`.
@@ -137,8 +142,11 @@ class FileStore:
         recovery: str = "strict",
         preallocate: bool = True,
         max_body_bytes: int | None = None,
+        compaction_threshold: float = 0.5,
         progress: ProgressCallback | None = None,
     ) -> None:
+        if isinstance(compaction_threshold, bool) or not isinstance(compaction_threshold, (int, float)):
+            raise TypeError(f"compaction_threshold is a float, not {type(compaction_threshold).__name__}")
         for name, value in (
             ("compression_threshold", compression_threshold),
             ("max_segment_bytes", max_segment_bytes),
@@ -162,6 +170,7 @@ class FileStore:
             recovery=recovery,
             preallocate=preallocate,
             max_body_bytes=max_body_bytes,
+            compaction_threshold=float(compaction_threshold),
             progress=progress,
         )
         self.sync_policy = sync_policy

@@ -71,6 +71,7 @@ impl NativeBatch {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn options(
     sync_policy: &str,
     codec: &str,
@@ -79,6 +80,7 @@ fn options(
     recovery: &str,
     preallocate: bool,
     max_body_bytes: Option<usize>,
+    compaction_threshold: f64,
 ) -> jmsstore_core::Result<StoreOptions> {
     Ok(StoreOptions {
         sync_policy: SyncPolicy::parse(sync_policy)?,
@@ -88,6 +90,7 @@ fn options(
         preallocate,
         recovery: RecoveryMode::parse(recovery)?,
         max_body_bytes,
+        compaction_threshold,
     })
 }
 
@@ -96,7 +99,7 @@ impl NativeStore {
     #[new]
     #[pyo3(signature = (path, *, sync_policy="direct-write", codec="none", compression_threshold=0,
                         max_segment_bytes=64 << 20, recovery="strict", preallocate=true,
-                        max_body_bytes=None, progress=None))]
+                        max_body_bytes=None, compaction_threshold=0.5, progress=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -108,6 +111,7 @@ impl NativeStore {
         recovery: &str,
         preallocate: bool,
         max_body_bytes: Option<usize>,
+        compaction_threshold: f64,
         progress: Option<Py<PyAny>>,
     ) -> PyResult2<Self> {
         let options = options(
@@ -118,6 +122,7 @@ impl NativeStore {
             recovery,
             preallocate,
             max_body_bytes,
+            compaction_threshold,
         )?;
         let store = py.detach(|| {
             let mut report = python_progress(progress);
@@ -278,6 +283,8 @@ fn stats_dict<'py>(py: Python<'py>, s: &Stats) -> PyResult<Bound<'py, PyDict>> {
     d.set_item("rollovers", s.rollovers)?;
     d.set_item("compactions", s.compactions)?;
     d.set_item("compaction_bytes_reclaimed", s.compaction_bytes_reclaimed)?;
+    d.set_item("auto_compactions", s.auto_compactions)?;
+    d.set_item("auto_compaction_failures", s.auto_compaction_failures)?;
     d.set_item("compressed_bodies", s.compressed_bodies)?;
     d.set_item("poisoned", s.poisoned)?;
     Ok(d)
