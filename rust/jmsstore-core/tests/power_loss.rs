@@ -511,7 +511,9 @@ fn power_loss_while_compaction_runs_beside_the_writers() {
 #[test]
 fn power_loss_with_flushing_disabled_loses_only_a_suffix() {
     let iterations = if long_mode() { 3000 } else { 300 };
-    for i in 0..iterations {
+    // JMSSTORE_ONLY_ITERATION=N reruns one iteration (the failure message names its seed).
+    let only: Option<u64> = std::env::var("JMSSTORE_ONLY_ITERATION").ok().and_then(|v| v.parse().ok());
+    for i in only.map_or(0..iterations, |n| n..n + 1) {
         let mut rng = StdRng::seed_from_u64(1_000_000 + i);
         let cfg = Config {
             policy: SyncPolicy::Disabled,

@@ -11,7 +11,7 @@ use common::{
     write_at, Contents, DiskRecord, TestResult,
 };
 use jmsstore_core::store::format::{RecordKind, FLAG_TX, RECORD_HEADER_LEN};
-use jmsstore_core::{Error, RecoveryMode, Store, StoreOptions};
+use jmsstore_core::{inspect, Error, RecoveryMode, Store, StoreOptions, SyncPolicy};
 
 fn options() -> StoreOptions {
     // Preallocated: the valid data of a segment ends where the zeros begin.
@@ -238,4 +238,40 @@ fn a_torn_first_write_of_a_segment_is_a_torn_tail() -> TestResult {
 fn a_corruption_error_names_the_segment_file_and_offset() {
     let e = Error::corruption("/x/0000000003.seg", 4242, "checksum mismatch");
     assert_eq!(e.to_string(), "corruption in /x/0000000003.seg at offset 4242: checksum mismatch");
+}
+
+#[test]
+fn each_write_is_at_most_one_sync_epoch_past_the_previous_whatever_the_syncs() -> TestResult {
+    // The torn-tail rule depends on it: a segment's first write carries its
+    // header's epoch and each later write at most one more than the one
+    // before, even when syncs follow each other with nothing written between.
+    for policy in [SyncPolicy::DirectWrite, SyncPolicy::CacheFlush, SyncPolicy::Disabled] {
+        let dir = tempfile::tempdir()?;
+        let store = Store::open(dir.path(), StoreOptions { sync_policy: policy, ..options() })?;
+        store.flush()?;
+        store.flush()?;
+        store.put("q", b"first")?;
+        for _ in 0..3 {
+            store.flush()?;
+        }
+        store.put("q", b"second")?;
+        store.flush()?;
+        store.put("q", b"third")?;
+        store.close()?;
+        let segment = inspect::segments(dir.path())?.pop().expect("a segment");
+        let header_epoch = segment.header.expect("header verifies").epoch;
+        let epochs: Vec<u64> = inspect::read_segment(&segment.path)?
+            .into_iter()
+            .filter_map(|item| match item {
+                inspect::Item::Record(r) => Some(r.epoch),
+                inspect::Item::Damage { .. } => None,
+            })
+            .collect();
+        assert_eq!(epochs.len(), 3, "{policy:?}");
+        assert_eq!(epochs[0], header_epoch, "{policy:?}: the first write carries the header's epoch");
+        for pair in epochs.windows(2) {
+            assert!(pair[1] <= pair[0] + 1, "{policy:?}: epochs {epochs:?} skip one");
+        }
+    }
+    Ok(())
 }

@@ -105,6 +105,8 @@ struct Writer {
     last_released: usize,
     /// How long the last group's write and sync took.
     last_sync: Duration,
+    /// Something was written with the current epoch (see `synced`).
+    written_in_epoch: bool,
 }
 
 /// Longest wait for released writers to come back, whatever the disk's speed.
@@ -138,6 +140,7 @@ pub(crate) fn start(
         ready: Vec::new(),
         last_released: 0,
         last_sync: Duration::ZERO,
+        written_in_epoch: false,
     };
     let flusher = thread::Builder::new()
         .name("jmsstore-flusher".into())
@@ -432,7 +435,7 @@ impl Writer {
                     if self.shared.options.sync_policy == SyncPolicy::Disabled {
                         self.active.file.sync_data().map_err(|e| Error::io("syncing segment", &self.active.path, e))?;
                         bump(&self.shared.counters.syncs, 1);
-                        self.epoch += 1;
+                        advance_epoch(&mut self.epoch, &mut self.written_in_epoch);
                     }
                     Ok(())
                 });
@@ -563,10 +566,11 @@ impl Writer {
             }
             return Err(Error::Poisoned(err.to_string()));
         }
+        self.written_in_epoch = true;
         match self.shared.options.sync_policy {
             SyncPolicy::DirectWrite => {
                 bump(&counters.syncs, 1);
-                self.epoch += 1;
+                advance_epoch(&mut self.epoch, &mut self.written_in_epoch);
             }
             SyncPolicy::CacheFlush => {
                 self.active
@@ -574,7 +578,7 @@ impl Writer {
                     .sync_data()
                     .map_err(|e| Error::Poisoned(Error::io("syncing segment", path, e).to_string()))?;
                 bump(&counters.syncs, 1);
-                self.epoch += 1;
+                advance_epoch(&mut self.epoch, &mut self.written_in_epoch);
             }
             SyncPolicy::Disabled => {}
         }
@@ -661,7 +665,7 @@ impl Writer {
                 .sync_data()
                 .map_err(|e| Error::Poisoned(Error::io("syncing sealed segment", path, e).to_string()))?;
             bump(&self.shared.counters.syncs, 1);
-            self.epoch += 1;
+            advance_epoch(&mut self.epoch, &mut self.written_in_epoch);
         }
         let taken = {
             let mut spare = lock(&self.shared.spare.state);
@@ -702,6 +706,18 @@ impl Writer {
         if state.poisoned.is_none() {
             state.poisoned = Some(e.to_string());
         }
+    }
+}
+
+/// A sync completed: later writes belong to the next epoch, but only if this
+/// one has any. Recovery's torn-tail rule relies on each write's epoch being
+/// at most one past the previous write's (and on a segment's first write
+/// having its header's epoch): two syncs with no write between them must not
+/// skip an epoch.
+fn advance_epoch(epoch: &mut u64, written_in_epoch: &mut bool) {
+    if *written_in_epoch {
+        *epoch += 1;
+        *written_in_epoch = false;
     }
 }
 
