@@ -16,8 +16,8 @@ from jmsstore.store import FileStore
 
 
 def _open(path: str, bar: ProgressBar) -> FileStore:
-    # Each open starts a new journal segment; an admin command writes nothing to it, so
-    # do not preallocate it (that would add max_segment_bytes of zeros to the store per run).
+    # An admin command writes nothing itself, but compaction seals the active segment and
+    # starts a new one: do not fill that with max_segment_bytes of zeros.
     return FileStore(path, progress=bar, preallocate=False)
 
 
