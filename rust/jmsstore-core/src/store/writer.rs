@@ -9,11 +9,12 @@
 //!
 //! Completion: the flusher applies a durable group to the index, sets every
 //! waiter's result and wakes them all with one broadcast. Before it takes the
-//! next queue it yields the CPU for as long as the writers it just released
-//! keep coming back with new work (up to as many as it released): on a busy
-//! machine they need a moment to run, and without it the next group would
-//! hold only the first few of them while the rest waited for another sync.
-//! This is not a timer: a lone writer, or an idle disk, never waits.
+//! next queue, if fewer writers are queued than it just released, it waits
+//! for them while they keep arriving: at most a 32nd of the last sync's
+//! duration between two arrivals and an eighth of it in all. On a busy
+//! machine released writers need a moment of CPU time to come back; without
+//! the wait the next group would hold only the first few of them. A lone
+//! writer, or an idle disk, never waits.
 //!
 //! Segments are preallocated with zeros by the preparer thread, in the
 //! background, under a `.prep` name, once the active segment is half full;
@@ -109,7 +110,7 @@ struct Writer {
     written_in_epoch: bool,
 }
 
-/// Longest wait for released writers to come back, whatever the disk's speed.
+/// Longest wait for released writers to come back, however slow the disk.
 const MAX_GATHER: Duration = Duration::from_millis(1);
 
 /// Starts the threads with an active segment: the last journal segment
@@ -336,8 +337,10 @@ impl Writer {
                     // CPU time; wait while they keep arriving (each submit signals
                     // `work_ready`), not for the ones that went on to other work.
                     let started = Instant::now();
-                    let gap = (self.last_sync / 8).min(MAX_GATHER);
-                    let cap = started + (self.last_sync / 2).min(MAX_GATHER);
+                    // Short, so that groups grow without idling the disk for
+                    // long: at most an eighth of a sync, a 32nd between arrivals.
+                    let gap = (self.last_sync / 32).min(MAX_GATHER);
+                    let cap = started + (self.last_sync / 8).min(MAX_GATHER);
                     let mut seen = state.queue.len();
                     let mut deadline = (started + gap).min(cap);
                     while state.queue.len() < self.last_released && !state.closing {
