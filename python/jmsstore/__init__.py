@@ -1,7 +1,8 @@
 """jmsstore: an embedded, persistent, JMS-style message broker with a Rust storage engine.
 
 This release provides the file store (:class:`FileStore`): append-only
-segments with group commit, recovery, compaction and body codecs.
+segments with group commit, recovery, compaction and body codecs; and the
+paging engine (:class:`Pager`): resident headers, bodies against a budget.
 """
 
 from jmsstore import inspect
@@ -19,6 +20,7 @@ from jmsstore.errors import (
     UnknownHandleError,
     UnsupportedFormatError,
 )
+from jmsstore.pager import Pager
 from jmsstore.store import FileStore, Transaction
 
 __all__ = [
@@ -26,6 +28,7 @@ __all__ = [
     "FileStore",
     "InvalidArgumentError",
     "JmsStoreError",
+    "Pager",
     "StoreClosedError",
     "StoreError",
     "StoreFullError",

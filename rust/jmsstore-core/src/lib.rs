@@ -16,6 +16,7 @@ pub mod codec;
 pub mod error;
 pub mod fs;
 pub mod inspect;
+pub mod pager;
 pub mod store;
 
 pub use error::{Error, Result};

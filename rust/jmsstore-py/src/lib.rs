@@ -10,6 +10,7 @@ mod codec;
 mod completion;
 mod errors;
 mod inspect;
+mod pager;
 mod progress;
 mod store;
 
@@ -18,6 +19,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     m.add_class::<store::NativeStore>()?;
     m.add_class::<store::NativeBatch>()?;
+    m.add_class::<pager::NativePager>()?;
     m.add_class::<inspect::Record>()?;
     m.add_class::<inspect::Damage>()?;
     m.add_function(wrap_pyfunction!(inspect::segments, m)?)?;

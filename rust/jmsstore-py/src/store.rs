@@ -18,8 +18,15 @@ use crate::progress::python_progress;
 /// The file store. Every call that touches the disk releases the GIL.
 #[pyclass(frozen, module = "jmsstore._native")]
 pub struct NativeStore {
-    store: Store,
+    store: Arc<Store>,
     outstanding: Arc<Outstanding>,
+}
+
+impl NativeStore {
+    /// The store, shared (the pager reads persistent bodies back from it).
+    pub fn shared(&self) -> Arc<Store> {
+        self.store.clone()
+    }
 }
 
 /// A batch of operations committed atomically.
@@ -128,7 +135,7 @@ impl NativeStore {
             let mut report = python_progress(progress);
             Store::open_with(Arc::new(StdFs), &path, options, &mut report)
         })?;
-        Ok(NativeStore { store, outstanding: Arc::default() })
+        Ok(NativeStore { store: Arc::new(store), outstanding: Arc::default() })
     }
 
     /// The store directory.
