@@ -17,6 +17,8 @@ use crate::error::{Error, Result};
 const FILE_BYTES: u64 = 64 << 20;
 const PREFIX: &str = "jmsstore-paging-";
 const SUFFIX: &str = ".page";
+/// Marks a directory as a jmsstore paging directory, which may be emptied.
+const MARKER: &str = ".jmsstore-paging";
 
 /// Where a paged-out body is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,25 +50,44 @@ pub struct PagingFiles {
     pub file_bytes: u64,
 }
 
-/// True if `name` is one of our paging files.
-fn is_paging_file(name: &str) -> bool {
-    name.starts_with(PREFIX) && name.ends_with(SUFFIX)
-}
-
 impl PagingFiles {
     /// Prepares `dir`: creates it if needed, checks that it is a writable
-    /// directory and removes paging files left by an earlier run (other
-    /// files are left alone).
+    /// directory and empties it (it is scratch). A directory that holds
+    /// files but no jmsstore marker is refused rather than emptied: it is
+    /// somebody else's.
     pub fn open(dir: &Path, codec: Codec) -> Result<PagingFiles> {
         if dir.exists() && !dir.is_dir() {
             return Err(Error::invalid(format!("paging directory {} is not a directory", dir.display())));
         }
-        fs::create_dir_all(dir).map_err(|e| Error::io("creating paging directory", dir, e))?;
-        for entry in fs::read_dir(dir).map_err(|e| Error::io("listing paging directory", dir, e))? {
-            let path = entry.map_err(|e| Error::io("listing paging directory", dir, e))?.path();
-            if path.file_name().and_then(|n| n.to_str()).is_some_and(is_paging_file) {
-                fs::remove_file(&path).map_err(|e| Error::io("removing old paging file", &path, e))?;
+        fs::create_dir_all(dir)
+            .map_err(|e| Error::invalid(format!("paging directory {} cannot be created: {e}", dir.display())))?;
+        let list = || -> Result<Vec<PathBuf>> {
+            fs::read_dir(dir)
+                .map_err(|e| Error::io("listing paging directory", dir, e))?
+                .map(|entry| entry.map(|e| e.path()).map_err(|e| Error::io("listing paging directory", dir, e)))
+                .collect()
+        };
+        let entries = list()?;
+        let marker = dir.join(MARKER);
+        if !entries.is_empty() && !marker.exists() {
+            return Err(Error::invalid(format!(
+                "paging directory {} is not empty and was not made by jmsstore; refusing to empty it",
+                dir.display()
+            )));
+        }
+        for path in entries {
+            if path != marker && path.is_file() {
+                fs::remove_file(&path).map_err(|e| Error::io("emptying paging directory", &path, e))?;
             }
+        }
+        if !marker.exists() {
+            fs::write(&marker, b"jmsstore paging directory: scratch, emptied when a pager starts\n").map_err(|e| {
+                if e.kind() == std::io::ErrorKind::PermissionDenied {
+                    Error::invalid(format!("paging directory {} is not writable", dir.display()))
+                } else {
+                    Error::io("marking paging directory", dir, e)
+                }
+            })?;
         }
         let mut files = PagingFiles { dir: dir.to_path_buf(), codec, files: Vec::new(), current: 0, file_bytes: 0 };
         files.new_file().map_err(|e| match e {
