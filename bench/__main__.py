@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench store [--quick] [--json PATH]``."""
+"""Command line: ``python -m bench <suite> [--quick] [--json PATH]`` (suites: store, pager)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,18 @@ def _store(ctx: harness.Context) -> None:
     store.run(ctx)
 
 
+def _pager(ctx: harness.Context) -> None:
+    try:
+        from bench import pager
+    except ImportError as e:  # the paging engine (issue 3) is not in this build
+        raise SystemExit(f"the pager suite needs jmsstore.Pager: {e}") from e
+
+    pager.run(ctx)
+
+
 SUITES: dict[str, tuple[str, Runner]] = {
     "store": ("file store: put throughput vs raw disk and sqlite3, recovery time, codecs", _store),
+    "pager": ("paging engine: memory per message beyond the budget, paged vs in-memory drain, sorted orders", _pager),
 }
 
 
@@ -46,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--threads", metavar="N,N,...", help="override the thread counts of the put benchmark")
     parser.add_argument(
-        "--only", metavar="NAME,...", help="run only these benchmarks of the suite (store: put,recovery,codecs)"
+        "--only",
+        metavar="NAME,...",
+        help="run only these benchmarks of the suite (store: put,recovery,codecs; pager: memory,drain,sorted)",
     )
     parser.add_argument("--no-engine", action="store_true", help="skip building/running the native-thread example")
     args = parser.parse_args(argv)

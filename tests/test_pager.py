@@ -706,6 +706,7 @@ def test_a_foreign_non_empty_directory_is_refused_not_emptied(tmp_path: Path) ->
         Pager(None, message_buffer_size=0, paging_directory=foreign)
     assert (foreign / "precious.txt").read_bytes() == b"keep me"
 
+
 def test_paging_directory_is_created(make_pager: MakePager, tmp_path: Path) -> None:
     path = tmp_path / "a" / "b" / "paging"
     pager = make_pager(message_buffer_size=0, paging_directory=path)  # a Path works as well as a str

@@ -44,7 +44,7 @@ LONG = bool(os.environ.get("JMSSTORE_LONG"))
 HUGE = 10**9
 BUDGETS = [0, 2048, 65536, HUGE]
 FIELDS = ["timestamp", "expiration", "delivery_time", "priority", "redelivery_count", "id"]
-ORDERS = ["fifo", "lifo", "priority", *FIELDS, *(f"-{f}" for f in FIELDS), "+priority", "+timestamp"]
+ORDERS = ["fifo", "lifo", "priority", *(f for f in FIELDS if f != "priority"), *(f"-{f}" for f in FIELDS), "+priority"]
 NEVER = 1 << 63  # where expiration 0 sorts: after every expiration time
 MAX_DESTINATIONS = 4
 COLLECTION = "pager-model"

@@ -757,12 +757,22 @@ impl Pager {
     }
 
     /// Brings back the paged-out bodies of the next messages after
-    /// `after`, contiguous paging-file runs in one read.
+    /// `after`, contiguous paging-file runs in one read, once the message
+    /// after `after` is found paged out.
     fn read_ahead(&self, inner: &mut Inner, destination: u32, after: OrderKey) -> Result<()> {
         if self.options.read_ahead == 0 {
             return Ok(());
         }
         let dest = inner.destination(destination)?;
+        // Only when the window has run out: while the next body is in memory
+        // (brought in by the previous read-ahead), there is nothing to do.
+        let next_is_resident = dest.all.iter_from(dest.order.reversed(), Some(after)).next().is_none_or(|(_, slot)| {
+            let m = inner.slots[slot as usize].message.as_ref().expect("indexed slot holds a message");
+            matches!(m.body, Body::Resident(_))
+        });
+        if next_is_resident {
+            return Ok(());
+        }
         let mut paged: Vec<(u32, PagedRef, usize)> = Vec::new();
         let mut stored: Vec<(u32, u64)> = Vec::new();
         let mut room = self.options.message_buffer_size.saturating_sub(inner.resident_bytes);
