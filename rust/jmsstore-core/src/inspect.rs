@@ -14,8 +14,8 @@ use crate::codec::CodecId;
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, OpenMode, StdFs};
 use crate::store::format::{
-    parse_segment_file_name, HeaderError, RecordKind, SegmentHeader, SegmentKind, FORMAT_VERSION, RECORD_HEADER_LEN,
-    SEGMENT_HEADER_LEN,
+    parse_segment_file_name, HeaderError, RecordHeader, RecordKind, SegmentHeader, SegmentKind, FORMAT_VERSION,
+    RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
 };
 use crate::store::recovery::{self, RecoveryReport};
 use crate::store::segment::{self, Step};
@@ -137,6 +137,29 @@ pub enum Item {
     },
 }
 
+/// A record found at `data[at..]` (its header already parsed) as shown to tools.
+fn record_info(data: &[u8], at: usize, segment: u64, h: &RecordHeader, body: Vec<u8>, checksum_ok: bool) -> RecordInfo {
+    let name_start = at + RECORD_HEADER_LEN;
+    let stored_at = name_start + h.name_len;
+    RecordInfo {
+        segment,
+        offset: at as u64,
+        length: h.total_len() as u64,
+        sequence: h.sequence,
+        kind: h.kind,
+        collection: String::from_utf8_lossy(&data[name_start..stored_at]).into_owned(),
+        handle: h.handle,
+        tx_id: h.tx_id,
+        flags: h.flags,
+        epoch: h.epoch,
+        codec: h.codec,
+        raw_len: h.raw_len as u64,
+        raw_body: data[stored_at..stored_at + h.stored_len].to_vec(),
+        body,
+        checksum_ok,
+    }
+}
+
 /// Reads every record and damaged range of one segment file.
 pub fn read_segment(path: &Path) -> Result<Vec<Item>> {
     read_segment_on(&StdFs, path)
@@ -148,9 +171,9 @@ pub fn read_segment_on(fs: &dyn FileSystem, path: &Path) -> Result<Vec<Item>> {
     let number = parse_segment_file_name(name)
         .ok_or_else(|| Error::invalid(format!("{} is not a segment file name", path.display())))?;
     let file = fs.open(path, OpenMode::READ).map_err(|e| Error::io("opening segment", path, e))?;
-    let size = file.len().map_err(|e| Error::io("reading segment size", path, e))? as usize;
-    let mut data = vec![0u8; size];
-    file.read_exact_at(&mut data, 0).map_err(|e| Error::io("reading segment", path, e))?;
+    let mut data = Vec::new();
+    file.read_all_into(&mut data).map_err(|e| Error::io("reading segment", path, e))?;
+    let size = data.len();
     let mut items = Vec::new();
     let mut at = SEGMENT_HEADER_LEN.min(size);
     if let Err(HeaderError::Bad(reason)) = SegmentHeader::decode(&data) {
@@ -162,53 +185,18 @@ pub fn read_segment_on(fs: &dyn FileSystem, path: &Path) -> Result<Vec<Item>> {
             Step::Record(rec) => {
                 let h = &rec.header;
                 let body = segment::verify(&data, at, h).map(|v| v.body.into_owned()).unwrap_or_default();
-                items.push(Item::Record(RecordInfo {
-                    segment: number,
-                    offset: at as u64,
-                    length: h.total_len() as u64,
-                    sequence: h.sequence,
-                    kind: h.kind,
-                    collection: rec.collection.to_string(),
-                    handle: h.handle,
-                    tx_id: h.tx_id,
-                    flags: h.flags,
-                    epoch: h.epoch,
-                    codec: h.codec,
-                    raw_len: h.raw_len as u64,
-                    raw_body: rec.stored.to_vec(),
-                    body,
-                    checksum_ok: true,
-                }));
+                items.push(Item::Record(record_info(&data, at, number, h, body, true)));
                 at += h.total_len();
             }
             Step::Damage(reason) => {
                 // A record whose header is intact but whose checksum fails is
                 // still shown (flagged), then the scan re-synchronises.
                 if let Some(h) = segment::decode_header(&data, at) {
-                    let name_start = at + RECORD_HEADER_LEN;
-                    let body_start = name_start + h.name_len;
-                    let end = body_start + h.stored_len;
-                    if end <= data.len() {
-                        let stored = data[body_start..end].to_vec();
-                        let body = crate::codec::decode(h.codec, &stored, h.raw_len).unwrap_or_default();
-                        items.push(Item::Record(RecordInfo {
-                            segment: number,
-                            offset: at as u64,
-                            length: h.total_len() as u64,
-                            sequence: h.sequence,
-                            kind: h.kind,
-                            collection: String::from_utf8_lossy(&data[name_start..body_start]).into_owned(),
-                            handle: h.handle,
-                            tx_id: h.tx_id,
-                            flags: h.flags,
-                            epoch: h.epoch,
-                            codec: h.codec,
-                            raw_len: h.raw_len as u64,
-                            raw_body: stored,
-                            body,
-                            checksum_ok: false,
-                        }));
-                    }
+                    // `decode_header` checked that the record lies within the segment.
+                    let stored_at = at + RECORD_HEADER_LEN + h.name_len;
+                    let stored = &data[stored_at..stored_at + h.stored_len];
+                    let body = crate::codec::decode(h.codec, stored, h.raw_len).unwrap_or_default();
+                    items.push(Item::Record(record_info(&data, at, number, &h, body, false)));
                 }
                 let next = segment::resync(&data, at + 1);
                 let end = next.unwrap_or_else(|| data.iter().rposition(|&b| b != 0).map_or(at, |p| p + 1).max(at));
