@@ -188,8 +188,9 @@ struct Input {
 }
 
 /// The segments to compact: every sealed segment that holds dead bytes or
-/// no records at all (each open starts a new journal segment), together with
-/// the journal segments it shares a transaction with.
+/// no records at all (empty ones are left behind when a store is reopened
+/// after a torn tail), together with the journal segments it shares a
+/// transaction with.
 ///
 /// A transaction bigger than a segment is split over consecutive journal
 /// segments, and recovery applies its records only when it finds its commit
