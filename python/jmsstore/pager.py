@@ -20,29 +20,19 @@ from types import TracebackType
 from typing import Any
 
 from jmsstore import _native
-from jmsstore.errors import InvalidArgumentError, UnknownHandleError
+from jmsstore._args import U64_MAX, handle, integer
+from jmsstore.errors import InvalidArgumentError
 from jmsstore.store import FileStore
 
 Filter = Callable[[dict[str, Any]], bool]
 
-_U64 = (1 << 64) - 1
+_U64 = U64_MAX
 _I64 = (1 << 63) - 1
-
-
-def _int(name: str, value: object, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} is an int, not {type(value).__name__}")
-    if not low <= value <= high:
-        raise InvalidArgumentError(f"{name} must be within {low}..{high}, not {value}")
-    return value
+_int = integer
 
 
 def _key(key: object) -> int:
-    if isinstance(key, bool) or not isinstance(key, int):
-        raise TypeError(f"a key is an int, not {type(key).__name__}")
-    if not 0 <= key <= _U64:
-        raise UnknownHandleError(f"unknown key {key}")
-    return key
+    return handle(key, "key")
 
 
 def _text(name: str, value: object) -> str | None:

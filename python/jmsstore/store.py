@@ -24,19 +24,16 @@ from types import TracebackType
 from typing import Any
 
 from jmsstore import _native
-from jmsstore.errors import InvalidArgumentError, UnknownHandleError
+from jmsstore._args import U64_MAX, handle
+from jmsstore.errors import InvalidArgumentError
 
 ProgressCallback = Callable[[int, int], None]
 
-_MAX_HANDLE = (1 << 64) - 1
+_MAX_HANDLE = U64_MAX
 
 
-def _handle(handle: object) -> int:
-    if isinstance(handle, bool) or not isinstance(handle, int):
-        raise TypeError(f"a handle is an int, not {type(handle).__name__}")
-    if not 0 <= handle <= _MAX_HANDLE:
-        raise UnknownHandleError(f"unknown handle {handle}")
-    return handle
+def _handle(value: object) -> int:
+    return handle(value)
 
 
 def _body(body: object) -> bytes:
