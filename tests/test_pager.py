@@ -64,6 +64,7 @@ STATS_KEYS = {
     "page_outs",
     "page_ins",
     "read_ahead_hits",
+    "filter_body_reads",
     "message_buffer_size",
     "destinations",
 }
@@ -805,6 +806,26 @@ BAD_CALLS: dict[str, tuple[BadCall, type[Exception]]] = {
     "body: unknown key": (lambda s: s.pager.body(s.unknown_key), UnknownHandleError),
     "release: unknown key": (lambda s: s.pager.release(s.unknown_key), UnknownHandleError),
     "remove: unknown key": (lambda s: s.pager.remove(s.unknown_key), UnknownHandleError),
+    "take_many: unknown destination": (lambda s: s.pager.take_many(s.unknown_dest, 0, 5), InvalidArgumentError),
+    "take_many: negative limit": (lambda s: s.pager.take_many(s.fifo, 0, -1), InvalidArgumentError),
+    "take_many: str limit": (lambda s: s.pager.take_many(s.fifo, 0, "5"), TypeError),
+    "take_many: int filter_body": (lambda s: s.pager.take_many(s.fifo, 0, 5, filter_body=1), TypeError),
+    "take: int filter_body": (lambda s: s.pager.take(s.fifo, 0, filter_body=1), TypeError),
+    "next: int filter_body": (lambda s: s.pager.next(s.fifo, 0, filter_body=1), TypeError),
+    "delete_destination: unknown destination": (
+        lambda s: s.pager.delete_destination(s.unknown_dest),
+        InvalidArgumentError,
+    ),
+    "delete_destination: str destination": (lambda s: s.pager.delete_destination("fifo"), TypeError),
+    "release: unknown key, with a delivery time": (
+        lambda s: s.pager.release(s.unknown_key, delivery_time=5),
+        UnknownHandleError,
+    ),
+    "release: str delivery_time": (lambda s: s.pager.release(s.keys[0], delivery_time="soon"), TypeError),
+    "release: delivery_time past i64": (
+        lambda s: s.pager.release(s.keys[0], delivery_time=1 << 63),
+        InvalidArgumentError,
+    ),
     "add: str body": (lambda s: s.pager.add(s.fifo, "text", id=99), TypeError),
     "add: str destination": (lambda s: s.pager.add("fifo", b"x", id=99), TypeError),
     "add: str id": (lambda s: s.pager.add(s.fifo, b"x", id="ID:99"), TypeError),
@@ -945,3 +966,259 @@ def test_remove_twice(make_pager: MakePager) -> None:
     with pytest.raises(UnknownHandleError):
         pager.body(k)
     assert (pager.stats(), pager.browse(dest)) == before == (pager.stats(), [other])
+
+
+# --- filters that see bodies ------------------------------------------------------------------------
+
+
+def test_filter_body_sees_every_body_without_paging_it_in(make_pager: MakePager, store: FileStore) -> None:
+    pager = make_pager(store, message_buffer_size=SMALL_BUDGET)
+    dest = pager.create_destination("q")
+    sent: dict[int, bytes] = {}
+    for i in range(12):
+        body = body_of(i)
+        handle = store.put("q", body) if i % 2 else None
+        sent[pager.add(dest, body, id=i, store_handle=handle)] = body
+    keys = list(sent)
+    locs = locations(pager, keys)
+    assert {"memory", "paged", "store"} <= set(locs)
+    before = check_stats(pager, keys, SMALL_BUDGET)
+    seen: list[tuple[int, bytes]] = []
+
+    def record(h: dict[str, Any], body: bytes) -> bool:
+        assert isinstance(body, bytes) and len(body) == h["body_size"]
+        seen.append((h["id"], body))
+        return False
+
+    assert pager.next(dest, 0, filter=record, filter_body=True) is None
+    assert seen == [(i, sent[k]) for i, k in enumerate(keys)]
+    after = check_stats(pager, keys, SMALL_BUDGET)
+    assert after["filter_body_reads"] == before["filter_body_reads"] + sum(loc != "memory" for loc in locs)
+    assert {**after, "filter_body_reads": 0} == {**before, "filter_body_reads": 0}  # no page-in, nothing moved
+    assert locations(pager, keys) == locs
+
+    # select on the body: one paged, one only in the store
+    for loc in ("paged", "store"):
+        key = keys[locs.index(loc)]
+        wanted = sent[key]
+        page_ins = pager.stats()["page_ins"]
+        assert pager.take(dest, 0, filter=lambda h, b, wanted=wanted: b == wanted, filter_body=True) == (key, wanted)
+        assert pager.header(key)["reserved"] is True
+        assert pager.stats()["page_ins"] == page_ins + 1  # the delivery itself
+    check_stats(pager, keys, SMALL_BUDGET)
+
+
+def test_filter_without_filter_body_gets_the_header_only(make_pager: MakePager) -> None:
+    pager = make_pager()
+    dest = pager.create_destination("q")
+    k = pager.add(dest, b"x", id=1)
+    calls: list[int] = []
+
+    def one_arg(h: dict[str, Any]) -> bool:
+        calls.append(h["id"])
+        return True
+
+    assert pager.next(dest, 0, reserve=False, filter=one_arg) == k
+    assert pager.take_many(dest, 0, 5, filter=one_arg) == [(k, 0, None, b"x")]
+    assert calls == [1, 1]
+    assert pager.stats()["filter_body_reads"] == 0
+
+
+def test_a_body_filter_that_raises_reserves_nothing(make_pager: MakePager) -> None:
+    pager = make_pager()
+    dest = pager.create_destination("q")
+    k = pager.add(dest, b"x", id=1)
+
+    def boom(h: dict[str, Any], body: bytes) -> bool:
+        raise ValueError(body.decode())
+
+    with pytest.raises(ValueError, match="x"):
+        pager.take(dest, 0, filter=boom, filter_body=True)
+    with pytest.raises(ValueError, match="x"):
+        pager.take_many(dest, 0, 3, filter=boom, filter_body=True)
+    assert pager.header(k)["reserved"] is False
+    # accepting some first, then raising: those are not left reserved either
+    later = pager.add(dest, b"y", id=2)
+
+    def accept_then_raise(h: dict[str, Any], body: bytes) -> bool:
+        if body == b"y":
+            raise ValueError("y")
+        return True
+
+    with pytest.raises(ValueError, match="y"):
+        pager.take_many(dest, 0, 3, filter=accept_then_raise, filter_body=True)
+    assert pager.header(k)["reserved"] is False and pager.header(later)["reserved"] is False
+    assert pager.take_many(dest, 0, 3) == [(k, 0, None, b"x"), (later, 0, None, b"y")]
+
+
+# --- release with a delivery time ------------------------------------------------------------------
+
+
+def test_release_with_a_delivery_time_delays_and_keeps_the_place_in_fifo(make_pager: MakePager) -> None:
+    pager = make_pager()
+    dest = pager.create_destination("q")
+    a = pager.add(dest, b"a", id=1)
+    b = pager.add(dest, b"b", id=2)
+    assert pager.take(dest, 0) == (a, b"a")
+    pager.release(a, delivery_time=500)
+    h = pager.header(a)
+    assert (h["delivery_time"], h["redelivery_count"], h["reserved"]) == (500, 1, False)
+    assert pager.browse(dest) == [a, b]
+    assert pager.take(dest, 499) == (b, b"b")
+    assert pager.next(dest, 499) is None
+    assert pager.take(dest, 500) == (a, b"a")
+    pager.release(a, redelivered=False, delivery_time=0)
+    assert pager.header(a)["redelivery_count"] == 1 and pager.next(dest, 0, reserve=False) == a
+
+
+@pytest.mark.parametrize("budget", [HUGE_BUDGET, 2500])
+def test_release_with_a_delivery_time_re_sorts_by_delivery_time(make_pager: MakePager, budget: int) -> None:
+    pager = make_pager(message_buffer_size=budget)
+    dest = pager.create_destination("q", order="delivery_time")
+    keys = [pager.add(dest, body_of(i), id=i, delivery_time=10 * i) for i in range(5)]
+    assert pager.take(dest, 100) == (keys[0], body_of(0))
+    pager.release(keys[0], delivery_time=25)
+    assert pager.browse(dest) == [keys[i] for i in (1, 2, 0, 3, 4)]
+    pager.release(keys[4], redelivered=False, delivery_time=-1)  # not reserved: it moves all the same
+    assert pager.browse(dest) == [keys[i] for i in (4, 1, 2, 0, 3)]
+    check_stats(pager, keys, budget)
+    assert drain(pager, dest, 100) == [(keys[i], body_of(i)) for i in (4, 1, 2, 0, 3)]
+
+
+# --- delete_destination -----------------------------------------------------------------------------
+
+
+def test_delete_destination(make_pager: MakePager, store: FileStore) -> None:
+    pager = make_pager(store, message_buffer_size=SMALL_BUDGET)
+    doomed = pager.create_destination("doomed", order="priority")
+    kept = pager.create_destination("kept")
+    gone = []
+    for i in range(10):
+        body = body_of(i)
+        gone.append(
+            pager.add(
+                doomed,
+                body,
+                id=i,
+                priority=i % 10,
+                expiration=1000 + i,
+                store_handle=store.put("q", body) if i % 3 == 0 else None,
+            )
+        )
+    stay = [(pager.add(kept, body_of(100 + i), id=100 + i), body_of(100 + i)) for i in range(3)]
+    assert pager.take(doomed, 0) is not None  # a reserved one goes too
+    assert {"memory", "paged", "store"} <= set(locations(pager, gone))
+    assert pager.delete_destination(doomed) == 10
+    s = check_stats(pager, [k for k, _ in stay], SMALL_BUDGET)
+    assert s["destinations"] == 1
+    assert pager.expired(10**6) == []
+    for k in gone:
+        with pytest.raises(UnknownHandleError):
+            pager.header(k)
+        with pytest.raises(UnknownHandleError):
+            pager.release(k)
+    for call in (
+        lambda: pager.next(doomed, 0),
+        lambda: pager.take(doomed, 0),
+        lambda: pager.take_many(doomed, 0, 5),
+        lambda: pager.browse(doomed),
+        lambda: pager.count(doomed),
+        lambda: pager.add(doomed, b"x", id=1),
+        lambda: pager.delete_destination(doomed),
+        lambda: pager.destination("doomed"),
+    ):
+        with pytest.raises(InvalidArgumentError):
+            call()
+    again = pager.create_destination("doomed")
+    assert again != doomed and pager.destination("doomed") == again and pager.count(again) == 0
+    with pytest.raises(InvalidArgumentError):
+        pager.count(doomed)
+    assert drain(pager, kept) == stay
+    assert pager.delete_destination(kept) == 0
+    s = pager.stats()
+    assert (s["messages"], s["resident_bytes"], s["paged_bytes"], s["paging_file_bytes"]) == (0, 0, 0, 0)
+
+
+# --- take_many ---------------------------------------------------------------------------------------
+
+
+def test_take_many(make_pager: MakePager, store: FileStore) -> None:
+    pager = make_pager(store, message_buffer_size=SMALL_BUDGET)
+    dest = pager.create_destination("q")
+    sent = []
+    for i in range(12):
+        body = body_of(i)
+        handle = store.put("q", body) if i % 4 == 0 else None
+        sent.append((pager.add(dest, body, id=i, redelivery_count=i % 3, store_handle=handle), i % 3, handle, body))
+    later = pager.add(dest, b"later", id=50, delivery_time=100)
+    pager.add(dest, b"expired", id=51, expiration=5)
+    assert pager.take_many(dest, 10, 0) == []
+    assert pager.take_many(dest, 10, 3) == sent[:3]
+    assert all(pager.header(k)["reserved"] for k, _, _, _ in sent[:3])
+    pager.release(sent[1][0], redelivered=False)
+    even = pager.take_many(dest, 10, 100, filter=lambda h, b: b[0] % 2 == 0, filter_body=True)
+    expected_even = [m for m in sent if m[3][0] % 2 == 0 and m not in (sent[0], sent[2])]
+    assert even == expected_even
+    rest = pager.take_many(dest, 10, 100)
+    assert rest == [m for m in sent if m not in (sent[0], sent[2]) and m not in expected_even]
+    assert pager.take_many(dest, 10, 100) == []
+    assert pager.take_many(dest, 100, 100) == [(later, 0, None, b"later")]
+    check_stats(pager, browse_all(pager, dest), SMALL_BUDGET)
+
+
+def test_take_many_drains_a_paged_backlog_in_order(make_pager: MakePager) -> None:
+    pager = make_pager(message_buffer_size=SMALL_BUDGET)
+    dest = pager.create_destination("q", order="lifo")
+    sent = [(pager.add(dest, body_of(i), id=i), body_of(i)) for i in range(40)]
+    got: list[tuple[int, bytes]] = []
+    while batch := pager.take_many(dest, 0, 3):
+        for key, count, _, body in batch:
+            assert count == 0
+            got.append((key, body))
+            pager.remove(key)
+        assert pager.stats()["resident_bytes"] <= SMALL_BUDGET
+    assert got == sent[::-1]
+    s = pager.stats()
+    assert s["messages"] == 0 and s["page_ins"] > 0 and s["read_ahead_hits"] > 0
+
+
+GIL_SCRIPT = """
+import sys, tempfile, threading
+from jmsstore import Pager
+
+with tempfile.TemporaryDirectory() as d:
+    pager = Pager(None, paging_directory=d + "/paging")
+    dest = pager.create_destination("q")
+    key = pager.add(dest, b"x", id=1)
+    inside, go = threading.Event(), threading.Event()
+
+    def hold(h):  # runs with the pager's lock held; waiting lets go of the GIL
+        inside.set()
+        go.wait()
+        return False
+
+    holder = threading.Thread(target=lambda: pager.next(dest, 0, filter=hold))
+    holder.start()
+    inside.wait()
+    got = []
+    taker = threading.Thread(target=lambda: got.append(pager.%s))
+    taker.start()
+    # the taker now waits for the pager's lock; had it kept the GIL, this thread could not run on
+    taker.join(0.3)
+    go.set()
+    holder.join()
+    taker.join()
+    assert got and got[0] in ([(key, 0, None, b"x")], (key, b"x"), key), got
+    print("ok")
+"""
+
+
+@pytest.mark.parametrize("call", ["take_many(dest, 0, 5)", "take(dest, 0)", "next(dest, 0)"])
+def test_calls_without_a_filter_release_the_gil(call: str) -> None:
+    """A filter-less take_many/take/next waiting for the pager lets other Python threads run
+    (run in a subprocess: holding the GIL would deadlock)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", GIL_SCRIPT % call], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr

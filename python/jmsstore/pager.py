@@ -25,6 +25,9 @@ from jmsstore.errors import InvalidArgumentError
 from jmsstore.store import FileStore
 
 Filter = Callable[[dict[str, Any]], bool]
+"""``filter(header)``: true accepts the message."""
+BodyFilter = Callable[[dict[str, Any], bytes], bool]
+"""``filter(header, body)`` (with ``filter_body=True``): true accepts the message."""
 
 _U64 = U64_MAX
 _I64 = (1 << 63) - 1
@@ -33,6 +36,12 @@ _int = integer
 
 def _key(key: object) -> int:
     return handle(key, "key")
+
+
+def _flag(name: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise TypeError(f"{name} is a bool, not {type(value).__name__}")
 
 
 def _text(name: str, value: object) -> str | None:
@@ -165,23 +174,69 @@ class Pager:
         """The message's body (read back in if paged out)."""
         return self._native.body(_key(key))
 
-    def next(self, destination: int, now: int, *, reserve: bool = True, filter: Filter | None = None) -> int | None:
+    def next(
+        self,
+        destination: int,
+        now: int,
+        *,
+        reserve: bool = True,
+        filter: Filter | BodyFilter | None = None,
+        filter_body: bool = False,
+    ) -> int | None:
         """The first deliverable message in order: due, not reserved, not
-        expired, accepted by ``filter(header)``; reserved unless ``reserve`` is
-        False. The filter must not call the pager."""
+        expired, accepted by ``filter(header)`` (``filter(header, body)`` with
+        ``filter_body``: the body is read for it wherever it is, without paging
+        it in); reserved unless ``reserve`` is False. The filter must not call
+        the pager."""
         return self._native.next(
-            _int("destination", destination, 0, 0xFFFF_FFFF), _int("now", now, -_I64 - 1, _I64), reserve, filter
+            _int("destination", destination, 0, 0xFFFF_FFFF),
+            _int("now", now, -_I64 - 1, _I64),
+            reserve,
+            filter,
+            _flag("filter_body", filter_body),
         )
 
-    def take(self, destination: int, now: int, *, filter: Filter | None = None) -> tuple[int, bytes] | None:
-        """Reserves the next deliverable message and returns ``(key, body)``."""
+    def take(
+        self, destination: int, now: int, *, filter: Filter | BodyFilter | None = None, filter_body: bool = False
+    ) -> tuple[int, bytes] | None:
+        """Reserves the next deliverable message (as :meth:`next`) and returns ``(key, body)``."""
         return self._native.take(
-            _int("destination", destination, 0, 0xFFFF_FFFF), _int("now", now, -_I64 - 1, _I64), filter
+            _int("destination", destination, 0, 0xFFFF_FFFF),
+            _int("now", now, -_I64 - 1, _I64),
+            filter,
+            _flag("filter_body", filter_body),
         )
 
-    def release(self, key: int, *, redelivered: bool = True) -> None:
-        """Un-reserves a message; ``redelivered`` adds one to its redelivery count."""
-        self._native.release(_key(key), redelivered)
+    def take_many(
+        self,
+        destination: int,
+        now: int,
+        limit: int,
+        *,
+        filter: Filter | BodyFilter | None = None,
+        filter_body: bool = False,
+    ) -> list[tuple[int, int, int | None, bytes]]:
+        """Reserves up to ``limit`` deliverable messages in order (each as
+        :meth:`take` would) and returns ``[(key, redelivery_count, store_handle, body), ...]``
+        (``store_handle`` None for a message not in the store).
+        If a body cannot be read, nothing is reserved and the error is raised."""
+        return self._native.take_many(
+            _int("destination", destination, 0, 0xFFFF_FFFF),
+            _int("now", now, -_I64 - 1, _I64),
+            _int("limit", limit, 0, _U64),
+            filter,
+            _flag("filter_body", filter_body),
+        )
+
+    def release(self, key: int, *, redelivered: bool = True, delivery_time: int | None = None) -> None:
+        """Un-reserves a message; ``redelivered`` adds one to its redelivery count,
+        ``delivery_time`` (ms) sets its delivery time (a redelivery delay). A
+        destination sorted on a changed field re-sorts the message."""
+        self._native.release(
+            _key(key),
+            _flag("redelivered", redelivered),
+            None if delivery_time is None else _int("delivery_time", delivery_time, -_I64 - 1, _I64),
+        )
 
     def remove(self, key: int) -> None:
         """Removes a message (acknowledged, expired or deleted)."""
@@ -198,6 +253,12 @@ class Pager:
             None if after is None else _key(after),
             _int("limit", limit, 0, _U64),
         )
+
+    def delete_destination(self, destination: int) -> int:
+        """Deletes a destination and all its messages (reserved ones too);
+        returns how many it held. Its name can be used again; its id and the
+        keys of its messages are unknown from now on."""
+        return self._native.delete_destination(_int("destination", destination, 0, 0xFFFF_FFFF))
 
     def count(self, destination: int) -> int:
         """Messages in a destination."""

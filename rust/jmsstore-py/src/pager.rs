@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use jmsstore_core::codec::Codec;
 use jmsstore_core::pager::order::Order;
-use jmsstore_core::pager::{Header, NewMessage, Pager, PagerOptions};
+use jmsstore_core::pager::{Filter, Header, NewMessage, Pager, PagerOptions};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict};
@@ -39,17 +39,38 @@ fn header_dict<'py>(py: Python<'py>, h: &Header) -> PyResult<Bound<'py, PyDict>>
 
 /// Runs the pager call `f` with a Python filter: the GIL is kept (the
 /// filter needs it); the first exception the filter raises is re-raised.
+/// The filter is called as `filter(header)`, or `filter(header, body)`
+/// when the pager hands it the body.
 fn with_filter<T>(
     py: Python<'_>,
     filter: &Bound<'_, PyAny>,
-    f: impl FnOnce(&mut dyn FnMut(&Header) -> bool) -> jmsstore_core::Result<T>,
+    f: impl FnOnce(Filter<'_>) -> jmsstore_core::Result<T>,
 ) -> PyResult<T> {
+    let (failure, result) = call_with_filter(py, filter, f);
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    result.map_err(|e| PyStoreError(e).into())
+}
+
+/// [`with_filter`]'s work: the pager call's result and, apart, the first
+/// exception the filter raised (after which it accepted nothing more).
+fn call_with_filter<T>(
+    py: Python<'_>,
+    filter: &Bound<'_, PyAny>,
+    f: impl FnOnce(Filter<'_>) -> jmsstore_core::Result<T>,
+) -> (Option<PyErr>, jmsstore_core::Result<T>) {
     let mut failure: Option<PyErr> = None;
-    let mut call = |h: &Header| -> bool {
+    let mut call = |h: &Header, body: Option<&[u8]>| -> bool {
         if failure.is_some() {
             return false;
         }
-        let result = header_dict(py, h).and_then(|d| filter.call1((d,))).and_then(|r| r.is_truthy());
+        let result = header_dict(py, h)
+            .and_then(|d| match body {
+                Some(b) => filter.call1((d, PyBytes::new(py, b))),
+                None => filter.call1((d,)),
+            })
+            .and_then(|r| r.is_truthy());
         match result {
             Ok(accepted) => accepted,
             Err(e) => {
@@ -59,10 +80,7 @@ fn with_filter<T>(
         }
     };
     let result = f(&mut call);
-    if let Some(e) = failure {
-        return Err(e);
-    }
-    result.map_err(|e| PyStoreError(e).into())
+    (failure, result)
 }
 
 #[pymethods]
@@ -141,7 +159,7 @@ impl NativePager {
         Ok(PyBytes::new(py, &body))
     }
 
-    #[pyo3(signature = (destination, now, reserve=true, filter=None))]
+    #[pyo3(signature = (destination, now, reserve=true, filter=None, filter_body=false))]
     fn next(
         &self,
         py: Python<'_>,
@@ -149,31 +167,69 @@ impl NativePager {
         now: i64,
         reserve: bool,
         filter: Option<Bound<'_, PyAny>>,
+        filter_body: bool,
     ) -> PyResult<Option<u64>> {
         match filter {
-            Some(f) => with_filter(py, &f, |call| self.pager.next(destination, now, reserve, Some(call))),
-            None => Ok(py.detach(|| self.pager.next(destination, now, reserve, None)).map_err(PyStoreError)?),
+            Some(f) => with_filter(py, &f, |call| self.pager.next(destination, now, reserve, Some(call), filter_body)),
+            None => Ok(py.detach(|| self.pager.next(destination, now, reserve, None, false)).map_err(PyStoreError)?),
         }
     }
 
-    #[pyo3(signature = (destination, now, filter=None))]
+    #[pyo3(signature = (destination, now, filter=None, filter_body=false))]
     fn take<'py>(
         &self,
         py: Python<'py>,
         destination: u32,
         now: i64,
         filter: Option<Bound<'py, PyAny>>,
+        filter_body: bool,
     ) -> PyResult<Option<(u64, Bound<'py, PyBytes>)>> {
         let taken = match filter {
-            Some(f) => with_filter(py, &f, |call| self.pager.take(destination, now, Some(call)))?,
-            None => py.detach(|| self.pager.take(destination, now, None)).map_err(PyStoreError)?,
+            Some(f) => with_filter(py, &f, |call| self.pager.take(destination, now, Some(call), filter_body))?,
+            None => py.detach(|| self.pager.take(destination, now, None, false)).map_err(PyStoreError)?,
         };
         Ok(taken.map(|(key, body)| (key, PyBytes::new(py, &body))))
     }
 
-    #[pyo3(signature = (key, redelivered=true))]
-    fn release(&self, key: u64, redelivered: bool) -> PyResult2<()> {
-        Ok(self.pager.release(key, redelivered)?)
+    #[pyo3(signature = (destination, now, limit, filter=None, filter_body=false))]
+    fn take_many<'py>(
+        &self,
+        py: Python<'py>,
+        destination: u32,
+        now: i64,
+        limit: usize,
+        filter: Option<Bound<'py, PyAny>>,
+        filter_body: bool,
+    ) -> PyResult<Vec<(u64, u32, Option<u64>, Bound<'py, PyBytes>)>> {
+        let taken = match filter {
+            Some(f) => {
+                let (failure, result) = call_with_filter(py, &f, |call| {
+                    self.pager.take_many(destination, now, limit, Some(call), filter_body)
+                });
+                if let Some(e) = failure {
+                    // Messages the filter accepted before it raised were reserved: give them back.
+                    for taken in result.unwrap_or_default() {
+                        let _ = self.pager.release(taken.key, false, None);
+                    }
+                    return Err(e);
+                }
+                result.map_err(PyStoreError)?
+            }
+            None => py.detach(|| self.pager.take_many(destination, now, limit, None, false)).map_err(PyStoreError)?,
+        };
+        Ok(taken
+            .into_iter()
+            .map(|t| (t.key, t.redelivery_count, t.store_handle, PyBytes::new(py, &t.body)))
+            .collect())
+    }
+
+    #[pyo3(signature = (key, redelivered=true, delivery_time=None))]
+    fn release(&self, key: u64, redelivered: bool, delivery_time: Option<i64>) -> PyResult2<()> {
+        Ok(self.pager.release(key, redelivered, delivery_time)?)
+    }
+
+    fn delete_destination(&self, py: Python<'_>, destination: u32) -> PyResult2<usize> {
+        Ok(py.detach(|| self.pager.delete_destination(destination))?)
     }
 
     fn remove(&self, py: Python<'_>, key: u64) -> PyResult2<()> {
@@ -207,6 +263,7 @@ impl NativePager {
         d.set_item("page_outs", s.page_outs)?;
         d.set_item("page_ins", s.page_ins)?;
         d.set_item("read_ahead_hits", s.read_ahead_hits)?;
+        d.set_item("filter_body_reads", s.filter_body_reads)?;
         d.set_item("message_buffer_size", s.message_buffer_size)?;
         d.set_item("destinations", s.destinations)?;
         Ok(d)

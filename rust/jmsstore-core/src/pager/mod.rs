@@ -37,6 +37,12 @@ use paging::{PagedRef, PagingFiles};
 /// removed message never names the message that reuses the slot).
 pub type Key = u64;
 
+/// A consumer's filter (a JMS selector): called with each candidate's
+/// header and, when the call asks for bodies, `Some(body)` (read from
+/// memory, a paging file or the store, without making it resident), else
+/// `None`; true accepts the message.
+pub type Filter<'a> = &'a mut dyn FnMut(&Header, Option<&[u8]>) -> bool;
+
 /// Pager configuration.
 #[derive(Clone, Debug)]
 pub struct PagerOptions {
@@ -130,6 +136,19 @@ pub struct Header {
     pub store_handle: Option<u64>,
 }
 
+/// A message reserved by [`Pager::take_many`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Taken {
+    /// Its key.
+    pub key: Key,
+    /// Times delivered before.
+    pub redelivery_count: u32,
+    /// File-store handle of a persistent message.
+    pub store_handle: Option<u64>,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
 /// Counters and sizes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PagerStats {
@@ -153,6 +172,9 @@ pub struct PagerStats {
     pub page_ins: u64,
     /// Takes that found their body already brought in by read-ahead.
     pub read_ahead_hits: u64,
+    /// Bodies read from a paging file or the store for a filter that sees
+    /// bodies (not made resident, not counted as page-ins).
+    pub filter_body_reads: u64,
     /// The budget.
     pub message_buffer_size: u64,
     /// Destinations.
@@ -316,6 +338,7 @@ struct Inner {
     page_outs: u64,
     page_ins: u64,
     read_ahead_hits: u64,
+    filter_body_reads: u64,
     closed: bool,
 }
 
@@ -332,6 +355,18 @@ fn key_of(slot: u32, generation: u32) -> Key {
 
 fn unknown(key: Key) -> Error {
     Error::UnknownHandle(key)
+}
+
+fn unknown_destination(id: u32) -> Error {
+    Error::invalid(format!("unknown destination {id}"))
+}
+
+/// A deliverable message a scan found.
+struct Found {
+    slot: u32,
+    order_key: OrderKey,
+    /// Its body, if the filter read it from a paging file or the store.
+    body: Option<Vec<u8>>,
 }
 
 impl Inner {
@@ -352,10 +387,11 @@ impl Inner {
     }
 
     fn destination(&self, id: u32) -> Result<&Destination> {
-        self.destinations
-            .get(id as usize)
-            .and_then(Option::as_ref)
-            .ok_or_else(|| Error::invalid(format!("unknown destination {id}")))
+        self.destinations.get(id as usize).and_then(Option::as_ref).ok_or_else(|| unknown_destination(id))
+    }
+
+    fn destination_mut(&mut self, id: u32) -> Result<&mut Destination> {
+        self.destinations.get_mut(id as usize).and_then(Option::as_mut).ok_or_else(|| unknown_destination(id))
     }
 
     fn key_at(&self, slot: u32) -> Key {
@@ -459,15 +495,24 @@ impl Inner {
         self.page_ins += 1;
     }
 
-    /// Forgets where a body was (the message is going away).
-    fn drop_body(&mut self, m: &Message, order_key: OrderKey, slot: u32) {
+    /// Empties a slot (its message is going away): the message leaves the
+    /// pager-wide indexes and counters and its body is freed (a paged body's
+    /// space is released). The destination's indexes are the caller's.
+    fn free_slot(&mut self, slot: u32) {
+        let entry = &mut self.slots[slot as usize];
+        let Some(m) = entry.message.take() else { return };
+        entry.generation = entry.generation.wrapping_add(1).max(1);
+        self.free_slots.push(slot);
+        if m.expiration > 0 {
+            self.expirations.remove(&(m.expiration, m.seq, slot));
+        }
+        self.interner.release(m.correlation_id);
+        self.interner.release(m.message_type);
+        self.interner.release(m.unit_of_order);
+        self.messages -= 1;
         let len = u64::from(m.body_len);
         match m.body {
             Body::Resident(_) => {
-                let dest = self.destinations[m.destination as usize].as_mut().expect("destination exists");
-                if dest.resident.remove(order_key) == Some(slot) {
-                    dest.resident_bytes -= len;
-                }
                 self.resident_bytes -= len;
                 self.resident_messages -= 1;
             }
@@ -480,7 +525,6 @@ impl Inner {
         }
     }
 }
-
 fn lock(m: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -533,6 +577,7 @@ impl Pager {
                 page_outs: 0,
                 page_ins: 0,
                 read_ahead_hits: 0,
+                filter_body_reads: 0,
                 closed: false,
             }),
         })
@@ -681,79 +726,161 @@ impl Pager {
 
     /// The first deliverable message of a destination in its order: due,
     /// not reserved, not expired, and accepted by `filter`. With `reserve`,
-    /// marks it reserved. The filter must not call the pager.
+    /// marks it reserved. The filter gets each candidate's header and, with
+    /// `with_body`, its body (see [`Filter`]). The filter must not call the
+    /// pager.
     pub fn next(
         &self,
         destination: u32,
         now: i64,
         reserve: bool,
-        filter: Option<&mut dyn FnMut(&Header) -> bool>,
+        filter: Option<Filter<'_>>,
+        with_body: bool,
     ) -> Result<Option<Key>> {
         let mut inner = open(&self.inner)?;
-        Ok(Self::find_next(&mut inner, destination, now, reserve, filter)?.map(|(key, _)| key))
+        let found = self.scan(&mut inner, destination, now, 1, filter, with_body, false)?;
+        let Some(first) = found.first() else { return Ok(None) };
+        if reserve {
+            if let Some(m) = inner.slots[first.slot as usize].message.as_mut() {
+                m.flags |= FLAG_RESERVED;
+            }
+        }
+        Ok(Some(inner.key_at(first.slot)))
     }
 
-    fn find_next(
+    /// Up to `limit` deliverable messages of a destination in order (see
+    /// [`Pager::next`]), nothing reserved. With `keep_bodies`, a body the
+    /// filter had read from a paging file or the store is kept with its
+    /// message so that it is not read twice.
+    #[allow(clippy::too_many_arguments)]
+    fn scan(
+        &self,
         inner: &mut Inner,
         destination: u32,
         now: i64,
-        reserve: bool,
-        mut filter: Option<&mut dyn FnMut(&Header) -> bool>,
-    ) -> Result<Option<(Key, OrderKey)>> {
+        limit: usize,
+        mut filter: Option<Filter<'_>>,
+        with_body: bool,
+        keep_bodies: bool,
+    ) -> Result<Vec<Found>> {
         let dest = inner.destination(destination)?;
-        let mut found = None;
+        let mut found = Vec::new();
+        if limit == 0 {
+            return Ok(found);
+        }
+        let mut body_reads = 0u64;
+        let mut failure = None;
         for (order_key, slot) in dest.all.iter_from(dest.order.reversed(), None) {
-            let m = inner.slots[slot as usize].message.as_ref().expect("indexed slot holds a message");
+            let Some(m) = inner.slots[slot as usize].message.as_ref() else { continue };
             if m.flags & FLAG_RESERVED != 0 || m.delivery_time > now || (m.expiration != 0 && m.expiration <= now) {
                 continue;
             }
+            let mut body = None;
             if let Some(f) = filter.as_mut() {
-                if !f(&inner.header(m)) {
+                let header = inner.header(m);
+                let accepted = match &m.body {
+                    _ if !with_body => f(&header, None),
+                    Body::Resident(b) => f(&header, Some(b)),
+                    Body::Paged(_) | Body::Store => match self.read_body(inner, m) {
+                        Ok((b, _)) => {
+                            body_reads += 1;
+                            let accepted = f(&header, Some(&b));
+                            if accepted && keep_bodies {
+                                body = Some(b);
+                            }
+                            accepted
+                        }
+                        Err(e) => {
+                            failure = Some(e);
+                            break;
+                        }
+                    },
+                };
+                if !accepted {
                     continue;
                 }
             }
-            found = Some((slot, order_key));
-            break;
+            found.push(Found { slot, order_key, body });
+            if found.len() >= limit {
+                break;
+            }
         }
-        let Some((slot, order_key)) = found else { return Ok(None) };
-        if reserve {
-            inner.slots[slot as usize].message.as_mut().expect("found above").flags |= FLAG_RESERVED;
+        inner.filter_body_reads += body_reads;
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(found),
         }
-        Ok(Some((inner.key_at(slot), order_key)))
     }
 
-    /// Reserves the next deliverable message and returns it with its body;
-    /// then reads ahead the bodies of the messages after it.
+    /// Reserves the next deliverable message (see [`Pager::next`]) and
+    /// returns it with its body; then reads ahead the bodies of the
+    /// messages after it.
     pub fn take(
         &self,
         destination: u32,
         now: i64,
-        filter: Option<&mut dyn FnMut(&Header) -> bool>,
+        filter: Option<Filter<'_>>,
+        with_body: bool,
     ) -> Result<Option<(Key, Vec<u8>)>> {
+        let taken = self.take_many(destination, now, 1, filter, with_body)?;
+        Ok(taken.into_iter().next().map(|t| (t.key, t.body)))
+    }
+
+    /// Reserves up to `limit` deliverable messages in order (each as
+    /// [`Pager::take`] would, in one call) and returns them with their
+    /// redelivery counts, store handles and bodies; then reads ahead the bodies of the
+    /// messages after the last. If a body cannot be read, nothing is
+    /// reserved and the error is returned.
+    pub fn take_many(
+        &self,
+        destination: u32,
+        now: i64,
+        limit: usize,
+        filter: Option<Filter<'_>>,
+        with_body: bool,
+    ) -> Result<Vec<Taken>> {
         let mut inner = open(&self.inner)?;
-        let Some((key, order_key)) = Self::find_next(&mut inner, destination, now, true, filter)? else {
-            return Ok(None);
-        };
-        let (_, m) = inner.message(key)?;
-        let hit = m.flags & FLAG_READ_AHEAD != 0 && matches!(m.body, Body::Resident(_));
-        let body = match self.read_body(&inner, m) {
-            Ok((body, paged)) => {
-                if paged {
-                    inner.page_ins += 1;
+        let found = self.scan(&mut inner, destination, now, limit, filter, with_body, true)?;
+        let Some(last) = found.last().map(|f| f.order_key) else { return Ok(Vec::new()) };
+        // Read every body before reserving anything, so that a failed read leaves no trace.
+        let mut taken = Vec::with_capacity(found.len());
+        let (mut page_ins, mut hits) = (0u64, 0u64);
+        for f in found {
+            let Some(m) = inner.slots[f.slot as usize].message.as_ref() else { continue };
+            let body = match f.body {
+                Some(body) => {
+                    // Read from a paging file or the store for the filter: still a page-in.
+                    page_ins += 1;
+                    body
                 }
-                body
-            }
-            Err(e) => {
-                // Nothing taken after all.
-                inner.message_mut(key)?.1.flags &= !FLAG_RESERVED;
-                return Err(e);
-            }
-        };
-        if hit {
-            inner.read_ahead_hits += 1;
+                None => {
+                    let (body, paged) = self.read_body(&inner, m)?;
+                    if paged {
+                        page_ins += 1;
+                    } else if m.flags & FLAG_READ_AHEAD != 0 {
+                        hits += 1;
+                    }
+                    body
+                }
+            };
+            let store_handle = (m.store_handle != 0).then_some(m.store_handle);
+            taken.push((f.slot, m.redelivery_count, store_handle, body));
         }
-        self.read_ahead(&mut inner, destination, order_key)?;
-        Ok(Some((key, body)))
+        inner.page_ins += page_ins;
+        inner.read_ahead_hits += hits;
+        let taken: Vec<Taken> = taken
+            .into_iter()
+            .map(|(slot, redelivery_count, store_handle, body)| {
+                if let Some(m) = inner.slots[slot as usize].message.as_mut() {
+                    m.flags |= FLAG_RESERVED;
+                }
+                Taken { key: inner.key_at(slot), redelivery_count, store_handle, body }
+            })
+            .collect();
+        // Read-ahead only saves later reads: when it fails, the bodies stay
+        // where they are (and a take that needs one reports the error).
+        let _ = self.read_ahead(&mut inner, destination, last);
+        Ok(taken)
     }
 
     /// Brings back the paged-out bodies of the next messages after
@@ -804,25 +931,28 @@ impl Pager {
         Ok(())
     }
 
-    /// Un-reserves a message; `redelivered` adds one to its redelivery count.
-    pub fn release(&self, key: Key, redelivered: bool) -> Result<()> {
+    /// Un-reserves a message; `redelivered` adds one to its redelivery
+    /// count, `delivery_time` (ms) sets its delivery time (a redelivery
+    /// delay). A message whose order key changes moves to its new place.
+    pub fn release(&self, key: Key, redelivered: bool, delivery_time: Option<i64>) -> Result<()> {
         let mut inner = open(&self.inner)?;
         let (slot, m) = inner.message_mut(key)?;
-        m.flags &= !FLAG_RESERVED;
-        if !redelivered {
-            return Ok(());
-        }
         let before = m.order_fields();
-        m.redelivery_count = m.redelivery_count.saturating_add(1);
+        m.flags &= !FLAG_RESERVED;
+        if redelivered {
+            m.redelivery_count = m.redelivery_count.saturating_add(1);
+        }
+        if let Some(t) = delivery_time {
+            m.delivery_time = t;
+        }
         let after = m.order_fields();
         let (destination, resident) = (m.destination, matches!(m.body, Body::Resident(_)));
-        let dest = inner.destinations[destination as usize].as_mut().expect("message's destination exists");
-        if dest.order.depends_on_redelivery() {
-            let (old, new) = (dest.order.key(&before), dest.order.key(&after));
+        let dest = inner.destination_mut(destination)?;
+        let (old, new) = (dest.order.key(&before), dest.order.key(&after));
+        if old != new {
             dest.all.remove(old);
             dest.all.insert(new, slot);
-            if resident {
-                dest.resident.remove(old);
+            if resident && dest.resident.remove(old).is_some() {
                 dest.resident.insert(new, slot);
             }
         }
@@ -832,23 +962,37 @@ impl Pager {
     /// Removes a message (acknowledged, expired or deleted).
     pub fn remove(&self, key: Key) -> Result<()> {
         let mut inner = open(&self.inner)?;
-        let (slot, _) = inner.message(key)?;
-        let m = inner.slots[slot as usize].message.take().expect("checked above");
-        inner.slots[slot as usize].generation = inner.slots[slot as usize].generation.wrapping_add(1).max(1);
-        inner.free_slots.push(slot);
-        let order_key = inner.destination(m.destination)?.order.key(&m.order_fields());
-        inner.destinations[m.destination as usize].as_mut().expect("destination exists").all.remove(order_key);
-        inner.drop_body(&m, order_key, slot);
-        if m.expiration > 0 {
-            inner.expirations.remove(&(m.expiration, m.seq, slot));
+        let (slot, m) = inner.message(key)?;
+        let (destination, fields) = (m.destination, m.order_fields());
+        let resident_len = matches!(m.body, Body::Resident(_)).then_some(u64::from(m.body_len));
+        let dest = inner.destination_mut(destination)?;
+        let order_key = dest.order.key(&fields);
+        dest.all.remove(order_key);
+        if let Some(len) = resident_len {
+            if dest.resident.remove(order_key) == Some(slot) {
+                dest.resident_bytes -= len;
+            }
         }
-        inner.interner.release(m.correlation_id);
-        inner.interner.release(m.message_type);
-        inner.interner.release(m.unit_of_order);
-        inner.messages -= 1;
+        inner.free_slot(slot);
         Ok(())
     }
 
+    /// Deletes a destination and every message in it (each as [`Pager::remove`]
+    /// would, reserved ones too); returns how many messages it held. Its
+    /// name can be used again; its id stays unknown.
+    pub fn delete_destination(&self, destination: u32) -> Result<usize> {
+        let mut inner = open(&self.inner)?;
+        let dest = inner
+            .destinations
+            .get_mut(destination as usize)
+            .and_then(Option::take)
+            .ok_or_else(|| unknown_destination(destination))?;
+        inner.names.remove(&dest.name);
+        for (_, slot) in dest.all.iter_from(false, None) {
+            inner.free_slot(slot);
+        }
+        Ok(dest.all.len())
+    }
     /// Keys of messages with `0 < expiration <= now`, earliest first.
     pub fn expired(&self, now: i64, limit: usize) -> Result<Vec<Key>> {
         let inner = open(&self.inner)?;
@@ -929,6 +1073,7 @@ impl Pager {
             page_outs: inner.page_outs,
             page_ins: inner.page_ins,
             read_ahead_hits: inner.read_ahead_hits,
+            filter_body_reads: inner.filter_body_reads,
             message_buffer_size: self.options.message_buffer_size,
             destinations: inner.destinations.iter().flatten().count() as u64,
         }
@@ -938,6 +1083,10 @@ impl Pager {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn triples(taken: Vec<Taken>) -> Vec<(Key, u32, Vec<u8>)> {
+        taken.into_iter().map(|t| (t.key, t.redelivery_count, t.body)).collect()
+    }
 
     fn pager(budget: u64, dir: &Path) -> Pager {
         Pager::new(
@@ -950,6 +1099,77 @@ mod tests {
             },
         )
         .expect("pager")
+    }
+
+    /// Every index and counter agrees with the messages.
+    fn check_invariants(p: &Pager) {
+        let inner = lock(&p.inner);
+        let live: Vec<(u32, &Message)> =
+            inner.slots.iter().enumerate().filter_map(|(i, s)| s.message.as_ref().map(|m| (i as u32, m))).collect();
+        assert_eq!(inner.messages, live.len() as u64);
+        let resident: Vec<&Message> =
+            live.iter().map(|(_, m)| *m).filter(|m| matches!(m.body, Body::Resident(_))).collect();
+        let paged: Vec<&Message> = live.iter().map(|(_, m)| *m).filter(|m| matches!(m.body, Body::Paged(_))).collect();
+        assert_eq!(inner.resident_messages, resident.len() as u64);
+        assert_eq!(inner.resident_bytes, resident.iter().map(|m| u64::from(m.body_len)).sum::<u64>());
+        assert_eq!(inner.paged_messages, paged.len() as u64);
+        assert_eq!(inner.paged_bytes, paged.iter().map(|m| u64::from(m.body_len)).sum::<u64>());
+        assert_eq!(
+            inner.store_paged_messages,
+            live.iter().filter(|(_, m)| matches!(m.body, Body::Store)).count() as u64
+        );
+        assert_eq!(inner.expirations.len(), live.iter().filter(|(_, m)| m.expiration > 0).count());
+        let mut indexed = 0;
+        for (id, dest) in inner.destinations.iter().enumerate() {
+            let Some(dest) = dest else { continue };
+            assert_eq!(inner.names.get(&dest.name), Some(&(id as u32)));
+            let mut resident_bytes = 0;
+            for (key, slot) in dest.all.iter_from(false, None) {
+                let m = inner.slots[slot as usize].message.as_ref().expect("indexed slot holds a message");
+                assert_eq!(m.destination, id as u32);
+                assert_eq!(dest.order.key(&m.order_fields()), key, "stale order key");
+                if matches!(m.body, Body::Resident(_)) {
+                    resident_bytes += u64::from(m.body_len);
+                }
+            }
+            for (key, slot) in dest.resident.iter_from(false, None) {
+                let m = inner.slots[slot as usize].message.as_ref().expect("indexed slot holds a message");
+                assert!(matches!(m.body, Body::Resident(_)));
+                assert_eq!(dest.order.key(&m.order_fields()), key, "stale resident key");
+            }
+            assert_eq!(
+                dest.resident.len(),
+                live.iter().filter(|(_, m)| m.destination == id as u32 && matches!(m.body, Body::Resident(_))).count()
+            );
+            assert_eq!(dest.resident_bytes, resident_bytes);
+            indexed += dest.all.len();
+        }
+        assert_eq!(indexed, live.len());
+        assert_eq!(inner.names.len(), inner.destinations.iter().flatten().count());
+    }
+
+    fn store_pager(budget: u64, dir: &Path) -> (Arc<Store>, Pager) {
+        let options = crate::StoreOptions { max_segment_bytes: 1 << 20, preallocate: false, ..Default::default() };
+        let store = Arc::new(Store::open(dir.join("store"), options).expect("store"));
+        let p = Pager::new(
+            Some(store.clone()),
+            PagerOptions {
+                message_buffer_size: budget,
+                paging_directory: dir.join("paging"),
+                paging_codec: Codec::None,
+                read_ahead: 4,
+            },
+        )
+        .expect("pager");
+        (store, p)
+    }
+
+    /// Adds message `id` with body `[id; 1000]`, persistent when `persistent`.
+    fn add_numbered(p: &Pager, store: &Store, dest: u32, id: u8, persistent: bool) -> Key {
+        let body = [id; 1000];
+        let store_handle = persistent.then(|| store.put("q", &body).expect("put"));
+        p.add(dest, &NewMessage { id: u64::from(id), store_handle, ..NewMessage::default() }, Some(&body), 0)
+            .expect("add")
     }
 
     #[test]
@@ -972,7 +1192,7 @@ mod tests {
         assert_eq!(s.paged_messages + s.resident_messages, 10);
         assert!(s.page_outs >= 7);
         for (i, key) in keys.iter().enumerate() {
-            let (k, body) = p.take(q, 0, None).expect("take").expect("a message");
+            let (k, body) = p.take(q, 0, None, false).expect("take").expect("a message");
             assert_eq!(k, *key);
             assert_eq!(body, vec![i as u8; 1000]);
             p.remove(k).expect("remove");
@@ -996,14 +1216,263 @@ mod tests {
         let _later = add(2, 9, 100, 0);
         let _expired = add(3, 8, 0, 5);
         let high = add(4, 7, 0, 0);
-        assert_eq!(p.next(q, 10, true, None).expect("next"), Some(high));
-        assert_eq!(p.next(q, 10, false, None).expect("next"), Some(low));
-        let mut only_even = |h: &Header| h.id % 2 == 0;
-        assert_eq!(p.next(q, 10, false, Some(&mut only_even)).expect("next"), None);
+        assert_eq!(p.next(q, 10, true, None, false).expect("next"), Some(high));
+        assert_eq!(p.next(q, 10, false, None, false).expect("next"), Some(low));
+        let mut only_even = |h: &Header, _: Option<&[u8]>| h.id % 2 == 0;
+        assert_eq!(p.next(q, 10, false, Some(&mut only_even), false).expect("next"), None);
         assert_eq!(p.expired(10, 10).expect("expired").len(), 1);
-        p.release(high, true).expect("release");
+        p.release(high, true, None).expect("release");
         assert_eq!(p.header(high).expect("header").redelivery_count, 1);
         p.remove(low).expect("remove");
         assert!(matches!(p.header(low), Err(Error::UnknownHandle(_))));
+    }
+
+    #[test]
+    fn a_filter_sees_bodies_in_memory_paged_and_in_the_store_without_paging_them_in() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, p) = store_pager(3000, dir.path());
+        let q = p.create_destination("q", Order::Fifo).expect("dest");
+        let keys: Vec<Key> = (0..10u8).map(|i| add_numbered(&p, &store, q, i, i % 2 == 0)).collect();
+        let locations: Vec<BodyLocation> = keys.iter().map(|k| p.header(*k).expect("header").location).collect();
+        assert_eq!(locations[0], BodyLocation::Memory);
+        assert!(locations.contains(&BodyLocation::Paged) && locations.contains(&BodyLocation::Store));
+        let before = p.stats();
+        let mut seen = Vec::new();
+        let mut record = |h: &Header, body: Option<&[u8]>| {
+            let body = body.expect("a body");
+            assert_eq!(body, &[h.id as u8; 1000][..]);
+            seen.push(h.id);
+            false
+        };
+        assert_eq!(p.next(q, 0, true, Some(&mut record), true).expect("next"), None);
+        assert_eq!(seen, (0..10).collect::<Vec<u64>>());
+        let after = p.stats();
+        let not_resident = locations.iter().filter(|l| **l != BodyLocation::Memory).count() as u64;
+        assert_eq!(after.filter_body_reads, before.filter_body_reads + not_resident);
+        assert_eq!(PagerStats { filter_body_reads: before.filter_body_reads, ..after }, before, "nothing else changed");
+        let now: Vec<BodyLocation> = keys.iter().map(|k| p.header(*k).expect("header").location).collect();
+        assert_eq!(now, locations, "nothing was made resident");
+        check_invariants(&p);
+
+        // Without `with_body` the filter gets no body and nothing is read.
+        let mut no_body = |_: &Header, body: Option<&[u8]>| body.is_none();
+        assert_eq!(p.next(q, 0, false, Some(&mut no_body), false).expect("next"), Some(keys[0]));
+        assert_eq!(p.stats().filter_body_reads, after.filter_body_reads);
+
+        // Select by body: a store-paged one and a paged one.
+        for wanted in [8u8, 9] {
+            let key = keys[usize::from(wanted)];
+            let location = p.header(key).expect("header").location;
+            assert_ne!(location, BodyLocation::Memory);
+            let mut by_body = |_: &Header, body: Option<&[u8]>| body.is_some_and(|b| b[0] == wanted);
+            let page_ins = p.stats().page_ins;
+            let (k, body) = p.take(q, 0, Some(&mut by_body), true).expect("take").expect("a message");
+            assert_eq!((k, body), (key, vec![wanted; 1000]));
+            assert!(p.header(key).expect("header").reserved);
+            assert_eq!(p.stats().page_ins, page_ins + 1, "the delivery is one page-in");
+            check_invariants(&p);
+        }
+    }
+
+    #[test]
+    fn release_with_a_delivery_time_re_sorts_a_destination_sorted_by_delivery_time() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Room for two bodies: the rest are paged, so both indexes are exercised.
+        let p = pager(2000, dir.path());
+        let q = p.create_destination("q", Order::parse("delivery_time").expect("order")).expect("dest");
+        let add = |id: u64, delivery_time: i64| {
+            p.add(q, &NewMessage { id, delivery_time, ..NewMessage::default() }, Some(&[id as u8; 1000]), 0)
+                .expect("add")
+        };
+        let (a, b, c, d) = (add(1, 0), add(2, 10), add(3, 20), add(4, 30));
+        assert_eq!(p.browse(q, None, 10).expect("browse"), vec![a, b, c, d]);
+        assert_eq!(p.take(q, 100, None, false).expect("take").map(|t| t.0), Some(a));
+        p.release(a, true, Some(25)).expect("release");
+        let h = p.header(a).expect("header");
+        assert_eq!((h.delivery_time, h.redelivery_count, h.reserved), (25, 1, false));
+        assert_eq!(p.browse(q, None, 10).expect("browse"), vec![b, c, a, d]);
+        check_invariants(&p);
+        assert_eq!(p.next(q, 22, false, None, false).expect("next"), Some(b));
+        // A paged-out one moves too.
+        assert_eq!(p.header(d).expect("header").location, BodyLocation::Paged);
+        p.release(d, false, Some(-5)).expect("release");
+        assert_eq!(p.browse(q, None, 10).expect("browse"), vec![d, b, c, a]);
+        assert_eq!(p.header(d).expect("header").redelivery_count, 0);
+        check_invariants(&p);
+        let order: Vec<Key> = std::iter::from_fn(|| p.take(q, 100, None, false).expect("take").map(|t| t.0)).collect();
+        assert_eq!(order, vec![d, b, c, a]);
+        check_invariants(&p);
+    }
+
+    #[test]
+    fn release_with_a_delivery_time_keeps_the_place_in_fifo_and_delays_delivery() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = pager(1 << 20, dir.path());
+        let q = p.create_destination("q", Order::Fifo).expect("dest");
+        let a = p.add(q, &NewMessage { id: 1, ..NewMessage::default() }, Some(b"a"), 0).expect("add");
+        let b = p.add(q, &NewMessage { id: 2, ..NewMessage::default() }, Some(b"b"), 0).expect("add");
+        assert_eq!(p.take(q, 0, None, false).expect("take"), Some((a, b"a".to_vec())));
+        p.release(a, true, Some(50)).expect("release");
+        assert_eq!(p.browse(q, None, 10).expect("browse"), vec![a, b]);
+        assert_eq!(p.next(q, 49, false, None, false).expect("next"), Some(b));
+        assert_eq!(p.next(q, 50, false, None, false).expect("next"), Some(a));
+        check_invariants(&p);
+        assert!(matches!(p.release(a + (1 << 32), true, Some(1)), Err(Error::UnknownHandle(_))));
+    }
+
+    #[test]
+    fn release_re_sorts_by_redelivery_count_and_priority_is_unchanged() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = pager(1 << 20, dir.path());
+        let q = p.create_destination("q", Order::parse("redelivery_count").expect("order")).expect("dest");
+        let a = p.add(q, &NewMessage { id: 1, ..NewMessage::default() }, Some(b"a"), 0).expect("add");
+        let b = p.add(q, &NewMessage { id: 2, ..NewMessage::default() }, Some(b"b"), 0).expect("add");
+        assert_eq!(p.take(q, 0, None, false).expect("take").map(|t| t.0), Some(a));
+        p.release(a, true, None).expect("release");
+        assert_eq!(p.browse(q, None, 10).expect("browse"), vec![b, a]);
+        check_invariants(&p);
+    }
+
+    #[test]
+    fn delete_destination_drops_its_messages_wherever_they_are() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, p) = store_pager(3000, dir.path());
+        let doomed = p.create_destination("doomed", Order::Priority).expect("dest");
+        let kept = p.create_destination("kept", Order::Fifo).expect("dest");
+        let gone: Vec<Key> = (0..8u8).map(|i| add_numbered(&p, &store, doomed, i, i % 3 == 0)).collect();
+        let stay: Vec<Key> = (10..14u8).map(|i| add_numbered(&p, &store, kept, i, i % 2 == 0)).collect();
+        let expiring = p
+            .add(doomed, &NewMessage { id: 99, expiration: 7, ..NewMessage::default() }, Some(b"short-lived"), 0)
+            .expect("add");
+        let reserved = p.take(doomed, 0, None, false).expect("take").expect("a message").0;
+        assert!(gone.contains(&reserved));
+        let locations: Vec<BodyLocation> = gone.iter().map(|k| p.header(*k).expect("header").location).collect();
+        assert!(locations.contains(&BodyLocation::Paged) && locations.contains(&BodyLocation::Store));
+        check_invariants(&p);
+
+        assert_eq!(p.delete_destination(doomed).expect("delete"), 9);
+        check_invariants(&p);
+        let s = p.stats();
+        assert_eq!((s.messages, s.destinations), (4, 1));
+        assert!(p.expired(100, 10).expect("expired").is_empty());
+        for key in gone.iter().chain([&expiring]) {
+            assert!(matches!(p.header(*key), Err(Error::UnknownHandle(_))));
+            assert!(matches!(p.release(*key, true, None), Err(Error::UnknownHandle(_))));
+            assert!(matches!(p.remove(*key), Err(Error::UnknownHandle(_))));
+        }
+        let invalid = |r: Result<()>| assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+        invalid(p.next(doomed, 0, false, None, false).map(drop));
+        invalid(p.take(doomed, 0, None, false).map(drop));
+        invalid(p.take_many(doomed, 0, 5, None, false).map(drop));
+        invalid(p.browse(doomed, None, 5).map(drop));
+        invalid(p.count(doomed).map(drop));
+        invalid(p.destination_name(doomed).map(drop));
+        invalid(p.destination("doomed").map(drop));
+        invalid(p.add(doomed, &NewMessage::default(), Some(b"x"), 0).map(drop));
+        invalid(p.delete_destination(doomed).map(drop));
+        invalid(p.delete_destination(1000).map(drop));
+
+        // The other destination is untouched; the name is free again, under a new id.
+        let bodies: Vec<(Key, Vec<u8>)> = std::iter::from_fn(|| p.take(kept, 0, None, false).expect("take")).collect();
+        assert_eq!(bodies, stay.iter().zip(10u8..).map(|(k, i)| (*k, vec![i; 1000])).collect::<Vec<_>>());
+        let again = p.create_destination("doomed", Order::Fifo).expect("re-create");
+        assert_ne!(again, doomed);
+        assert_eq!(p.destination("doomed").expect("lookup"), again);
+        assert_eq!(p.count(again).expect("count"), 0);
+        invalid(p.count(doomed).map(drop));
+        for k in stay {
+            p.remove(k).expect("remove");
+        }
+        assert_eq!(p.delete_destination(kept).expect("delete"), 0);
+        let s = p.stats();
+        assert_eq!((s.messages, s.resident_bytes, s.paged_bytes, s.store_paged_messages), (0, 0, 0, 0));
+        assert_eq!(s.paging_file_bytes, 0, "paged bodies were released");
+        check_invariants(&p);
+    }
+
+    #[test]
+    fn take_many_reserves_deliverable_messages_in_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, p) = store_pager(3000, dir.path());
+        let q = p.create_destination("q", Order::Priority).expect("dest");
+        let keys: Vec<Key> = (0..12u8).map(|i| add_numbered(&p, &store, q, i, i % 3 == 0)).collect();
+        let later = p
+            .add(q, &NewMessage { id: 50, priority: 9, delivery_time: 100, ..NewMessage::default() }, Some(b"l"), 0)
+            .expect("add");
+        let expired = p
+            .add(q, &NewMessage { id: 51, priority: 9, expiration: 5, ..NewMessage::default() }, Some(b"e"), 0)
+            .expect("add");
+        let again = p
+            .add(q, &NewMessage { id: 52, priority: 8, redelivery_count: 3, ..NewMessage::default() }, Some(b"r"), 0)
+            .expect("add");
+        assert!(triples(p.take_many(q, 10, 0, None, false).expect("take_many")).is_empty());
+        let first = triples(p.take_many(q, 10, 3, None, false).expect("take_many"));
+        assert_eq!(first, vec![(again, 3, b"r".to_vec()), (keys[0], 0, vec![0; 1000]), (keys[1], 0, vec![1; 1000])]);
+        assert!(first.iter().all(|(k, _, _)| p.header(*k).expect("header").reserved));
+        check_invariants(&p);
+
+        // A filter on the body, over paged and store-paged messages; the rest stay unreserved.
+        let mut odd = |_: &Header, body: Option<&[u8]>| body.is_some_and(|b| b[0] % 2 == 1);
+        let odd_taken = triples(p.take_many(q, 10, 100, Some(&mut odd), true).expect("take_many"));
+        let want: Vec<(Key, u32, Vec<u8>)> =
+            (3..12u8).step_by(2).map(|i| (keys[usize::from(i)], 0, vec![i; 1000])).collect();
+        assert_eq!(odd_taken, want);
+        assert!(p.stats().filter_body_reads > 0);
+        check_invariants(&p);
+
+        let rest = triples(p.take_many(q, 10, 100, None, false).expect("take_many"));
+        let want: Vec<(Key, u32, Vec<u8>)> =
+            (2..12u8).step_by(2).map(|i| (keys[usize::from(i)], 0, vec![i; 1000])).collect();
+        assert_eq!(rest, want, "not due, expired and reserved ones are skipped");
+        assert!(triples(p.take_many(q, 10, 100, None, false).expect("take_many")).is_empty());
+        let due = triples(p.take_many(q, 100, 100, None, false).expect("take_many"));
+        assert_eq!(due, vec![(later, 0, b"l".to_vec())], "now it is due");
+        assert!(!p.header(expired).expect("expired, not removed").reserved);
+        check_invariants(&p);
+        assert!(matches!(p.take_many(99, 10, 1, None, false), Err(Error::InvalidArgument(_))));
+    }
+
+    #[test]
+    fn take_many_reads_ahead_after_the_last_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = pager(6000, dir.path());
+        let q = p.create_destination("q", Order::Fifo).expect("dest");
+        let keys: Vec<Key> = (0..20u8)
+            .map(|i| p.add(q, &NewMessage { id: u64::from(i), ..NewMessage::default() }, Some(&[i; 1000]), 0))
+            .collect::<Result<_>>()
+            .expect("adds");
+        // Six resident bodies; taking three and acknowledging them makes room for three more.
+        for range in [0..3, 3..6] {
+            let taken = triples(p.take_many(q, 0, 3, None, false).expect("take_many"));
+            assert_eq!(taken.iter().map(|t| t.0).collect::<Vec<_>>(), keys[range].to_vec());
+            for (k, _, _) in &taken {
+                p.remove(*k).expect("remove");
+            }
+        }
+        // After the second call, the next ones were brought in by read-ahead.
+        assert_eq!(p.header(keys[6]).expect("header").location, BodyLocation::Memory);
+        let hits = p.stats().read_ahead_hits;
+        let next = triples(p.take_many(q, 0, 2, None, false).expect("take_many"));
+        assert_eq!(next.iter().map(|t| t.0).collect::<Vec<_>>(), keys[6..8].to_vec());
+        assert_eq!(p.stats().read_ahead_hits, hits + 2);
+        check_invariants(&p);
+    }
+
+    #[test]
+    fn take_many_reserves_nothing_when_a_body_cannot_be_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, p) = store_pager(0, dir.path());
+        let q = p.create_destination("q", Order::Fifo).expect("dest");
+        let a = add_numbered(&p, &store, q, 1, true);
+        let b = add_numbered(&p, &store, q, 2, true);
+        let handle = p.header(b).expect("header").store_handle.expect("persistent");
+        store.delete(handle).expect("delete");
+        assert!(p.take_many(q, 0, 5, None, false).is_err());
+        assert!(!p.header(a).expect("header").reserved && !p.header(b).expect("header").reserved);
+        let mut all = |_: &Header, _: Option<&[u8]>| true;
+        assert!(p.take_many(q, 0, 5, Some(&mut all), true).is_err(), "the filter cannot read it either");
+        assert!(!p.header(a).expect("header").reserved);
+        assert_eq!(p.take(q, 0, None, false).expect("take"), Some((a, vec![1; 1000])));
+        check_invariants(&p);
     }
 }
