@@ -1,41 +1,103 @@
 """jmsstore: an embedded, persistent, JMS-style message broker with a Rust storage engine.
 
-This release provides the file store (:class:`FileStore`): append-only
-segments with group commit, recovery, compaction and body codecs; and the
-paging engine (:class:`Pager`): resident headers, bodies against a budget.
+The broker (:class:`JMSServer` and the JMS client API) runs on the file
+store (:class:`FileStore`: append-only segments with group commit, recovery,
+compaction and body codecs) and the paging engine (:class:`Pager`: resident
+headers, bodies against a budget).
 """
 
 from jmsstore import inspect
 from jmsstore._native import __version__
+from jmsstore.broker import (
+    AckMode,
+    BytesMessage,
+    Connection,
+    ConnectionFactory,
+    DeliveryMode,
+    Destination,
+    DestinationSettings,
+    JMSServer,
+    MapMessage,
+    Message,
+    MessageConsumer,
+    MessageProducer,
+    Queue,
+    QueueBrowser,
+    Session,
+    StreamMessage,
+    TemporaryQueue,
+    TextMessage,
+    Topic,
+)
 from jmsstore.errors import (
     CorruptionError,
+    IllegalStateError,
     InvalidArgumentError,
+    InvalidClientIDError,
+    InvalidDestinationError,
+    JMSError,
     JmsStoreError,
+    MessageFormatError,
+    MessageNotWriteableError,
+    MessageTooLargeError,
+    ResourceAllocationError,
     StoreClosedError,
     StoreError,
     StoreFullError,
     StoreIOError,
     StoreLockedError,
     StorePoisonedError,
+    TransactionRolledBackError,
     UnknownHandleError,
     UnsupportedFormatError,
 )
 from jmsstore.pager import Pager
+from jmsstore.selector import InvalidSelectorError, Selector
 from jmsstore.store import FileStore, Transaction
 
 __all__ = [
+    "AckMode",
+    "BytesMessage",
+    "Connection",
+    "ConnectionFactory",
     "CorruptionError",
+    "DeliveryMode",
+    "Destination",
+    "DestinationSettings",
     "FileStore",
+    "IllegalStateError",
     "InvalidArgumentError",
+    "InvalidClientIDError",
+    "InvalidDestinationError",
+    "InvalidSelectorError",
+    "JMSError",
+    "JMSServer",
     "JmsStoreError",
+    "MapMessage",
+    "Message",
+    "MessageConsumer",
+    "MessageFormatError",
+    "MessageNotWriteableError",
+    "MessageProducer",
+    "MessageTooLargeError",
     "Pager",
+    "Queue",
+    "QueueBrowser",
+    "ResourceAllocationError",
+    "Selector",
+    "Session",
     "StoreClosedError",
     "StoreError",
     "StoreFullError",
     "StoreIOError",
     "StoreLockedError",
     "StorePoisonedError",
+    "StreamMessage",
+    "TemporaryQueue",
+    "TextMessage",
+    "Topic",
     "Transaction",
+    "TransactionRolledBackError",
     "UnknownHandleError",
     "UnsupportedFormatError",
     "__version__",

@@ -32,3 +32,57 @@ __all__ = [
     "UnknownHandleError",
     "UnsupportedFormatError",
 ]
+
+
+# ------------------------------------------------------------------ broker (JMS) errors
+# Plain Python classes: the broker is Python. Names follow the JMS exceptions
+# (javax.jms.*Exception) with Python's Error suffix.
+
+
+class JMSError(JmsStoreError):
+    """Base of the broker's errors (``javax.jms.JMSException``)."""
+
+
+class IllegalStateError(JMSError):
+    """The object is closed, or the call is not allowed in its current state."""
+
+
+class InvalidDestinationError(JMSError):
+    """The destination does not exist (or no longer exists), or is not usable here."""
+
+
+class InvalidClientIDError(JMSError):
+    """The client id is already in use by another connection, or is not valid."""
+
+
+class MessageFormatError(JMSError, TypeError):
+    """A property or body value has a type the message cannot hold."""
+
+
+class MessageNotWriteableError(JMSError):
+    """A received message's properties or body are read-only until cleared."""
+
+
+class ResourceAllocationError(JMSError):
+    """The server cannot take the message (size or resource limits)."""
+
+
+class MessageTooLargeError(ResourceAllocationError):
+    """The encoded message is larger than the server's maximum message size."""
+
+
+class TransactionRolledBackError(JMSError):
+    """A commit failed and the transaction was rolled back instead."""
+
+
+__all__ += [
+    "IllegalStateError",
+    "InvalidClientIDError",
+    "InvalidDestinationError",
+    "JMSError",
+    "MessageFormatError",
+    "MessageNotWriteableError",
+    "MessageTooLargeError",
+    "ResourceAllocationError",
+    "TransactionRolledBackError",
+]

@@ -90,6 +90,23 @@ class Transaction:
         self._done = True
         self._store._native_store().commit(self._batch)
 
+    def commit_async(self) -> Future[None]:
+        """Writes everything atomically without waiting; the future completes once durable."""
+        if self._done:
+            raise InvalidArgumentError("this transaction is already finished")
+        self._done = True
+        future: Future[None] = Future()
+        future.set_running_or_notify_cancel()
+
+        def done(_: object, error: BaseException | None) -> None:
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(None)
+
+        self._store._native_store().commit_async(self._batch, done)
+        return future
+
     def rollback(self) -> None:
         """Discards every operation."""
         self._done = True

@@ -1,0 +1,1071 @@
+"""The JMS client API: connection factory, connection, session, producer,
+consumer and queue browser (JMS 2.0 "classic" API, in snake_case).
+
+Acknowledgement (JMS 2.0 §6.2.10) and what each mode writes to the store:
+
+- ``AUTO``: a message returned by ``receive`` is acknowledged when the
+  session is next used to receive (or closes); a listener's message when the
+  listener returns. Deletes are group-committed without waiting, so after a
+  crash the last messages may come back, always with ``redelivered`` set.
+- ``CLIENT``: ``message.acknowledge()`` acknowledges everything the session
+  delivered so far, durably before it returns.
+- ``DUPS_OK``: acknowledgements are batched (every ``messages_maximum``
+  messages, when the consumer runs dry, and on close).
+- transacted: sends and acknowledgements become one store transaction at
+  ``commit()``; ``rollback()`` redelivers the received messages.
+
+Timeouts are in seconds; ``time_to_live``, ``delivery_delay`` and the
+header times are in milliseconds, as in JMS.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future
+from typing import Any
+
+from jmsstore.broker.destination import Destination, Queue, TemporaryQueue, Topic, check_name
+from jmsstore.broker.message import (
+    BytesMessage,
+    DeliveryMode,
+    MapMessage,
+    Message,
+    StreamMessage,
+    TextMessage,
+    check_priority,
+    decode,
+)
+from jmsstore.broker.server import (
+    JMSServer,
+    Marker,
+    QueueState,
+    SubscriptionSpec,
+    SubscriptionState,
+    Target,
+    TopicState,
+    now_ms,
+)
+from jmsstore.errors import (
+    IllegalStateError,
+    InvalidArgumentError,
+    InvalidDestinationError,
+    JmsStoreError,
+    TransactionRolledBackError,
+)
+from jmsstore.selector import Selector
+
+__all__ = [
+    "AckMode",
+    "Connection",
+    "ConnectionFactory",
+    "MessageConsumer",
+    "MessageProducer",
+    "QueueBrowser",
+    "Session",
+]
+
+log = logging.getLogger("jmsstore.broker")
+
+CompletionCallback = Callable[[Message, BaseException | None], None]
+MessageListener = Callable[[Message], None]
+
+# Header fields a selector may use that the pager's resident header holds;
+# any other identifier makes the filter decode the message.
+_PAGER_HEADERS = frozenset(
+    {"JMSPriority", "JMSTimestamp", "JMSCorrelationID", "JMSType", "JMSRedelivered", "JMSDeliveryTime", "JMSExpiration"}
+)
+_MAX_MS = 1 << 50
+
+
+class AckMode(enum.IntEnum):
+    """Session acknowledgement modes (values are the JMS constants)."""
+
+    SESSION_TRANSACTED = 0
+    AUTO = 1
+    CLIENT = 2
+    DUPS_OK = 3
+
+
+def _ms(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} is an int (ms), not {type(value).__name__}")
+    if not 0 <= value <= _MAX_MS:
+        raise InvalidArgumentError(f"{name} must be within 0..{_MAX_MS} ms, not {value}")
+    return value
+
+
+class Delivery:
+    """A message reserved for a consumer: handed out, or prefetched."""
+
+    __slots__ = ("body", "handle", "key", "marker", "redelivery_count", "target")
+
+    def __init__(self, target: Target, key: int, redelivery_count: int, handle: int | None, body: bytes) -> None:
+        self.target = target
+        self.key = key
+        self.redelivery_count = redelivery_count
+        self.handle = handle
+        self.body = body
+        self.marker: Marker | None = None
+
+
+class ConnectionFactory:
+    """Creates connections to one server (JMS ``ConnectionFactory``).
+
+    ``messages_maximum``: how many messages a consumer reserves ahead
+    (WebLogic's MessagesMaximum pipeline, default 10; raise it for
+    throughput, lower it for fairness between consumers).
+    """
+
+    def __init__(self, server: JMSServer, *, client_id: str | None = None, messages_maximum: int = 10) -> None:
+        self._server = server
+        if client_id is not None:
+            check_name("client id", client_id)
+        if isinstance(messages_maximum, bool) or not isinstance(messages_maximum, int):
+            raise TypeError(f"messages_maximum is an int, not {type(messages_maximum).__name__}")
+        if not 1 <= messages_maximum <= 1_000_000:
+            raise InvalidArgumentError(f"messages_maximum must be within 1..1000000, not {messages_maximum}")
+        self.client_id = client_id
+        self.messages_maximum = messages_maximum
+
+    def create_connection(self, client_id: str | None = None) -> Connection:
+        """A new, stopped connection; ``client_id`` must not be in use."""
+        return Connection(self, client_id if client_id is not None else self.client_id)
+
+
+class Connection:
+    """A client's connection (JMS ``Connection``): owns sessions and
+    temporary queues; delivers only while started."""
+
+    def __init__(self, factory: ConnectionFactory, client_id: str | None) -> None:
+        self._server = factory._server
+        self._factory = factory
+        self._client_id: str | None = None
+        self._started = False
+        self._closed = False
+        self._used = False
+        self._cond = threading.Condition()
+        self._sessions: list[Session] = []
+        self._temporary: list[TemporaryQueue] = []
+        if client_id is not None:
+            check_name("client id", client_id)
+            self._server._register_client_id(client_id)
+            self._client_id = client_id
+        with self._server._lock:
+            self._server._check_open()
+            self._server._connections.add(self)
+
+    @property
+    def client_id(self) -> str | None:
+        return self._client_id
+
+    @client_id.setter
+    def client_id(self, value: str) -> None:
+        self._check_open()
+        if self._client_id is not None or self._used:
+            raise IllegalStateError("the client id can only be set once, before the connection is used")
+        check_name("client id", value)
+        self._server._register_client_id(value)
+        self._client_id = value
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError("the connection is closed")
+
+    def create_session(self, transacted: bool = False, ack_mode: AckMode = AckMode.AUTO) -> Session:
+        """A new session; ``ack_mode`` is ignored when ``transacted``."""
+        self._check_open()
+        if not isinstance(transacted, bool):
+            raise TypeError(f"transacted is a bool, not {type(transacted).__name__}")
+        if not transacted:
+            try:
+                ack_mode = AckMode(ack_mode)
+            except ValueError:
+                raise InvalidArgumentError(
+                    f"ack_mode must be AckMode.AUTO, CLIENT or DUPS_OK, not {ack_mode!r}"
+                ) from None
+            if ack_mode == AckMode.SESSION_TRANSACTED:
+                raise InvalidArgumentError("SESSION_TRANSACTED needs transacted=True")
+        self._used = True
+        session = Session(self, transacted, AckMode.SESSION_TRANSACTED if transacted else ack_mode)
+        self._sessions.append(session)
+        return session
+
+    def start(self) -> None:
+        """Starts (or resumes) delivery to this connection's consumers."""
+        self._check_open()
+        self._used = True
+        with self._cond:
+            self._started = True
+            self._cond.notify_all()
+        for session in list(self._sessions):
+            session._wake.set()
+
+    def stop(self) -> None:
+        """Pauses delivery; ``receive`` waits and listeners are not called until :meth:`start`."""
+        self._check_open()
+        with self._cond:
+            self._started = False
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    def _wait_started(self, deadline: float | None) -> bool:
+        with self._cond:
+            while not self._started and not self._closed:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._cond.wait(remaining if remaining is not None else 0.5)
+            return self._started
+
+    def close(self) -> None:
+        """Closes every session (unacknowledged messages return), deletes the
+        temporary queues and frees the client id. Idempotent."""
+        if self._closed:
+            return
+        for session in list(self._sessions):
+            session.close()
+        for queue in self._temporary:
+            state = self._server._queues.get(queue.name)
+            if state is not None:
+                state.consumers = 0
+                self._server._delete_temporary_queue(queue)
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._client_id is not None:
+            self._server._release_client_id(self._client_id)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Session:
+    """A single-threaded context for producing and consuming (JMS ``Session``)."""
+
+    def __init__(self, connection: Connection, transacted: bool, ack_mode: AckMode) -> None:
+        self._connection = connection
+        self._server = connection._server
+        self.transacted = transacted
+        self.ack_mode = ack_mode
+        self._closed = False
+        self._lock = threading.RLock()
+        self._consumers: list[MessageConsumer] = []
+        self._producers: list[MessageProducer] = []
+        self._delivered: list[Delivery] = []  # CLIENT and transacted: not yet acknowledged; DUPS_OK: acks due
+        self._auto_pending: Delivery | None = None
+        self._sends: list[tuple[list[tuple[Target, bool]], Message, bytes]] = []
+        self._wake = threading.Event()
+        self._listeners: list[MessageConsumer] = []
+        self._dispatcher: threading.Thread | None = None
+
+    # ------------------------------------------------------------ messages
+
+    def create_message(self) -> Message:
+        return Message()
+
+    def create_text_message(self, text: str | None = None) -> TextMessage:
+        return TextMessage(text)
+
+    def create_bytes_message(self, data: bytes = b"") -> BytesMessage:
+        return BytesMessage(data)
+
+    def create_map_message(self, mapping: Mapping[str, object] | None = None) -> MapMessage:
+        return MapMessage(mapping)
+
+    def create_stream_message(self, values: Iterable[object] = ()) -> StreamMessage:
+        return StreamMessage(values)
+
+    # ------------------------------------------------------------ factories
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError("the session is closed")
+        self._connection._check_open()
+
+    def create_producer(self, destination: Destination | None = None) -> MessageProducer:
+        """A producer for ``destination`` (or unidentified: give the destination to each send)."""
+        self._check_open()
+        if destination is not None:
+            self._server._target_of(destination)
+        producer = MessageProducer(self, destination)
+        self._producers.append(producer)
+        return producer
+
+    def create_consumer(
+        self, destination: Destination, selector: str | None = None, no_local: bool = False
+    ) -> MessageConsumer:
+        """A consumer of a queue, or a non-durable subscriber to a topic.
+        An invalid selector raises :class:`InvalidSelectorError` here."""
+        self._check_open()
+        parsed = Selector(selector)
+        if isinstance(destination, Topic):
+            spec = SubscriptionSpec(destination.name, None, self._connection.client_id, selector, False, False)
+            return self._subscription_consumer(destination, spec)
+        state = self._server._target_of(destination)
+        assert isinstance(state, QueueState)
+        if isinstance(destination, TemporaryQueue) and destination not in self._connection._temporary:
+            raise InvalidDestinationError("a temporary queue can only be consumed by the connection that created it")
+        with self._server._lock:
+            state.consumers += 1
+        consumer = MessageConsumer(self, destination, state, parsed, None)
+        self._consumers.append(consumer)
+        return consumer
+
+    def _subscription_consumer(self, topic: Topic, spec: SubscriptionSpec) -> MessageConsumer:
+        if not isinstance(topic, Topic):
+            raise InvalidDestinationError(f"subscriptions are on topics, not {topic!r}")
+        sub = self._server._subscribe(spec)
+        consumer = MessageConsumer(self, topic, sub, Selector(None), sub)
+        self._consumers.append(consumer)
+        return consumer
+
+    def create_durable_subscriber(
+        self, topic: Topic, name: str, selector: str | None = None, no_local: bool = False
+    ) -> MessageConsumer:
+        """A consumer of the durable subscription ``name`` of this connection's
+        client id, created if needed. It keeps collecting while no consumer
+        is active; a different topic or selector replaces it (JMS 2.0 §6.11.1)."""
+        self._check_open()
+        check_name("subscription", name)
+        if self._connection.client_id is None:
+            raise IllegalStateError("an unshared durable subscription needs a connection with a client id")
+        Selector(selector)
+        spec = SubscriptionSpec(topic.name, name, self._connection.client_id, selector, True, False)
+        return self._subscription_consumer(topic, spec)
+
+    create_durable_consumer = create_durable_subscriber
+
+    def create_shared_consumer(self, topic: Topic, name: str, selector: str | None = None) -> MessageConsumer:
+        """A consumer of the shared non-durable subscription ``name`` (JMS 2.0):
+        its consumers share the messages; it ends with its last consumer."""
+        self._check_open()
+        check_name("subscription", name)
+        Selector(selector)
+        spec = SubscriptionSpec(topic.name, name, self._connection.client_id, selector, False, True)
+        return self._subscription_consumer(topic, spec)
+
+    def create_shared_durable_consumer(self, topic: Topic, name: str, selector: str | None = None) -> MessageConsumer:
+        """A consumer of the shared durable subscription ``name`` (JMS 2.0)."""
+        self._check_open()
+        check_name("subscription", name)
+        Selector(selector)
+        spec = SubscriptionSpec(topic.name, name, self._connection.client_id, selector, True, True)
+        return self._subscription_consumer(topic, spec)
+
+    def create_browser(self, queue: Queue, selector: str | None = None) -> QueueBrowser:
+        """A browser of the messages waiting on ``queue``, in delivery order."""
+        self._check_open()
+        if not isinstance(queue, Queue):
+            raise InvalidDestinationError(f"only queues can be browsed, not {queue!r}")
+        state = self._server._target_of(queue)
+        assert isinstance(state, QueueState)
+        return QueueBrowser(self, queue, state, Selector(selector))
+
+    def create_temporary_queue(self) -> TemporaryQueue:
+        """A queue that lives until this session's connection closes."""
+        self._check_open()
+        queue = self._server._create_temporary_queue()
+        self._connection._temporary.append(queue)
+        return queue
+
+    def create_queue(self, name: str) -> Queue:
+        """The existing queue ``name`` (JMS ``Session.createQueue`` looks up, it does not create)."""
+        self._check_open()
+        return self._server.queue(name)
+
+    def create_topic(self, name: str) -> Topic:
+        """The existing topic ``name``."""
+        self._check_open()
+        return self._server.topic(name)
+
+    def unsubscribe(self, name: str) -> None:
+        """Deletes durable subscription ``name`` of this connection's client id."""
+        self._check_open()
+        self._server.unsubscribe(self._connection.client_id, name)
+
+    # ------------------------------------------------------------ receiving (called by consumers)
+
+    def _before_receive(self) -> None:
+        """AUTO: the previous message's receive has returned, so it is acknowledged now."""
+        pending = self._auto_pending
+        if pending is not None:
+            self._auto_pending = None
+            self._ack([pending], sync=False)
+
+    def _delivered_message(self, consumer: MessageConsumer, d: Delivery, listener: bool) -> Message:
+        message = decode(d.body)
+        message._read_only = True
+        message.redelivered = d.redelivery_count > 0
+        message.delivery_count = d.redelivery_count + 1
+        message.destination = consumer.destination
+        message.reply_to = self._server_destination(message.reply_to)
+        message._session = self if self.ack_mode == AckMode.CLIENT else None
+        self._server._stats.received += 1
+        with self._lock:
+            if self.ack_mode == AckMode.AUTO:
+                if not listener:
+                    self._auto_pending = d
+            else:
+                self._delivered.append(d)
+                if (
+                    self.ack_mode == AckMode.DUPS_OK
+                    and len(self._delivered) >= self._connection._factory.messages_maximum
+                ):
+                    self._flush_dups()
+        return message
+
+    def _server_destination(self, text: object) -> Destination | None:
+        if not isinstance(text, str):
+            return None
+        kind, _, name = text.partition(":")
+        if kind == "queue":
+            return Queue(name)
+        if kind == "topic":
+            return Topic(name)
+        if kind == "temp-queue":
+            state = self._server._queues.get(name)
+            if state is not None:
+                return state.destination
+            return TemporaryQueue(name, self._server)
+        return None
+
+    def _flush_dups(self) -> None:
+        with self._lock:
+            due, self._delivered = self._delivered, []
+        if due:
+            self._ack(due, sync=False)
+
+    def _ack(self, deliveries: list[Delivery], sync: bool) -> None:
+        """Deletes the messages from the store (and the pager)."""
+        handles = [d.handle for d in deliveries if d.handle is not None]
+        if handles:
+            txn = self._server._store.transaction()
+            for h in handles:
+                txn.delete(h)
+            self._server._settle(handles, txn)
+            if sync:
+                txn.commit()
+            else:
+                txn.commit_async().add_done_callback(_log_failure)
+        remove = self._server._pager._native.remove
+        for d in deliveries:
+            remove(d.key)
+        self._server._stats.acknowledged += len(deliveries)
+
+    def _release(self, deliveries: list[Delivery], redelivered: bool) -> None:
+        """Returns messages to their destinations: redelivered ones with the
+        count raised, after the redelivery delay, or past the redelivery
+        limit to the error destination."""
+        now = now_ms()
+        pager = self._server._pager._native
+        for d in deliveries:
+            target = d.target
+            if target.deleted:
+                continue
+            if redelivered:
+                settings = target.settings
+                if 0 <= settings.redelivery_limit < d.redelivery_count + 1:
+                    self._server_expel(d)
+                    continue
+                if settings.redelivery_delay:
+                    when = now + settings.redelivery_delay
+                    pager.release(d.key, True, when)
+                    target.delay_until(when)
+                else:
+                    pager.release(d.key, True, None)
+                self._server._stats.redelivered += 1
+            else:
+                pager.release(d.key, False, None)
+            target.notify()
+
+    def _server_expel(self, d: Delivery) -> None:
+        """Moves a message past its redelivery limit to the error destination, or drops it."""
+        server = self._server
+        error = d.target.settings.error_destination
+        routes: list[tuple[Target, bool]] = []
+        message = decode(d.body)
+        if error is not None:
+            state: QueueState | TopicState | None = server._queues.get(error) or server._topics.get(error)
+            if state is not None:
+                routes = server._routes(state, message)
+        txn = server._store.transaction()
+        handles = server._write(routes, d.body, txn) if routes else []
+        if d.handle is not None:
+            txn.delete(d.handle)
+            server._settle([d.handle], txn)
+        if len(txn):
+            txn.commit()
+        else:
+            txn.rollback()
+        server._pager._native.remove(d.key)
+        if routes:
+            server._publish(routes, handles, message, d.body)
+            server._stats.sent -= 1  # a move, not a send
+            server._stats.moved_to_error_destination += 1
+        else:
+            server._stats.dropped_after_redelivery_limit += 1
+
+    def _acknowledge_client(self) -> None:
+        """CLIENT mode: acknowledges every message delivered so far by this session."""
+        self._check_open()
+        with self._lock:
+            due, self._delivered = self._delivered, []
+        if due:
+            try:
+                self._ack(due, sync=True)
+            except BaseException:
+                with self._lock:
+                    self._delivered = due + self._delivered
+                raise
+
+    def acknowledge(self) -> None:
+        """Same as ``message.acknowledge()`` (CLIENT mode)."""
+        if self.ack_mode == AckMode.CLIENT:
+            self._acknowledge_client()
+
+    def recover(self) -> None:
+        """Stops and restarts delivery from the oldest unacknowledged message:
+        they are redelivered with ``redelivered`` set (JMS 2.0 §6.2.12)."""
+        self._check_open()
+        if self.transacted:
+            raise IllegalStateError("recover() is not for transacted sessions; use rollback()")
+        with self._lock:
+            due, self._delivered = self._delivered, []
+            pending, self._auto_pending = self._auto_pending, None
+        if pending is not None:
+            due.insert(0, pending)
+        for consumer in self._consumers:
+            consumer._return_prefetched()
+        self._release(due, redelivered=True)
+
+    # ------------------------------------------------------------ transactions
+
+    def commit(self) -> None:
+        """Makes this transaction's sends and receives durable, as one store
+        transaction; then the sends become visible."""
+        self._check_open()
+        if not self.transacted:
+            raise IllegalStateError("commit() is only for transacted sessions")
+        server = self._server
+        with self._lock:
+            sends, self._sends = self._sends, []
+            acks, self._delivered = self._delivered, []
+        txn = server._store.transaction()
+        try:
+            written = [server._write(routes, data, txn) for routes, _, data in sends]
+            handles = [d.handle for d in acks if d.handle is not None]
+            for h in handles:
+                txn.delete(h)
+            server._settle(handles, txn)
+            if len(txn):
+                txn.commit()
+            else:
+                txn.rollback()
+        except BaseException as e:
+            txn.rollback()
+            self._release(acks, redelivered=True)
+            raise TransactionRolledBackError(f"commit failed, the transaction was rolled back: {e}") from e
+        remove = server._pager._native.remove
+        for d in acks:
+            remove(d.key)
+        server._stats.acknowledged += len(acks)
+        for (routes, message, data), stored in zip(sends, written, strict=True):
+            server._publish(routes, stored, message, data)
+
+    def rollback(self) -> None:
+        """Discards this transaction's sends and redelivers its received messages."""
+        self._check_open()
+        if not self.transacted:
+            raise IllegalStateError("rollback() is only for transacted sessions")
+        with self._lock:
+            self._sends = []
+            acks, self._delivered = self._delivered, []
+        for consumer in self._consumers:
+            consumer._return_prefetched()
+        self._release(acks, redelivered=True)
+
+    # ------------------------------------------------------------ listeners
+
+    def _add_listener(self, consumer: MessageConsumer) -> None:
+        with self._lock:
+            if consumer not in self._listeners:
+                self._listeners.append(consumer)
+                consumer._target.waiters.add(self._wake)
+            if self._dispatcher is None:
+                self._dispatcher = threading.Thread(
+                    target=self._dispatch, name="jmsstore-session-dispatch", daemon=True
+                )
+                self._dispatcher.start()
+        self._wake.set()
+
+    def _remove_listener(self, consumer: MessageConsumer) -> None:
+        with self._lock:
+            if consumer in self._listeners:
+                self._listeners.remove(consumer)
+                consumer._target.waiters.discard(self._wake)
+
+    def _dispatch(self) -> None:
+        """The session's thread: calls listeners one message at a time (JMS 2.0 §6.2.8)."""
+        while not self._closed:
+            if not self._connection._started:
+                self._connection._wait_started(time.monotonic() + 0.2)
+                continue
+            progressed = False
+            self._wake.clear()
+            for consumer in list(self._listeners):
+                listener = consumer._listener
+                if listener is None or consumer._closed or self._closed:
+                    continue
+                try:
+                    d = consumer._next(time.monotonic())
+                except JmsStoreError:
+                    if self._closed or consumer._closed:
+                        break
+                    log.exception("delivery to a message listener failed")
+                    continue
+                if d is None:
+                    continue
+                progressed = True
+                message = self._delivered_message(consumer, d, listener=True)
+                try:
+                    listener(message)
+                except Exception:
+                    log.exception("message listener raised; the message will be redelivered")
+                    if self.ack_mode in (AckMode.AUTO, AckMode.DUPS_OK):
+                        with self._lock:
+                            if d in self._delivered:
+                                self._delivered.remove(d)
+                        self._release([d], redelivered=True)
+                    continue
+                if self.ack_mode == AckMode.AUTO:
+                    self._ack([d], sync=False)
+            if not progressed:
+                self._wake.wait(0.05)
+
+    # ------------------------------------------------------------ closing
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Closes consumers and producers; a transacted session rolls back, a
+        CLIENT session's unacknowledged messages are redelivered. Idempotent."""
+        if self._closed:
+            return
+        try:
+            if self.transacted:
+                self.rollback()
+            elif self.ack_mode == AckMode.CLIENT:
+                self.recover()
+            elif self.ack_mode == AckMode.DUPS_OK:
+                self._flush_dups()
+            else:
+                self._before_receive()
+        except JmsStoreError:
+            log.exception("closing a session")
+        self._closed = True
+        self._wake.set()
+        for consumer in list(self._consumers):
+            consumer.close()
+        for producer in self._producers:
+            producer._closed = True
+        dispatcher = self._dispatcher
+        if dispatcher is not None and dispatcher is not threading.current_thread():
+            dispatcher.join(timeout=5)
+        if self in self._connection._sessions:
+            self._connection._sessions.remove(self)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _log_failure(future: Future[None]) -> None:
+    error = future.exception()
+    if error is not None:
+        log.error("an asynchronous acknowledgement failed (the message will be redelivered): %s", error)
+
+
+class MessageProducer:
+    """Sends messages (JMS ``MessageProducer``). The attributes are the
+    defaults for sends that do not give their own."""
+
+    def __init__(self, session: Session, destination: Destination | None) -> None:
+        self._session = session
+        self.destination = destination
+        self.delivery_mode = DeliveryMode.PERSISTENT
+        self.priority = 4
+        self.time_to_live = 0
+        self.delivery_delay = 0
+        self._closed = False
+
+    def _prepare(
+        self,
+        message: Message,
+        destination: Destination | None,
+        delivery_mode: int | None,
+        priority: int | None,
+        time_to_live: int | None,
+        delivery_delay: int | None,
+    ) -> tuple[list[tuple[Target, bool]], bytes]:
+        if self._closed:
+            raise IllegalStateError("the producer is closed")
+        self._session._check_open()
+        if not isinstance(message, Message):
+            raise TypeError(f"send takes a Message, not {type(message).__name__}")
+        if destination is not None and self.destination is not None and destination != self.destination:
+            raise InvalidArgumentError("this producer has a destination; do not give another one to send")
+        target = destination if destination is not None else self.destination
+        if target is None:
+            raise InvalidDestinationError("an unidentified producer needs a destination for each send")
+        mode = self.delivery_mode if delivery_mode is None else delivery_mode
+        try:
+            mode = DeliveryMode(mode)
+        except ValueError:
+            raise InvalidArgumentError(f"delivery_mode must be a DeliveryMode, not {mode!r}") from None
+        prio = check_priority(self.priority if priority is None else priority)
+        ttl = _ms("time_to_live", self.time_to_live if time_to_live is None else time_to_live)
+        delay = _ms("delivery_delay", self.delivery_delay if delivery_delay is None else delivery_delay)
+        server = self._session._server
+        state = server._target_of(target)
+        data = server._stamp(message, target, mode, prio, ttl, delay)
+        return server._routes(state, message), data
+
+    def send(
+        self,
+        message: Message,
+        *,
+        destination: Destination | None = None,
+        delivery_mode: int | None = None,
+        priority: int | None = None,
+        time_to_live: int | None = None,
+        delivery_delay: int | None = None,
+    ) -> None:
+        """Sends a message. A persistent message is durable when this
+        returns (in a transacted session: when the session commits)."""
+        routes, data = self._prepare(message, destination, delivery_mode, priority, time_to_live, delivery_delay)
+        session = self._session
+        if session.transacted:
+            with session._lock:
+                session._sends.append((routes, message, data))
+            return
+        server = session._server
+        handles = server._write(routes, data, None)
+        server._publish(routes, handles, message, data)
+
+    def send_async(
+        self,
+        message: Message,
+        on_completion: CompletionCallback | None = None,
+        *,
+        destination: Destination | None = None,
+        delivery_mode: int | None = None,
+        priority: int | None = None,
+        time_to_live: int | None = None,
+        delivery_delay: int | None = None,
+    ) -> Future[Message]:
+        """Sends without waiting for the disk (JMS 2.0 asynchronous send).
+
+        ``on_completion(message, error)`` is called from another thread once
+        the message is durable and visible (``error`` None) or has failed;
+        the returned future completes at the same moment. Invalid arguments
+        raise here. Sends of one producer complete in order.
+        """
+        routes, data = self._prepare(message, destination, delivery_mode, priority, time_to_live, delivery_delay)
+        future: Future[Message] = Future()
+        future.set_running_or_notify_cancel()
+
+        def done(error: BaseException | None) -> None:
+            if on_completion is not None:
+                try:
+                    on_completion(message, error)
+                except Exception:
+                    log.exception("a send completion callback raised")
+            if error is None:
+                future.set_result(message)
+            else:
+                future.set_exception(error)
+
+        session = self._session
+        if session.transacted:
+            with session._lock:
+                session._sends.append((routes, message, data))
+            threading.Thread(target=done, args=(None,), daemon=True).start()
+            return future
+        session._server._send_async(routes, message, data, done)
+        return future
+
+    def close(self) -> None:
+        self._closed = True
+
+    def __enter__(self) -> MessageProducer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class MessageConsumer:
+    """Receives messages from a queue or a subscription (JMS ``MessageConsumer``)."""
+
+    def __init__(
+        self,
+        session: Session,
+        destination: Destination,
+        target: Target,
+        selector: Selector,
+        subscription: SubscriptionState | None,
+    ) -> None:
+        self._session = session
+        self.destination = destination
+        self._target = target
+        self._selector = selector
+        self._subscription = subscription
+        self._buffer: deque[Delivery] = deque()
+        self._limit = session._connection._factory.messages_maximum
+        self._wake = threading.Event()
+        self._closed = False
+        self._listener: MessageListener | None = None
+        target.waiters.add(self._wake)
+        self._filter: Callable[..., bool] | None = None
+        self._filter_body = False
+        if selector.text:
+            if selector.identifiers <= _PAGER_HEADERS:
+                self._filter = self._header_filter
+            else:
+                self._filter = self._body_filter
+                self._filter_body = True
+
+    @property
+    def selector(self) -> str | None:
+        return self._selector.text or None
+
+    def _header_filter(self, header: dict[str, Any]) -> bool:
+        headers = {
+            "JMSPriority": header["priority"],
+            "JMSTimestamp": header["timestamp"],
+            "JMSCorrelationID": header["correlation_id"],
+            "JMSType": header["type"],
+            "JMSRedelivered": header["redelivery_count"] > 0,
+            "JMSDeliveryTime": header["delivery_time"],
+            "JMSExpiration": header["expiration"],
+        }
+        return self._selector.matches(headers, {})
+
+    def _body_filter(self, header: dict[str, Any], body: bytes) -> bool:
+        message = decode(body)
+        message.redelivered = header["redelivery_count"] > 0
+        return self._selector.matches(message.selector_headers(), message._properties)
+
+    # ------------------------------------------------------------ delivery
+
+    def _fill(self) -> bool:
+        """Reserves up to ``messages_maximum`` messages and writes their delivery record."""
+        server = self._session._server
+        now = now_ms()
+        server._sweep_expired(now)
+        target = self._target
+        items = server._pager._native.take_many(target.pager_id, now, self._limit, self._filter, self._filter_body)
+        if not items:
+            return False
+        deliveries = [Delivery(target, key, count, handle, body) for key, count, handle, body in items]
+        stored = [d for d in deliveries if d.handle is not None]
+        if stored:
+            marker = server._mark([d.handle for d in stored], [d.redelivery_count + 1 for d in stored])  # type: ignore[misc]
+            for d in stored:
+                d.marker = marker
+        self._buffer.extend(deliveries)
+        return True
+
+    def _next(self, deadline: float | None) -> Delivery | None:
+        """The next message for this consumer, waiting until ``deadline`` (monotonic; None: forever)."""
+        connection = self._session._connection
+        while True:
+            if self._closed or self._session._closed:
+                return None
+            if self._target.deleted:
+                raise InvalidDestinationError(f"{self.destination!r} was deleted")
+            if not connection._started:
+                if not connection._wait_started(deadline):
+                    return None
+                continue
+            if self._buffer:
+                d = self._buffer.popleft()
+                marker = d.marker
+                if marker is not None and marker.future is not None and not marker.future.done():
+                    try:
+                        marker.future.result()
+                    except BaseException:
+                        self._buffer.appendleft(d)
+                        self._return_prefetched()
+                        raise
+                if len(self._buffer) * 2 < self._limit:
+                    self._fill()  # pipelining: the next batch's record is written while this one is used
+                return d
+            self._wake.clear()
+            if self._fill():
+                continue
+            if self._session.ack_mode == AckMode.DUPS_OK:
+                self._session._flush_dups()
+            timeout = None if deadline is None else deadline - time.monotonic()
+            if timeout is not None and timeout <= 0:
+                return None
+            due = self._target.next_due(now_ms())
+            if due is not None:
+                until_due = max(0.001, (due - now_ms()) / 1000)
+                timeout = until_due if timeout is None else min(timeout, until_due)
+            self._wake.wait(timeout if timeout is not None else 1.0)
+
+    def _return_prefetched(self) -> None:
+        """Gives back reserved messages that were never handed out (not redelivered)."""
+        if self._buffer:
+            prefetched = list(self._buffer)
+            self._buffer.clear()
+            self._session._release(prefetched, redelivered=False)
+
+    def receive(self, timeout: float | None = None) -> Message | None:
+        """The next message, waiting up to ``timeout`` seconds (None: until
+        one arrives or the consumer closes); None if there is none."""
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+                raise TypeError(f"timeout is a number of seconds, not {type(timeout).__name__}")
+            if timeout < 0:
+                raise InvalidArgumentError(f"timeout must not be negative, not {timeout}")
+        self._check_receivable()
+        session = self._session
+        session._before_receive()
+        d = self._next(None if timeout is None else time.monotonic() + timeout)
+        if d is None:
+            return None
+        return session._delivered_message(self, d, listener=False)
+
+    def receive_no_wait(self) -> Message | None:
+        """The next message if one is available now, else None."""
+        return self.receive(0)
+
+    def _check_receivable(self) -> None:
+        if self._closed:
+            raise IllegalStateError("the consumer is closed")
+        self._session._check_open()
+        if self._listener is not None:
+            raise IllegalStateError("a consumer with a message listener cannot receive synchronously")
+
+    @property
+    def message_listener(self) -> MessageListener | None:
+        return self._listener
+
+    def set_message_listener(self, listener: MessageListener | None) -> None:
+        """Delivers messages to ``listener(message)`` on the session's thread (None: stop)."""
+        if self._closed:
+            raise IllegalStateError("the consumer is closed")
+        self._session._check_open()
+        if listener is not None and not callable(listener):
+            raise TypeError("a message listener is callable")
+        self._listener = listener
+        if listener is None:
+            self._session._remove_listener(self)
+        else:
+            self._session._add_listener(self)
+
+    def close(self) -> None:
+        """Closes the consumer; messages it reserved but did not deliver return to the destination."""
+        if self._closed:
+            return
+        self._closed = True
+        self._wake.set()
+        self._session._remove_listener(self)
+        self._target.waiters.discard(self._wake)
+        self._return_prefetched()
+        server = self._session._server
+        if self._subscription is not None:
+            server._unsubscribe_consumer(self._subscription)
+        else:
+            with server._lock:
+                self._target.consumers -= 1
+        if self in self._session._consumers:
+            self._session._consumers.remove(self)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> MessageConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class QueueBrowser:
+    """Looks at a queue's waiting messages without consuming them (JMS ``QueueBrowser``)."""
+
+    def __init__(self, session: Session, queue: Queue, state: QueueState, selector: Selector) -> None:
+        self._session = session
+        self.queue = queue
+        self._state = state
+        self._selector = selector
+        self._closed = False
+
+    @property
+    def selector(self) -> str | None:
+        return self._selector.text or None
+
+    def __iter__(self) -> Iterator[Message]:
+        pager = self._session._server._pager._native
+        after: int | None = None
+        while True:
+            if self._closed:
+                raise IllegalStateError("the browser is closed")
+            self._session._check_open()
+            keys = pager.browse(self._state.pager_id, after, 256)
+            if not keys:
+                return
+            now = now_ms()
+            for key in keys:
+                try:
+                    header = pager.header(key)
+                    body = pager.body(key)
+                except JmsStoreError:
+                    continue  # consumed meanwhile
+                if header["delivery_time"] > now or 0 < header["expiration"] <= now:
+                    continue
+                message = decode(body)
+                message._read_only = True
+                message.redelivered = header["redelivery_count"] > 0
+                message.delivery_count = header["redelivery_count"] + 1
+                message.destination = self.queue
+                message.reply_to = self._session._server_destination(message.reply_to)
+                if self._selector.text and not self._selector.matches(message.selector_headers(), message._properties):
+                    continue
+                yield message
+            after = keys[-1]
+
+    def messages(self) -> list[Message]:
+        """Every message the browser sees now."""
+        return list(self)
+
+    def close(self) -> None:
+        self._closed = True
+
+    def __enter__(self) -> QueueBrowser:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

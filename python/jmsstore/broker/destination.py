@@ -1,0 +1,128 @@
+"""Destinations as applications see them (names), and their settings.
+
+A :class:`Queue` or :class:`Topic` is a value: a kind and a name, equal to
+any other with the same kind and name (as a JMS ``Queue`` object is). The
+server keeps the state behind the name; a destination deleted on the server
+makes sends to its name fail with :class:`InvalidDestinationError`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, fields, replace
+from typing import TYPE_CHECKING, Any
+
+from jmsstore.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from jmsstore.broker.server import JMSServer
+
+__all__ = ["Destination", "DestinationSettings", "Queue", "TemporaryQueue", "Topic"]
+
+_NAME = re.compile(r"[A-Za-z0-9_.$-][A-Za-z0-9_.$:-]{0,199}\Z")
+
+
+def check_name(what: str, name: object) -> str:
+    """A destination or subscription name: 1 to 200 of letters, digits and ``_ . $ - :``."""
+    if not isinstance(name, str):
+        raise TypeError(f"a {what} name is a str, not {type(name).__name__}")
+    if not _NAME.match(name):
+        raise InvalidArgumentError(
+            f"{what} name {name!r} must be 1 to 200 characters of letters, digits and _ . $ - : (not starting with ':')"
+        )
+    return name
+
+
+class Destination:
+    """A queue or topic by name."""
+
+    kind = "destination"
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = check_name(self.kind, name)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Destination) and other.kind == self.kind and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.name))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+class Queue(Destination):
+    """Point-to-point: each message goes to one consumer."""
+
+    kind = "queue"
+    __slots__ = ()
+
+
+class Topic(Destination):
+    """Publish/subscribe: each message goes to every subscription."""
+
+    kind = "topic"
+    __slots__ = ()
+
+
+class TemporaryQueue(Queue):
+    """A queue that lives as long as the connection that created it, and is never stored."""
+
+    kind = "temp-queue"
+    __slots__ = ("_server",)
+
+    def __init__(self, name: str, server: JMSServer) -> None:
+        super().__init__(name)
+        self._server = server
+
+    def delete(self) -> None:
+        """Deletes the queue (JMS: fails while it has consumers)."""
+        self._server._delete_temporary_queue(self)
+
+
+@dataclass(frozen=True)
+class DestinationSettings:
+    """Per-destination settings (WebLogic's destination overrides).
+
+    - ``order``: delivery order, ``priority`` (JMS priority, then FIFO; the
+      default), ``fifo``, ``lifo`` or a sort key (see :meth:`jmsstore.Pager.create_destination`).
+    - ``redelivery_delay``: ms before a rolled-back or recovered message may
+      be delivered again.
+    - ``redelivery_limit``: redeliveries allowed; past it the message goes to
+      ``error_destination`` (a queue name) or is dropped; -1: no limit.
+    """
+
+    order: str = "priority"
+    redelivery_delay: int = 0
+    redelivery_limit: int = -1
+    error_destination: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DestinationSettings:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known}).checked()
+
+    def updated(self, **changes: Any) -> DestinationSettings:
+        unknown = set(changes) - {f.name for f in fields(self)}
+        if unknown:
+            raise InvalidArgumentError(f"unknown destination setting(s): {', '.join(sorted(unknown))}")
+        return replace(self, **changes).checked()
+
+    def checked(self) -> DestinationSettings:
+        if not isinstance(self.order, str):
+            raise TypeError(f"order is a str, not {type(self.order).__name__}")
+        for name in ("redelivery_delay", "redelivery_limit"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} is an int, not {type(value).__name__}")
+        if not 0 <= self.redelivery_delay <= 1 << 40:
+            raise InvalidArgumentError(f"redelivery_delay must be within 0..2**40 ms, not {self.redelivery_delay}")
+        if not -1 <= self.redelivery_limit <= 1 << 31:
+            raise InvalidArgumentError(f"redelivery_limit must be -1 (no limit) or more, not {self.redelivery_limit}")
+        if self.error_destination is not None:
+            check_name("error destination", self.error_destination)
+        return self

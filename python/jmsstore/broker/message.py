@@ -1,0 +1,618 @@
+"""JMS messages: headers, typed properties and the four body types, and
+their binary encoding (what the store and the pager hold).
+
+Encoding (version 1, little-endian), one byte string per message::
+
+    u8  version (1)        u8  body type (0 none, 1 text, 2 bytes, 3 map, 4 stream)
+    u8  delivery mode      u8  priority
+    u64 id                 i64 timestamp, expiration, delivery_time (ms since the epoch)
+    str message_id, correlation_id, type, reply_to   (u32 length + UTF-8; 0xFFFFFFFF: none)
+    u32 property count, then per property: str name, value
+    body: text = str; bytes = the rest of the record; map = u32 count + (str, value)...;
+          stream = u32 count + value...
+    value: u8 tag, then N null | Z u8 bool | b i8 | s i16 | i i32 | l i64 | f f32 | d f64
+           | S str | Y u32 length + bytes | c u16 (a Java char)
+
+Reading the JMS types other than long, double, string and boolean is
+supported (another producer, or an import, may have written them); Python
+code writes ``int`` as long and ``float`` as double.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+from jmsstore.errors import (
+    IllegalStateError,
+    InvalidArgumentError,
+    MessageFormatError,
+    MessageNotWriteableError,
+)
+
+if TYPE_CHECKING:
+    from jmsstore.broker.connection import Session
+
+__all__ = [
+    "BytesMessage",
+    "DeliveryMode",
+    "MapMessage",
+    "Message",
+    "StreamMessage",
+    "TextMessage",
+    "decode",
+    "decode_properties",
+    "encode",
+]
+
+FORMAT_VERSION = 1
+_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
+
+
+class DeliveryMode(enum.IntEnum):
+    """JMS delivery modes (the numeric values are the JMS constants)."""
+
+    NON_PERSISTENT = 1
+    PERSISTENT = 2
+
+
+_RESERVED_WORDS = frozenset({"NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN", "LIKE", "IN", "IS", "ESCAPE"})
+
+
+def check_property_name(name: object) -> str:
+    """A valid property name (JMS 2.0 §3.5.1): a Java identifier, not a
+    selector keyword, not in the reserved ``JMS`` namespace (``JMSX`` and
+    ``JMS_`` are allowed)."""
+    if not isinstance(name, str):
+        raise MessageFormatError(f"a property name is a str, not {type(name).__name__}")
+    if not name or not (name[0].isalpha() or name[0] in "_$") or not all(c.isalnum() or c in "_$" for c in name):
+        raise InvalidArgumentError(f"property name {name!r} is not a Java identifier")
+    if name.upper() in _RESERVED_WORDS:
+        raise InvalidArgumentError(f"property name {name!r} is a reserved selector word")
+    if name.startswith("JMS") and not name.startswith(("JMSX", "JMS_")):
+        raise InvalidArgumentError(f"property name {name!r} is in the reserved JMS namespace")
+    return name
+
+
+def _check_property_value(name: str, value: object) -> object:
+    if isinstance(value, (bool, str, float)):
+        return value
+    if isinstance(value, int):
+        if not _LONG_MIN <= value <= _LONG_MAX:
+            raise MessageFormatError(f"property {name!r}: {value} does not fit a 64-bit long")
+        return value
+    raise MessageFormatError(
+        f"property {name!r}: a property value is bool, int, float or str, not {type(value).__name__}"
+    )
+
+
+def _check_body_value(where: str, value: object) -> object:
+    if value is None or isinstance(value, (bool, str, float, bytes)):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, int):
+        if not _LONG_MIN <= value <= _LONG_MAX:
+            raise MessageFormatError(f"{where}: {value} does not fit a 64-bit long")
+        return value
+    raise MessageFormatError(f"{where}: a value is None, bool, int, float, str or bytes, not {type(value).__name__}")
+
+
+class Message:
+    """A JMS message without a body; the base of the other message types.
+
+    Header attributes follow JMS: ``message_id``, ``timestamp`` (ms),
+    ``correlation_id``, ``reply_to``, ``destination``, ``delivery_mode``,
+    ``redelivered``, ``delivery_count`` (JMSXDeliveryCount), ``type``,
+    ``priority``, ``expiration`` (ms, 0: never) and ``delivery_time`` (ms).
+    The provider sets them on send; applications set ``correlation_id``,
+    ``reply_to`` and ``type``.
+    """
+
+    BODY_TYPE = 0
+
+    __slots__ = (
+        "_delivery",
+        "_properties",
+        "_read_only",
+        "_session",
+        "correlation_id",
+        "delivery_count",
+        "delivery_mode",
+        "delivery_time",
+        "destination",
+        "expiration",
+        "id",
+        "message_id",
+        "priority",
+        "redelivered",
+        "reply_to",
+        "timestamp",
+        "type",
+    )
+
+    def __init__(self) -> None:
+        self._properties: dict[str, object] = {}
+        self._read_only = False
+        self._session: Session | None = None
+        self._delivery: object = None
+        self.message_id: str | None = None
+        self.timestamp = 0
+        self.correlation_id: str | None = None
+        self.reply_to: Any = None
+        self.destination: Any = None
+        self.delivery_mode = DeliveryMode.PERSISTENT
+        self.redelivered = False
+        self.delivery_count = 0
+        self.type: str | None = None
+        self.priority = 4
+        self.expiration = 0
+        self.delivery_time = 0
+        self.id = 0
+
+    # ------------------------------------------------------------ properties
+
+    def set_property(self, name: str, value: bool | int | float | str) -> None:
+        """Sets a typed property (bool, int as a 64-bit long, float as a double, or str)."""
+        if self._read_only:
+            raise MessageNotWriteableError("a received message's properties are read-only; clear_properties() first")
+        checked = check_property_name(name)
+        self._properties[checked] = _check_property_value(checked, value)
+
+    def get_property(self, name: str) -> bool | int | float | str | None:
+        """The property's value, or None if it is not set."""
+        if name == "JMSXDeliveryCount":
+            return self.delivery_count
+        return self._properties.get(name)  # type: ignore[return-value]
+
+    def property_exists(self, name: str) -> bool:
+        return name in self._properties
+
+    def property_names(self) -> list[str]:
+        """The names of the properties set (JMSX properties the provider sets included)."""
+        names = list(self._properties)
+        if self.delivery_count:
+            names.append("JMSXDeliveryCount")
+        return names
+
+    @property
+    def properties(self) -> Mapping[str, object]:
+        """A read-only view of the properties."""
+        return dict(self._properties)
+
+    def clear_properties(self) -> None:
+        """Removes every property and makes them writable again."""
+        self._properties = {}
+        self._read_only = False
+
+    def clear_body(self) -> None:
+        """Empties the body and makes it writable."""
+        self._read_only = False
+
+    # ------------------------------------------------------------ acknowledgement
+
+    def acknowledge(self) -> None:
+        """CLIENT_ACKNOWLEDGE: acknowledges every message the session has
+        delivered so far (JMS 2.0 §6.2.10); a no-op in other modes."""
+        session = self._session
+        if session is None:
+            return
+        session._acknowledge_client()
+
+    # ------------------------------------------------------------ for selectors
+
+    def selector_headers(self) -> dict[str, object]:
+        """The header values selectors see (JMS 2.0 §3.8.1.1)."""
+        return {
+            "JMSDeliveryMode": "PERSISTENT" if self.delivery_mode == DeliveryMode.PERSISTENT else "NON_PERSISTENT",
+            "JMSPriority": self.priority,
+            "JMSMessageID": self.message_id,
+            "JMSTimestamp": self.timestamp,
+            "JMSCorrelationID": self.correlation_id,
+            "JMSType": self.type,
+            "JMSRedelivered": self.redelivered,
+            "JMSDeliveryTime": self.delivery_time,
+            "JMSExpiration": self.expiration,
+        }
+
+    def _body_equal(self, other: Message) -> bool:
+        return True
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            type(other) is type(self)
+            and isinstance(other, Message)
+            and self.message_id == other.message_id
+            and self._properties == other._properties
+            and self._body_equal(other)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(message_id={self.message_id!r}, priority={self.priority})"
+
+    def _check_writable(self) -> None:
+        if self._read_only:
+            raise MessageNotWriteableError("a received message's body is read-only; clear_body() first")
+
+
+class TextMessage(Message):
+    """A message whose body is a string (``text``)."""
+
+    BODY_TYPE = 1
+    __slots__ = ("_text",)
+
+    def __init__(self, text: str | None = None) -> None:
+        super().__init__()
+        if text is not None and not isinstance(text, str):
+            raise MessageFormatError(f"a TextMessage's text is a str, not {type(text).__name__}")
+        self._text = text
+
+    @property
+    def text(self) -> str | None:
+        return self._text
+
+    @text.setter
+    def text(self, value: str | None) -> None:
+        self._check_writable()
+        if value is not None and not isinstance(value, str):
+            raise MessageFormatError(f"a TextMessage's text is a str, not {type(value).__name__}")
+        self._text = value
+
+    def clear_body(self) -> None:
+        super().clear_body()
+        self._text = None
+
+    def _body_equal(self, other: Message) -> bool:
+        return isinstance(other, TextMessage) and self._text == other._text
+
+
+class BytesMessage(Message):
+    """A message whose body is bytes (``body``)."""
+
+    BODY_TYPE = 2
+    __slots__ = ("_body",)
+
+    def __init__(self, body: bytes | bytearray | memoryview = b"") -> None:
+        super().__init__()
+        self._body = _bytes(body)
+
+    @property
+    def body(self) -> bytes:
+        return self._body
+
+    @body.setter
+    def body(self, value: bytes) -> None:
+        self._check_writable()
+        self._body = _bytes(value)
+
+    def clear_body(self) -> None:
+        super().clear_body()
+        self._body = b""
+
+    def _body_equal(self, other: Message) -> bool:
+        return isinstance(other, BytesMessage) and self._body == other._body
+
+
+def _bytes(value: object) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise MessageFormatError(f"a BytesMessage's body is bytes, not {type(value).__name__}")
+
+
+class MapMessage(Message, MutableMapping[str, object]):
+    """A message whose body maps names to values (None, bool, int, float, str, bytes)."""
+
+    BODY_TYPE = 3
+    __slots__ = ("_map",)
+
+    def __init__(self, mapping: Mapping[str, object] | None = None) -> None:
+        super().__init__()
+        self._map: dict[str, object] = {}
+        for key, value in (mapping or {}).items():
+            self._set(key, value)
+
+    def _set(self, key: object, value: object) -> None:
+        if not isinstance(key, str) or not key:
+            raise MessageFormatError(f"a MapMessage key is a non-empty str, not {key!r}")
+        self._map[key] = _check_body_value(f"map entry {key!r}", value)
+
+    def __getitem__(self, key: str) -> object:
+        return self._map[key]
+
+    def __setitem__(self, key: str, value: object) -> None:
+        self._check_writable()
+        self._set(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self._check_writable()
+        del self._map[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._map)
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+    def clear_body(self) -> None:
+        super().clear_body()
+        self._map = {}
+
+    def _body_equal(self, other: Message) -> bool:
+        return isinstance(other, MapMessage) and self._map == other._map
+
+    __eq__ = Message.__eq__
+    __hash__ = None  # type: ignore[assignment]
+
+
+class StreamMessage(Message):
+    """A message whose body is a sequence of typed values, written with
+    :meth:`write` and read back in order with :meth:`read`."""
+
+    BODY_TYPE = 4
+    __slots__ = ("_position", "_values")
+
+    def __init__(self, values: Iterable[object] = ()) -> None:
+        super().__init__()
+        self._values: list[object] = []
+        self._position = 0
+        for value in values:
+            self._values.append(_check_body_value("stream value", value))
+
+    @property
+    def values(self) -> list[object]:
+        """A copy of the values."""
+        return list(self._values)
+
+    def write(self, value: object) -> None:
+        self._check_writable()
+        self._values.append(_check_body_value("stream value", value))
+
+    def read(self) -> object:
+        """The next value; raises :class:`EOFError` at the end (JMS MessageEOFException)."""
+        if self._position >= len(self._values):
+            raise EOFError("no more values in the stream message")
+        value = self._values[self._position]
+        self._position += 1
+        return value
+
+    def reset(self) -> None:
+        """Reads from the first value again."""
+        self._position = 0
+
+    def clear_body(self) -> None:
+        super().clear_body()
+        self._values = []
+        self._position = 0
+
+    def _body_equal(self, other: Message) -> bool:
+        return isinstance(other, StreamMessage) and self._values == other._values
+
+
+_TYPES: dict[int, type[Message]] = {
+    cls.BODY_TYPE: cls for cls in (Message, TextMessage, BytesMessage, MapMessage, StreamMessage)
+}
+
+# ---------------------------------------------------------------- encoding
+
+_FIXED = struct.Struct("<BBBBQqqq")
+_U32 = struct.Struct("<I")
+_NONE = 0xFFFF_FFFF
+_PACK_U32 = _U32.pack
+_VALUE_STRUCTS = {
+    ord("Z"): struct.Struct("<?"),
+    ord("b"): struct.Struct("<b"),
+    ord("s"): struct.Struct("<h"),
+    ord("i"): struct.Struct("<i"),
+    ord("l"): struct.Struct("<q"),
+    ord("f"): struct.Struct("<f"),
+    ord("d"): struct.Struct("<d"),
+    ord("c"): struct.Struct("<H"),
+}
+_L = _VALUE_STRUCTS[ord("l")]
+_D = _VALUE_STRUCTS[ord("d")]
+
+
+def _put_str(out: list[bytes], value: str | None) -> None:
+    if value is None:
+        out.append(b"\xff\xff\xff\xff")
+    else:
+        data = value.encode("utf-8", "surrogatepass")
+        out.append(_PACK_U32(len(data)))
+        out.append(data)
+
+
+def _put_value(out: list[bytes], value: object) -> None:
+    if value is None:
+        out.append(b"N")
+    elif value is True:
+        out.append(b"Z\x01")
+    elif value is False:
+        out.append(b"Z\x00")
+    elif isinstance(value, int):
+        out.append(b"l" + _L.pack(value))
+    elif isinstance(value, float):
+        out.append(b"d" + _D.pack(value))
+    elif isinstance(value, str):
+        out.append(b"S")
+        _put_str(out, value)
+    elif isinstance(value, bytes):
+        out.append(b"Y" + _PACK_U32(len(value)))
+        out.append(value)
+    else:  # checked on the way in
+        raise MessageFormatError(f"cannot encode a {type(value).__name__}")
+
+
+def destination_text(destination: object) -> str | None:
+    """``kind:name`` of a destination (for reply_to), or None."""
+    if destination is None:
+        return None
+    kind = getattr(destination, "kind", None)
+    name = getattr(destination, "name", None)
+    if not isinstance(kind, str) or not isinstance(name, str):
+        raise MessageFormatError(f"reply_to is a Queue, Topic or TemporaryQueue, not {type(destination).__name__}")
+    return f"{kind}:{name}"
+
+
+def encode(message: Message) -> bytes:
+    """The message's bytes (see the module documentation)."""
+    out: list[bytes] = [
+        _FIXED.pack(
+            FORMAT_VERSION,
+            message.BODY_TYPE,
+            int(message.delivery_mode),
+            message.priority,
+            message.id,
+            message.timestamp,
+            message.expiration,
+            message.delivery_time,
+        )
+    ]
+    _put_str(out, message.message_id)
+    _put_str(out, message.correlation_id)
+    _put_str(out, message.type)
+    _put_str(out, destination_text(message.reply_to))
+    props = message._properties
+    out.append(_PACK_U32(len(props)))
+    for name, value in props.items():
+        _put_str(out, name)
+        _put_value(out, value)
+    if isinstance(message, TextMessage):
+        _put_str(out, message._text)
+    elif isinstance(message, BytesMessage):
+        out.append(message._body)
+    elif isinstance(message, MapMessage):
+        out.append(_PACK_U32(len(message._map)))
+        for key, value in message._map.items():
+            _put_str(out, key)
+            _put_value(out, value)
+    elif isinstance(message, StreamMessage):
+        out.append(_PACK_U32(len(message._values)))
+        for value in message._values:
+            _put_value(out, value)
+    return b"".join(out)
+
+
+class _Reader:
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: bytes, pos: int) -> None:
+        self.data = data
+        self.pos = pos
+
+    def u32(self) -> int:
+        (value,) = _U32.unpack_from(self.data, self.pos)
+        self.pos += 4
+        return int(value)
+
+    def str(self) -> str | None:
+        n = self.u32()
+        if n == _NONE:
+            return None
+        end = self.pos + n
+        if end > len(self.data):
+            raise MessageFormatError("truncated message: a string runs past the end")
+        value = self.data[self.pos : end].decode("utf-8", "surrogatepass")
+        self.pos = end
+        return value
+
+    def value(self) -> object:
+        tag = self.data[self.pos]
+        self.pos += 1
+        if tag == 78:  # N
+            return None
+        if tag == 83:  # S
+            return self.str()
+        if tag == 89:  # Y
+            n = self.u32()
+            value = self.data[self.pos : self.pos + n]
+            if len(value) != n:
+                raise MessageFormatError("truncated message: bytes run past the end")
+            self.pos += n
+            return value
+        fmt = _VALUE_STRUCTS.get(tag)
+        if fmt is None:
+            raise MessageFormatError(f"unknown value tag {tag!r}")
+        (value,) = fmt.unpack_from(self.data, self.pos)
+        self.pos += fmt.size
+        return chr(value) if tag == 99 else value
+
+
+def _header(data: bytes) -> tuple[tuple[Any, ...], _Reader]:
+    if len(data) < _FIXED.size or data[0] != FORMAT_VERSION:
+        version = data[0] if data else None
+        raise MessageFormatError(f"not a jmsstore message of format version {FORMAT_VERSION} (starts with {version})")
+    return _FIXED.unpack_from(data, 0), _Reader(data, _FIXED.size)
+
+
+def decode_properties(data: bytes) -> dict[str, object]:
+    """Only the user properties of an encoded message (for selectors)."""
+    _, r = _header(data)
+    for _ in range(4):
+        r.str()
+    props: dict[str, object] = {}
+    for _ in range(r.u32()):
+        name = r.str()
+        props[name or ""] = r.value()
+    return props
+
+
+def decode(data: bytes) -> Message:
+    """The message encoded in ``data``; ``reply_to`` is left as its ``kind:name`` text."""
+    try:
+        fixed, r = _header(data)
+        _, body_type, mode, priority, ident, timestamp, expiration, delivery_time = fixed
+        cls = _TYPES.get(body_type)
+        if cls is None:
+            raise MessageFormatError(f"unknown body type {body_type}")
+        message = cls.__new__(cls)
+        Message.__init__(message)
+        message.delivery_mode = DeliveryMode(mode)
+        message.priority = priority
+        message.id = ident
+        message.timestamp = timestamp
+        message.expiration = expiration
+        message.delivery_time = delivery_time
+        message.message_id = r.str()
+        message.correlation_id = r.str()
+        message.type = r.str()
+        message.reply_to = r.str()
+        props = message._properties
+        for _ in range(r.u32()):
+            name = r.str()
+            props[name or ""] = r.value()
+        if isinstance(message, TextMessage):
+            message._text = r.str()
+        elif isinstance(message, BytesMessage):
+            message._body = data[r.pos :]
+        elif isinstance(message, MapMessage):
+            message._map = {}
+            for _ in range(r.u32()):
+                key = r.str()
+                message._map[key or ""] = r.value()
+        elif isinstance(message, StreamMessage):
+            message._values = [r.value() for _ in range(r.u32())]
+            message._position = 0
+        return message
+    except (struct.error, IndexError, UnicodeDecodeError, ValueError) as e:
+        if isinstance(e, MessageFormatError):
+            raise
+        raise MessageFormatError(f"malformed message: {e}") from e
+
+
+def check_priority(priority: object) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError(f"priority is an int, not {type(priority).__name__}")
+    if not 0 <= priority <= 9:
+        raise InvalidArgumentError(f"priority must be within 0..9, not {priority}")
+    return priority
+
+
+def check_closed(closed: bool, what: str) -> None:
+    if closed:
+        raise IllegalStateError(f"the {what} is closed")

@@ -1,0 +1,941 @@
+"""The JMS server: destinations, subscriptions and messages on one file store
+and one pager, and what survives a restart.
+
+What is stored where (one store may hold several servers; every collection
+is prefixed ``jms/<server name>/``):
+
+- ``server``: one record, the boot counter (message ids are unique across restarts).
+- ``destinations`` and ``subscriptions``: one JSON record per queue or topic
+  and per durable subscription.
+- ``q/<queue>`` and ``s/<subscription record handle>``: persistent messages
+  (the encoded message, see :mod:`jmsstore.broker.message`). A message
+  published to a topic is stored once per durable subscription it reaches,
+  in one store transaction.
+- ``delivered``: delivery records. Before a persistent message is handed to
+  a consumer, a record naming its store handle and delivery count is made
+  durable (one record per prefetched batch, group-committed). After a crash
+  these tell which messages had been delivered: they come back with
+  ``redelivered`` set and the delivery count raised (JMS 2.0 §6.2.11). A
+  record is deleted with the last message it names.
+
+Non-persistent messages, non-durable subscriptions and temporary queues live
+in the pager only.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import os
+import struct
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from jmsstore.broker.destination import (
+    Destination,
+    DestinationSettings,
+    Queue,
+    TemporaryQueue,
+    Topic,
+    check_name,
+)
+from jmsstore.broker.message import DeliveryMode, Message, encode
+from jmsstore.errors import (
+    IllegalStateError,
+    InvalidArgumentError,
+    InvalidClientIDError,
+    InvalidDestinationError,
+    MessageTooLargeError,
+)
+from jmsstore.pager import Pager
+from jmsstore.selector import Selector
+from jmsstore.store import FileStore, Transaction
+
+if TYPE_CHECKING:
+    from jmsstore.broker.connection import Connection, ConnectionFactory
+
+__all__ = ["JMSServer"]
+
+_MARKER_ENTRY = struct.Struct("<QI")
+_FIXED = struct.Struct("<BBBBQqqq")
+_U32 = struct.Struct("<I")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Marker:
+    """A delivery record: store handles handed out (or about to be) in one batch."""
+
+    __slots__ = ("future", "handle", "pending")
+
+    def __init__(self, pending: set[int]) -> None:
+        self.pending = pending
+        self.handle: int | None = None
+        self.future: Future[int] | None = None
+
+
+class Target:
+    """What consumers read from: a queue, or a topic subscription. One pager destination."""
+
+    def __init__(self, server: JMSServer, pager_name: str, collection: str | None, settings: DestinationSettings):
+        self.server = server
+        self.pager_name = pager_name
+        self.pager_id = server._pager.create_destination(pager_name, settings.order)
+        self.collection = collection
+        self.settings = settings
+        self.waiters: set[threading.Event] = set()
+        self.delayed: list[int] = []  # heap of delivery times of delayed messages, for waking waiters
+        self.consumers = 0
+        self.deleted = False
+        self.lock = threading.Lock()
+
+    def notify(self) -> None:
+        for event in tuple(self.waiters):
+            event.set()
+
+    def delay_until(self, when: int) -> None:
+        with self.lock:
+            heapq.heappush(self.delayed, when)
+
+    def next_due(self, now: int) -> int | None:
+        """The earliest future delivery time of a delayed message, if any."""
+        with self.lock:
+            while self.delayed and self.delayed[0] <= now:
+                heapq.heappop(self.delayed)
+            return self.delayed[0] if self.delayed else None
+
+
+class QueueState(Target):
+    def __init__(self, server: JMSServer, queue: Queue, settings: DestinationSettings, record: int | None):
+        persistent = not isinstance(queue, TemporaryQueue)
+        super().__init__(
+            server,
+            f"q/{queue.name}",
+            server._collection(f"q/{queue.name}") if persistent else None,
+            settings,
+        )
+        self.destination = queue
+        self.record = record
+
+
+class TopicState:
+    def __init__(self, topic: Topic, settings: DestinationSettings, record: int | None) -> None:
+        self.destination = topic
+        self.settings = settings
+        self.record = record
+        self.subscriptions: list[SubscriptionState] = []
+        self.deleted = False
+
+
+@dataclass
+class SubscriptionSpec:
+    """What identifies and defines a subscription."""
+
+    topic: str
+    name: str | None  # None: a non-durable, unshared subscription
+    client_id: str | None
+    selector: str | None
+    durable: bool
+    shared: bool
+
+    def key(self) -> tuple[str | None, str | None, bool, bool]:
+        # JMS 2.0 §6.11: shared subscriptions are named in the client id's
+        # namespace if one is set, unshared durable ones need a client id.
+        return (self.client_id, self.name, self.durable, self.shared)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "name": self.name,
+            "client_id": self.client_id,
+            "selector": self.selector,
+            "durable": self.durable,
+            "shared": self.shared,
+        }
+
+
+class SubscriptionState(Target):
+    _counter = itertools.count(1)
+
+    def __init__(self, server: JMSServer, topic: TopicState, spec: SubscriptionSpec, record: int | None):
+        pager_name = f"s/{record}" if record is not None else f"n/{next(self._counter)}"
+        super().__init__(
+            server,
+            pager_name,
+            server._collection(f"s/{record}") if record is not None else None,
+            topic.settings,
+        )
+        self.topic = topic
+        self.spec = spec
+        self.record = record
+        self.selector = Selector(spec.selector)
+
+
+@dataclass
+class ServerStats:
+    sent: int = 0
+    received: int = 0
+    acknowledged: int = 0
+    redelivered: int = 0
+    moved_to_error_destination: int = 0
+    dropped_after_redelivery_limit: int = 0
+    expired: int = 0
+    delivery_records: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+class JMSServer:
+    """A JMS server on a file store and a pager.
+
+    ``directory``: the server's home, created if missing: the store is
+    ``<directory>/store`` and paging files go to ``<directory>/paging/<name>``.
+    Or pass an open ``store`` to share one store between servers (its group
+    commit then aggregates their I/O); paging then defaults to
+    ``paging/<name>`` beside the store. ``message_buffer_size``: bytes of
+    message bodies kept in memory before paging out.
+    ``maximum_message_size``: the largest encoded message accepted (default:
+    the store's limit). Opening recovers every destination, durable
+    subscription and persistent message, with its delivery state.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str] | None = None,
+        *,
+        name: str = "jms1",
+        message_buffer_size: int = 64 << 20,
+        paging_directory: str | os.PathLike[str] | None = None,
+        store_codec: str = "none",
+        paging_codec: str = "none",
+        sync_policy: str = "direct-write",
+        store: FileStore | None = None,
+        maximum_message_size: int | None = None,
+        compression_threshold: int = 1024,
+        max_segment_bytes: int = 64 << 20,
+    ) -> None:
+        self.name = check_name("server", name)
+        if store is None and directory is None:
+            raise InvalidArgumentError("a JMSServer needs a directory or a store")
+        if store is not None and not isinstance(store, FileStore):
+            raise TypeError(f"store is a FileStore, not {type(store).__name__}")
+        self._owns_store = store is None
+        if store is None:
+            assert directory is not None
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            store = FileStore(
+                os.path.join(directory, "store"),
+                sync_policy=sync_policy,
+                codec=store_codec,
+                compression_threshold=compression_threshold,
+                max_segment_bytes=max_segment_bytes,
+            )
+        self._store = store
+        try:
+            if paging_directory is None:
+                # Beside the store, never inside it (the store owns its directory).
+                home = directory if directory is not None else os.path.dirname(os.path.abspath(store.path))
+                paging_directory = os.path.join(home, "paging", self.name)
+            self._pager = Pager(
+                store,
+                message_buffer_size=message_buffer_size,
+                paging_directory=paging_directory,
+                paging_codec=paging_codec,
+            )
+            limit = store.max_body_bytes
+            if maximum_message_size is None:
+                maximum_message_size = limit
+            if isinstance(maximum_message_size, bool) or not isinstance(maximum_message_size, int):
+                raise TypeError(f"maximum_message_size is an int, not {type(maximum_message_size).__name__}")
+            if not 1 <= maximum_message_size <= limit:
+                raise InvalidArgumentError(
+                    f"maximum_message_size must be within 1..{limit}, not {maximum_message_size}"
+                )
+            self.maximum_message_size = maximum_message_size
+            self._lock = threading.RLock()
+            self._queues: dict[str, QueueState] = {}
+            self._topics: dict[str, TopicState] = {}
+            self._durable: dict[tuple[str | None, str | None, bool, bool], SubscriptionState] = {}
+            self._shared: dict[tuple[str | None, str | None, bool, bool], SubscriptionState] = {}
+            self._markers_of: dict[int, list[Marker]] = {}
+            self._client_ids: set[str] = set()
+            self._connections: weakref.WeakSet[Connection] = weakref.WeakSet()
+            self._stats = ServerStats()
+            self._closed = False
+            self._temp_counter = itertools.count(1)
+            self._last_expiry_sweep = 0
+            self._recover()
+        except BaseException:
+            if self._owns_store:
+                store.close()
+            raise
+
+    # ------------------------------------------------------------ naming
+
+    def _collection(self, suffix: str) -> str:
+        return f"jms/{self.name}/{suffix}"
+
+    # ------------------------------------------------------------ recovery
+
+    def _recover(self) -> None:
+        store = self._store
+        meta = self._collection("server")
+        boot = 0
+        records = list(store.scan(meta))
+        if records:
+            handle, body = records[-1]
+            boot = int(json.loads(body)["boot"])
+            store.update(handle, json.dumps({"boot": boot + 1}).encode())
+        else:
+            store.put(meta, json.dumps({"boot": 1}).encode())
+        self.boot = boot + 1
+        self._sequence = itertools.count(1)
+
+        # Delivery records first: they tell each message's delivery count.
+        counts: dict[int, int] = {}
+        stale: list[int] = []
+        for handle, body in store.scan(self._collection("delivered")):
+            marker = Marker(set())
+            marker.handle = handle
+            for message_handle, count in _MARKER_ENTRY.iter_unpack(body):
+                if message_handle in store:
+                    marker.pending.add(message_handle)
+                    counts[message_handle] = max(counts.get(message_handle, 0), count)
+            if marker.pending:
+                for h in marker.pending:
+                    self._markers_of.setdefault(h, []).append(marker)
+            else:
+                stale.append(handle)
+        known_collections: set[str] = {meta, self._collection("delivered")}
+        known_collections.add(self._collection("destinations"))
+        known_collections.add(self._collection("subscriptions"))
+        for handle, body in store.scan(self._collection("destinations")):
+            data = json.loads(body)
+            settings = DestinationSettings.from_json(data.get("settings", {}))
+            if data["kind"] == "queue":
+                state = QueueState(self, Queue(data["name"]), settings, handle)
+                self._queues[data["name"]] = state
+                known_collections.add(state.collection or "")
+            else:
+                self._topics[data["name"]] = TopicState(Topic(data["name"]), settings, handle)
+        for handle, body in store.scan(self._collection("subscriptions")):
+            data = json.loads(body)
+            topic = self._topics.get(data["topic"])
+            if topic is None:  # its topic's deletion was interrupted
+                stale.append(handle)
+                continue
+            spec = SubscriptionSpec(
+                data["topic"], data["name"], data["client_id"], data["selector"], True, data["shared"]
+            )
+            sub = SubscriptionState(self, topic, spec, handle)
+            topic.subscriptions.append(sub)
+            (self._shared if spec.shared else self._durable)[spec.key()] = sub
+            known_collections.add(sub.collection or "")
+        targets: list[Target] = list(self._queues.values())
+        targets += [s for t in self._topics.values() for s in t.subscriptions]
+        add = self._pager._native.add
+        for target in targets:
+            assert target.collection is not None
+            for handle, body in store.scan(target.collection):
+                ident, priority, timestamp, expiration, delivery_time, correlation_id, jms_type = _peek(body)
+                add(
+                    target.pager_id,
+                    body,
+                    len(body),
+                    ident,
+                    priority,
+                    timestamp,
+                    expiration,
+                    delivery_time,
+                    counts.get(handle, 0),
+                    correlation_id,
+                    jms_type,
+                    None,
+                    handle,
+                )
+        # Objects of destinations whose deletion was interrupted.
+        prefix = self._collection("")
+        for collection in store.collections():
+            if collection.startswith(prefix) and collection not in known_collections:
+                stale.extend(store.handles(collection))
+        if stale:
+            with store.transaction() as txn:
+                for handle in stale:
+                    txn.delete(handle)
+        self.recovered = {
+            "boot": self.boot,
+            "queues": len(self._queues),
+            "topics": len(self._topics),
+            "durable_subscriptions": len(self._durable) + len(self._shared),
+            "messages": sum(self._pager.count(t.pager_id) for t in targets),
+            "in_doubt_deliveries": len(counts),
+            "stale_records_removed": len(stale),
+        }
+
+    # ------------------------------------------------------------ destinations
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError("the JMS server is closed")
+
+    def create_queue(self, name: str, **settings: Any) -> Queue:
+        """Creates the queue (stored: it survives restarts), or returns the
+        existing one, applying any ``settings`` given (see
+        :class:`DestinationSettings`)."""
+        check_name("queue", name)
+        with self._lock:
+            self._check_open()
+            if name in self._topics:
+                raise InvalidDestinationError(f"{name!r} is a topic")
+            state = self._queues.get(name)
+            if state is not None:
+                if settings:
+                    self._configure(state, settings)
+                return state.destination
+            config = DestinationSettings().updated(**settings)
+            self._check_error_destination(config, name)
+            record = self._store.put(
+                self._collection("destinations"),
+                json.dumps({"kind": "queue", "name": name, "settings": config.to_json()}).encode(),
+            )
+            state = QueueState(self, Queue(name), config, record)
+            self._queues[name] = state
+            return state.destination
+
+    def create_topic(self, name: str, **settings: Any) -> Topic:
+        """Creates the topic or returns the existing one (see :meth:`create_queue`)."""
+        check_name("topic", name)
+        with self._lock:
+            self._check_open()
+            if name in self._queues:
+                raise InvalidDestinationError(f"{name!r} is a queue")
+            topic = self._topics.get(name)
+            if topic is not None:
+                if settings:
+                    self._configure(topic, settings)
+                return topic.destination
+            config = DestinationSettings().updated(**settings)
+            self._check_error_destination(config, name)
+            record = self._store.put(
+                self._collection("destinations"),
+                json.dumps({"kind": "topic", "name": name, "settings": config.to_json()}).encode(),
+            )
+            topic = TopicState(Topic(name), config, record)
+            self._topics[name] = topic
+            return topic.destination
+
+    def _check_error_destination(self, settings: DestinationSettings, own: str) -> None:
+        error = settings.error_destination
+        if error is not None and error not in self._queues and error not in self._topics:
+            raise InvalidDestinationError(f"error destination {error!r} of {own!r} does not exist")
+
+    def _configure(self, state: QueueState | TopicState, changes: dict[str, Any]) -> None:
+        config = state.settings.updated(**changes)
+        if config.order != state.settings.order:
+            raise InvalidArgumentError("a destination's order cannot change once created")
+        self._check_error_destination(config, state.destination.name)
+        assert state.record is not None
+        self._store.update(
+            state.record,
+            json.dumps(
+                {"kind": state.destination.kind, "name": state.destination.name, "settings": config.to_json()}
+            ).encode(),
+        )
+        state.settings = config
+        if isinstance(state, TopicState):
+            for sub in state.subscriptions:
+                sub.settings = config
+
+    def queue(self, name: str) -> Queue:
+        """The existing queue ``name``."""
+        with self._lock:
+            state = self._queues.get(name)
+            if state is None:
+                raise InvalidDestinationError(f"no queue {name!r}")
+            return state.destination
+
+    def topic(self, name: str) -> Topic:
+        """The existing topic ``name``."""
+        with self._lock:
+            state = self._topics.get(name)
+            if state is None:
+                raise InvalidDestinationError(f"no topic {name!r}")
+            return state.destination
+
+    def destinations(self) -> list[Destination]:
+        with self._lock:
+            found: list[Destination] = [q.destination for q in self._queues.values()]
+            return found + [t.destination for t in self._topics.values()]
+
+    def settings(self, destination: Destination) -> DestinationSettings:
+        with self._lock:
+            state = self._queues.get(destination.name) if destination.kind != "topic" else None
+            if state is None and destination.kind == "topic":
+                topic = self._topics.get(destination.name)
+                if topic is not None:
+                    return topic.settings
+            if state is None:
+                raise InvalidDestinationError(f"no {destination.kind} {destination.name!r}")
+            return state.settings
+
+    def delete_destination(self, destination: Destination) -> None:
+        """Deletes a queue or topic with its messages (and a topic's
+        subscriptions). Fails while it has consumers."""
+        if not isinstance(destination, Destination):
+            raise TypeError(f"destination is a Queue or Topic, not {type(destination).__name__}")
+        with self._lock:
+            self._check_open()
+            if destination.kind == "topic":
+                topic = self._topics.get(destination.name)
+                if topic is None:
+                    raise InvalidDestinationError(f"no topic {destination.name!r}")
+                if any(s.consumers for s in topic.subscriptions):
+                    raise IllegalStateError(f"topic {destination.name!r} has active subscribers")
+                targets: list[Target] = list(topic.subscriptions)
+                record = topic.record
+            else:
+                state = self._queues.get(destination.name)
+                if state is None or state.destination.kind != destination.kind:
+                    raise InvalidDestinationError(f"no queue {destination.name!r}")
+                if state.consumers:
+                    raise IllegalStateError(f"queue {destination.name!r} has consumers")
+                targets = [state]
+                record = state.record
+            # The records go first, in one transaction: a crash after it
+            # leaves only orphan messages, which recovery removes.
+            with self._store.transaction() as txn:
+                if record is not None:
+                    txn.delete(record)
+                for t in targets:
+                    if isinstance(t, SubscriptionState) and t.record is not None:
+                        txn.delete(t.record)
+            doomed = self._topics.pop(destination.name) if destination.kind == "topic" else None
+            if doomed is not None:
+                doomed.deleted = True
+                for sub in doomed.subscriptions:
+                    (self._shared if sub.spec.shared else self._durable).pop(sub.spec.key(), None)
+            else:
+                del self._queues[destination.name]
+            for t in targets:
+                self._drop_target(t)
+
+    def _drop_target(self, target: Target) -> None:
+        """Removes a target's messages from the store and the pager."""
+        target.deleted = True
+        target.notify()
+        if target.collection is not None:
+            handles = list(self._store.handles(target.collection))
+            for start in range(0, len(handles), 10_000):
+                with self._store.transaction() as txn:
+                    chunk = handles[start : start + 10_000]
+                    for h in chunk:
+                        txn.delete(h)
+                    self._settle(chunk, txn)
+        self._pager._native.delete_destination(target.pager_id)
+
+    # ------------------------------------------------------------ connections
+
+    def connection_factory(self, **options: Any) -> ConnectionFactory:
+        """A connection factory; ``options``: ``client_id``, ``messages_maximum``
+        (prefetch per consumer, WebLogic's MessagesMaximum, default 10)."""
+        from jmsstore.broker.connection import ConnectionFactory
+
+        self._check_open()
+        return ConnectionFactory(self, **options)
+
+    def _register_client_id(self, client_id: str) -> None:
+        with self._lock:
+            self._check_open()
+            if client_id in self._client_ids:
+                raise InvalidClientIDError(f"client id {client_id!r} is in use by another connection")
+            self._client_ids.add(client_id)
+
+    def _release_client_id(self, client_id: str) -> None:
+        with self._lock:
+            self._client_ids.discard(client_id)
+
+    # ------------------------------------------------------------ sending
+
+    def _target_of(self, destination: object) -> QueueState | TopicState:
+        if not isinstance(destination, Destination):
+            raise InvalidDestinationError(f"a destination is a Queue or Topic, not {type(destination).__name__}")
+        if destination.kind == "topic":
+            topic = self._topics.get(destination.name)
+            if topic is None:
+                raise InvalidDestinationError(f"topic {destination.name!r} does not exist (or was deleted)")
+            return topic
+        state = self._queues.get(destination.name)
+        if state is None or state.destination.kind != destination.kind:
+            raise InvalidDestinationError(f"queue {destination.name!r} does not exist (or was deleted)")
+        return state
+
+    def _stamp(
+        self,
+        message: Message,
+        destination: Destination,
+        delivery_mode: int,
+        priority: int,
+        time_to_live: int,
+        delivery_delay: int,
+    ) -> bytes:
+        """Sets the headers a send sets (JMS 2.0 §3.4) and encodes the message."""
+        seq = next(self._sequence)
+        now = now_ms()
+        message.id = (self.boot << 40) | seq
+        message.message_id = f"ID:{self.name}-{self.boot}-{seq}"
+        message.timestamp = now
+        message.expiration = now + time_to_live if time_to_live > 0 else 0
+        message.delivery_time = now + delivery_delay
+        message.delivery_mode = DeliveryMode(delivery_mode)
+        message.priority = priority
+        message.destination = destination
+        message.redelivered = False
+        message.delivery_count = 0
+        data = encode(message)
+        if len(data) > self.maximum_message_size:
+            raise MessageTooLargeError(
+                f"the message is {len(data)} bytes encoded, more than the server's maximum message size "
+                f"of {self.maximum_message_size}"
+            )
+        return data
+
+    def _routes(self, state: QueueState | TopicState, message: Message) -> list[tuple[Target, bool]]:
+        """The targets of a message and, for each, whether it is stored."""
+        persistent = message.delivery_mode == DeliveryMode.PERSISTENT
+        if isinstance(state, QueueState):
+            return [(state, persistent and state.collection is not None)]
+        routes: list[tuple[Target, bool]] = []
+        headers: dict[str, object] | None = None
+        for sub in state.subscriptions:
+            if sub.selector.text:
+                if headers is None:
+                    headers = message.selector_headers()
+                if not sub.selector.matches(headers, message._properties):
+                    continue
+            routes.append((sub, persistent and sub.collection is not None))
+        return routes
+
+    def _write(self, routes: list[tuple[Target, bool]], data: bytes, txn: Transaction | None) -> list[int | None]:
+        """Puts the stored copies into ``txn`` (or a new one committed here)."""
+        stored = [t for t, s in routes if s]
+        if not stored:
+            return [None] * len(routes)
+        if txn is None and len(stored) == 1:
+            only = self._store.put(stored[0].collection or "", data)
+            return [only if s else None for _, s in routes]
+        own = txn is None
+        batch = self._store.transaction() if txn is None else txn
+        handles = [batch.put(t.collection or "", data) if s else None for t, s in routes]
+        if own:
+            batch.commit()
+        return handles
+
+    def _publish(
+        self, routes: list[tuple[Target, bool]], handles: list[int | None], message: Message, data: bytes
+    ) -> None:
+        """Makes a sent message visible to consumers."""
+        add = self._pager._native.add
+        for (target, _), handle in zip(routes, handles, strict=True):
+            if target.deleted:
+                if handle is not None:
+                    self._store.delete(handle)
+                continue
+            add(
+                target.pager_id,
+                data,
+                len(data),
+                message.id,
+                message.priority,
+                message.timestamp,
+                message.expiration,
+                message.delivery_time,
+                0,
+                message.correlation_id,
+                message.type,
+                None,
+                handle,
+            )
+            if message.delivery_time > message.timestamp:
+                target.delay_until(message.delivery_time)
+            target.notify()
+        self._stats.sent += 1
+
+    def _send_async(
+        self,
+        routes: list[tuple[Target, bool]],
+        message: Message,
+        data: bytes,
+        done: Callable[[BaseException | None], None],
+    ) -> None:
+        stored = [t for t, s in routes if s]
+        if not stored:
+            self._publish(routes, [None] * len(routes), message, data)
+            done(None)
+            return
+        native = self._store._native_store()
+        if len(stored) == 1:
+
+            def put_done(handle: int | None, error: BaseException | None) -> None:
+                if error is None:
+                    self._publish(routes, [handle if s else None for _, s in routes], message, data)
+                done(error)
+
+            native.put_async(stored[0].collection or "", data, put_done)
+            return
+        batch = native.batch()
+        handles: list[int | None] = [batch.put(t.collection or "", data) if s else None for t, s in routes]
+
+        def commit_done(_: object, error: BaseException | None) -> None:
+            if error is None:
+                self._publish(routes, handles, message, data)
+            done(error)
+
+        native.commit_async(batch, commit_done)
+
+    # ------------------------------------------------------------ delivery records
+
+    def _mark(self, handles: list[int], counts: list[int]) -> Marker:
+        """Writes a delivery record for ``handles`` (asynchronously: wait on ``marker.future``)."""
+        marker = Marker(set(handles))
+        with self._lock:
+            for h in handles:
+                self._markers_of.setdefault(h, []).append(marker)
+        body = b"".join(_MARKER_ENTRY.pack(h, c) for h, c in zip(handles, counts, strict=True))
+        future: Future[int] = Future()
+        marker.future = future
+
+        def written(handle: int | None, error: BaseException | None) -> None:
+            if error is not None:
+                future.set_exception(error)
+            else:
+                marker.handle = handle
+                future.set_result(handle or 0)
+
+        self._store._native_store().put_async(self._collection("delivered"), body, written)
+        self._stats.delivery_records += 1
+        return marker
+
+    def _settle(self, handles: Iterable[int], txn: Transaction) -> None:
+        """``handles`` are being deleted in ``txn``: delete delivery records left naming nothing."""
+        with self._lock:
+            for h in handles:
+                markers = self._markers_of.pop(h, None)
+                if not markers:
+                    continue
+                for marker in markers:
+                    marker.pending.discard(h)
+                    if not marker.pending and marker.handle is not None:
+                        txn.delete(marker.handle)
+
+    # ------------------------------------------------------------ expiry
+
+    def _sweep_expired(self, now: int) -> None:
+        """Removes expired messages that are not being delivered (at most once a second)."""
+        if now - self._last_expiry_sweep < 1000:
+            return
+        self._last_expiry_sweep = now
+        pager = self._pager._native
+        handles: list[int] = []
+        for key in pager.expired(now, 10_000):
+            header = pager.header(key)
+            if header["reserved"]:
+                continue
+            pager.remove(key)
+            self._stats.expired += 1
+            if header["store_handle"] is not None:
+                handles.append(header["store_handle"])
+        if handles:
+            with self._store.transaction() as txn:
+                for h in handles:
+                    txn.delete(h)
+                self._settle(handles, txn)
+
+    # ------------------------------------------------------------ subscriptions
+
+    def _subscribe(self, spec: SubscriptionSpec) -> SubscriptionState:
+        """The subscription for ``spec``, created if needed; counts a consumer on it."""
+        with self._lock:
+            self._check_open()
+            topic = self._topics.get(spec.topic)
+            if topic is None:
+                raise InvalidDestinationError(f"topic {spec.topic!r} does not exist (or was deleted)")
+            Selector(spec.selector)  # InvalidSelectorError before anything changes
+            if not spec.durable and not spec.shared:
+                sub = SubscriptionState(self, topic, spec, None)
+                topic.subscriptions.append(sub)
+                sub.consumers = 1
+                return sub
+            table = self._shared if spec.shared else self._durable
+            existing = table.get(spec.key())
+            if existing is not None:
+                if existing.spec.topic == spec.topic and existing.spec.selector == spec.selector:
+                    if not spec.shared and existing.consumers:
+                        raise IllegalStateError(
+                            f"durable subscription {spec.name!r} of client {spec.client_id!r} already has a consumer"
+                        )
+                    existing.consumers += 1
+                    return existing
+                # JMS 2.0 §6.11.1: a changed topic or selector replaces the subscription.
+                if existing.consumers:
+                    raise IllegalStateError(f"subscription {spec.name!r} is active and cannot change topic or selector")
+                self._remove_subscription(existing)
+            record = None
+            if spec.durable:
+                record = self._store.put(self._collection("subscriptions"), json.dumps(spec.to_json()).encode())
+            sub = SubscriptionState(self, topic, spec, record)
+            topic.subscriptions.append(sub)
+            table[spec.key()] = sub
+            sub.consumers = 1
+            return sub
+
+    def _unsubscribe_consumer(self, sub: SubscriptionState) -> None:
+        """A consumer of ``sub`` closed; a non-durable subscription ends with its last consumer."""
+        with self._lock:
+            sub.consumers -= 1
+            if sub.consumers == 0 and not sub.spec.durable and not sub.deleted:
+                self._remove_subscription(sub)
+
+    def _remove_subscription(self, sub: SubscriptionState) -> None:
+        with self._lock:
+            if sub.record is not None:
+                self._store.delete(sub.record)
+            if sub in sub.topic.subscriptions:
+                sub.topic.subscriptions.remove(sub)
+            table = self._shared if sub.spec.shared else self._durable
+            if table.get(sub.spec.key()) is sub:
+                del table[sub.spec.key()]
+            self._drop_target(sub)
+
+    def unsubscribe(self, client_id: str | None, name: str) -> None:
+        """Deletes durable subscription ``name`` of ``client_id`` (JMS ``Session.unsubscribe``)."""
+        with self._lock:
+            self._check_open()
+            sub = self._durable.get((client_id, name, True, False)) or self._shared.get((client_id, name, True, True))
+            if sub is None:
+                raise InvalidDestinationError(f"no durable subscription {name!r} for client id {client_id!r}")
+            if sub.consumers:
+                raise IllegalStateError(f"durable subscription {name!r} has an active consumer")
+            self._remove_subscription(sub)
+
+    def durable_subscriptions(self) -> list[dict[str, Any]]:
+        """Every durable subscription with its pending message count."""
+        with self._lock:
+            subs = list(self._durable.values()) + [s for s in self._shared.values() if s.spec.durable]
+            return [dict(s.spec.to_json(), messages=self._pager.count(s.pager_id), active=s.consumers) for s in subs]
+
+    # ------------------------------------------------------------ temporary queues
+
+    def _create_temporary_queue(self) -> TemporaryQueue:
+        with self._lock:
+            self._check_open()
+            name = f"TEMP.{self.name}.{self.boot}.{next(self._temp_counter)}"
+            queue = TemporaryQueue(name, self)
+            self._queues[name] = QueueState(self, queue, DestinationSettings(), None)
+            return queue
+
+    def _delete_temporary_queue(self, queue: TemporaryQueue) -> None:
+        with self._lock:
+            state = self._queues.get(queue.name)
+            if state is None:
+                return
+            if state.consumers:
+                raise IllegalStateError(f"temporary queue {queue.name!r} has consumers")
+            del self._queues[queue.name]
+            self._drop_target(state)
+
+    # ------------------------------------------------------------ statistics and lifecycle
+
+    def message_count(self, destination: Destination) -> int:
+        """Messages waiting in a queue, or in all of a topic's subscriptions."""
+        with self._lock:
+            state = self._target_of(destination)
+            if isinstance(state, TopicState):
+                return sum(self._pager.count(s.pager_id) for s in state.subscriptions)
+            return self._pager.count(state.pager_id)
+
+    def statistics(self) -> dict[str, Any]:
+        """Plain data: server counters, per-destination message counts, store and pager statistics."""
+        with self._lock:
+            s = self._stats
+            return {
+                "name": self.name,
+                "boot": self.boot,
+                "sent": s.sent,
+                "received": s.received,
+                "acknowledged": s.acknowledged,
+                "redelivered": s.redelivered,
+                "expired": s.expired,
+                "moved_to_error_destination": s.moved_to_error_destination,
+                "dropped_after_redelivery_limit": s.dropped_after_redelivery_limit,
+                "delivery_records": s.delivery_records,
+                "connections": len(self._connections),
+                "queues": {
+                    n: {"messages": self._pager.count(q.pager_id), "consumers": q.consumers}
+                    for n, q in self._queues.items()
+                },
+                "topics": {
+                    n: {
+                        "subscriptions": len(t.subscriptions),
+                        "messages": sum(self._pager.count(x.pager_id) for x in t.subscriptions),
+                    }
+                    for n, t in self._topics.items()
+                },
+                "durable_subscriptions": self.durable_subscriptions(),
+                "store": self._store.stats(),
+                "pager": self._pager.stats(),
+            }
+
+    @property
+    def store(self) -> FileStore:
+        return self._store
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Closes every connection (unacknowledged messages return to their
+        destinations), then the pager and, if the server opened it, the store."""
+        with self._lock:
+            if self._closed:
+                return
+            connections = list(self._connections)
+        for conn in connections:
+            conn.close()
+        with self._lock:
+            self._closed = True
+            self._pager.close()
+            if self._owns_store:
+                self._store.close()
+
+    def __enter__(self) -> JMSServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"JMSServer({self.name!r}, {self._store.path!r}{', closed' if self._closed else ''})"
+
+
+def _peek(data: bytes) -> tuple[int, int, int, int, int, str | None, str | None]:
+    """The pager's header fields of an encoded message, without decoding it all."""
+    _, _, _, priority, ident, timestamp, expiration, delivery_time = _FIXED.unpack_from(data, 0)
+    pos = _FIXED.size
+    texts: list[str | None] = []
+    for _ in range(3):  # message_id, correlation_id, type
+        (n,) = _U32.unpack_from(data, pos)
+        pos += 4
+        if n == 0xFFFF_FFFF:
+            texts.append(None)
+        else:
+            texts.append(data[pos : pos + n].decode("utf-8", "surrogatepass"))
+            pos += n
+    return ident, priority, timestamp, expiration, delivery_time, texts[1], texts[2]
