@@ -217,10 +217,7 @@ impl NativePager {
             }
             None => py.detach(|| self.pager.take_many(destination, now, limit, None, false)).map_err(PyStoreError)?,
         };
-        Ok(taken
-            .into_iter()
-            .map(|t| (t.key, t.redelivery_count, t.store_handle, PyBytes::new(py, &t.body)))
-            .collect())
+        Ok(taken.into_iter().map(|t| (t.key, t.redelivery_count, t.store_handle, PyBytes::new(py, &t.body))).collect())
     }
 
     #[pyo3(signature = (key, redelivered=true, delivery_time=None))]
