@@ -12,6 +12,9 @@ use pyo3::types::{PyBytes, PyDict};
 use crate::errors::{PyResult2, PyStoreError};
 use crate::store::NativeStore;
 
+/// A reserved message as Python sees it: `(key, redelivery_count, store_handle, body)`.
+type TakenTuple<'py> = (u64, u32, Option<u64>, Bound<'py, PyBytes>);
+
 /// The paging engine of a JMS server.
 #[pyclass(frozen, module = "jmsstore._native")]
 pub struct NativePager {
@@ -200,7 +203,7 @@ impl NativePager {
         limit: usize,
         filter: Option<Bound<'py, PyAny>>,
         filter_body: bool,
-    ) -> PyResult<Vec<(u64, u32, Option<u64>, Bound<'py, PyBytes>)>> {
+    ) -> PyResult<Vec<TakenTuple<'py>>> {
         let taken = match filter {
             Some(f) => {
                 let (failure, result) = call_with_filter(py, &f, |call| {
