@@ -1,5 +1,12 @@
-"""The main job of the quick start: write to a store under a default
-directory, reopen it, and show what recovery found and the statistics."""
+"""The main job of the quick start: a JMS server on a default directory.
+
+Producers on many threads send persistent messages (synchronously and
+asynchronously) while consumers receive them; a durable subscription
+collects while nobody listens; a transacted session commits and rolls back;
+then the server restarts and shows what recovery found: the backlog, the
+durable subscription's messages and the unacknowledged deliveries coming
+back marked redelivered.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from jmsstore.progress import ProgressBar
-from jmsstore.store import FileStore
+from jmsstore.broker import AckMode, DeliveryMode, JMSServer
 
 
 def default_directory() -> Path:
@@ -20,59 +26,136 @@ def default_directory() -> Path:
     return Path(base) / "jmsstore" / "demo"
 
 
+def _body(i: int) -> str:
+    return (f'{{"order": {i}, "item": "widget", "qty": 3, "note": "' + "x" * 1024)[:1000] + '"}'
+
+
 def run_demo(directory: str | None, *, messages: int = 20000, threads: int = 16) -> int:
     path = Path(directory) if directory else default_directory()
-    print(f"jmsstore demo: store directory {path}")
-    body = (b'{"order": 12345, "item": "widget", "qty": 3, "note": "' + b"x" * 900 + b'"}')[:1024]
+    print(f"jmsstore demo: JMS server home {path} (store in {path / 'store'})")
+    per_thread = max(messages // threads, 1)
 
-    with FileStore(path, progress=ProgressBar("recover")) as store:
-        before = store.stats()["records"]
-        print(f"opened: {before} live records from earlier runs")
-        per_thread = max(messages // threads, 1)
-        handles: list[list[int]] = [[] for _ in range(threads)]
+    with JMSServer(path, name="demo") as server:
+        r = server.recovered
+        print(
+            f"started: boot {r['boot']}, {r['queues']} queues, {r['topics']} topics, "
+            f"{r['durable_subscriptions']} durable subscriptions, {r['messages']} messages recovered"
+        )
+        orders = server.create_queue("orders", redelivery_limit=3, error_destination=None)
+        prices = server.create_topic("prices")
+        factory = server.connection_factory(messages_maximum=64)
+
+        # A durable subscription that collects while inactive (JMS 2.0 §6.11).
+        with factory.create_connection(client_id="audit") as conn:
+            conn.create_session().create_durable_subscriber(prices, "audit-trail").close()
+
+        received = [0] * threads
+        done_sending = threading.Event()
 
         def producer(i: int) -> None:
-            for _ in range(per_thread):
-                handles[i].append(store.put(f"orders-{i % 4}", body))
+            with factory.create_connection() as conn:
+                session = conn.create_session()
+                orders_out = session.create_producer(orders)
+                prices_out = session.create_producer(prices)
+                pending = []
+                for n in range(per_thread):
+                    message = session.create_text_message(_body(n))
+                    message.set_property("producer", i)
+                    message.set_property("color", "red" if n % 2 else "blue")
+                    if n % 2:
+                        orders_out.send(message, priority=n % 10)
+                    else:
+                        pending.append(orders_out.send_async(message))
+                    if n % 100 == 0:
+                        prices_out.send(session.create_map_message({"sku": n, "price": n * 0.25}))
+                for future in pending:
+                    future.result()
+
+        def consumer(i: int) -> None:
+            with factory.create_connection() as conn:
+                session = conn.create_session(ack_mode=AckMode.AUTO)
+                inbox = session.create_consumer(orders)
+                conn.start()
+                while True:
+                    message = inbox.receive(timeout=0.2)
+                    if message is None:
+                        if done_sending.is_set():
+                            return
+                        continue
+                    received[i] += 1
 
         started = time.perf_counter()
-        workers = [threading.Thread(target=producer, args=(i,)) for i in range(threads)]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
+        producers = [threading.Thread(target=producer, args=(i,)) for i in range(threads)]
+        consumers = [threading.Thread(target=consumer, args=(i,)) for i in range(max(threads // 4, 1))]
+        for t in producers + consumers:
+            t.start()
+        for t in producers:
+            t.join()
+        done_sending.set()
+        for t in consumers:
+            t.join()
         elapsed = time.perf_counter() - started
-        written = per_thread * threads
-        s = store.stats()
+        sent = per_thread * threads
+        store = server.store.stats()
         print(
-            f"{threads} threads wrote {written} durable 1 KiB records in {elapsed:.2f} s "
-            f"({written / elapsed:,.0f}/s): {s['fsyncs']} fsyncs, "
-            f"{s['fsyncs'] / max(s['records_written'], 1):.3f} per record, largest group {s['max_group_records']}"
+            f"{threads} producers sent {sent} persistent 1 KiB messages (half sync, half async) and "
+            f"{len(consumers)} consumers received {sum(received)} in {elapsed:.2f} s ({sent / elapsed:,.0f}/s); "
+            f"{store['fsyncs']} fsyncs, {store['fsyncs'] / max(store['records_written'], 1):.3f} per record"
         )
-        futures = [store.put_async("audit", body) for _ in range(1000)]
-        for f in futures:
-            f.result()
-        with store.transaction() as tx:
-            tx.put("orders-0", b"in a transaction")
-            for h in handles[0][: per_thread // 2]:
-                tx.delete(h)
-        store.update(handles[1][0], b"updated body")
-        print(f"1000 async puts, one transaction deleting {per_thread // 2} records, one update: done")
-        report = store.compact(progress=ProgressBar("compact"))
-        print(f"compaction reclaimed {report['bytes_reclaimed']:,} bytes in {report['segments_compacted']} segments")
 
-    with FileStore(path) as store:
-        r = store.recovery_report
-        assert store.read(handles[1][0]) == b"updated body"
+        # A transaction: two sends and a receive, committed; then one rolled back.
+        with factory.create_connection() as conn:
+            session = conn.create_session(transacted=True)
+            out = session.create_producer(orders)
+            out.send(session.create_text_message("committed 1"))
+            out.send(session.create_text_message("committed 2"))
+            session.commit()
+            out.send(session.create_text_message("rolled back"))
+            session.rollback()
+            # A CLIENT session receives without acknowledging: after the
+            # restart these come back marked redelivered.
+            client = conn.create_session(ack_mode=AckMode.CLIENT)
+            inbox = client.create_consumer(orders, selector="JMSPriority < 5")
+            conn.start()
+            unacknowledged = inbox.receive(timeout=1.0)
+            print(f"transaction committed 2 sends, rolled back 1; left {unacknowledged!r} unacknowledged")
+            client.create_producer(orders).send(
+                client.create_text_message("not persistent"), delivery_mode=DeliveryMode.NON_PERSISTENT
+            )
+            # Close without acknowledging (as a crash would): the message returns.
+        stats = server.statistics()
         print(
-            f"reopened: recovery scanned {r['segments']} segments, {r['records']} records, "
-            f"{r['live_records']} live, torn tail: {r['torn_tail'] or 'none'}, "
-            f"incomplete transactions dropped: {r['incomplete_transactions']}, in {r['seconds'] * 1000:.1f} ms"
+            f"before restart: orders holds {stats['queues']['orders']['messages']}, "
+            f"durable subscription 'audit-trail' holds {stats['durable_subscriptions'][0]['messages']}"
         )
-        stats = store.stats()
+
+    with JMSServer(path, name="demo") as server:
+        r = server.recovered
+        print(
+            f"restarted (recovery): boot {r['boot']}, {r['messages']} persistent messages recovered, "
+            f"{r['in_doubt_deliveries']} marked delivered before the restart"
+        )
+        factory = server.connection_factory()
+        with factory.create_connection(client_id="audit") as conn:
+            session = conn.create_session()
+            trail = session.create_durable_subscriber(server.topic("prices"), "audit-trail")
+            inbox = session.create_consumer(server.queue("orders"))
+            conn.start()
+            prices_seen = 0
+            while trail.receive(timeout=0.2) is not None:
+                prices_seen += 1
+            texts = []
+            while (message := inbox.receive(timeout=0.2)) is not None:
+                texts.append((getattr(message, "text", ""), message.redelivered))
+            print(f"durable subscription delivered {prices_seen} price updates collected while inactive")
+            print(f"orders delivered {len(texts)}: " + ", ".join(f"{t!r} redelivered={red}" for t, red in texts[:4]))
+        stats = server.statistics()
         print("statistics:")
-        for key in ("records", "collections", "live_bytes", "total_bytes", "live_ratio", "segments"):
-            value = stats[key]
-            print(f"  {key:<12} {value:.3f}" if isinstance(value, float) else f"  {key:<12} {value}")
-        print("collections:", ", ".join(f"{k}={v}" for k, v in sorted(store.collections().items())))
+        for key in ("sent", "received", "acknowledged", "redelivered", "delivery_records"):
+            print(f"  {key:<18} {stats[key]}")
+        store = stats["store"]
+        for key in ("records", "live_bytes", "total_bytes", "segments", "fsyncs"):
+            print(f"  store {key:<12} {store[key]}")
+        pager = stats["pager"]
+        print(f"  pager messages     {pager['messages']}")
     return 0

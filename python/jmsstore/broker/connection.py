@@ -491,6 +491,8 @@ class Session:
             else:
                 pager.release(d.key, False, None)
             target.notify()
+        if not redelivered:
+            self._server._unmark([d.handle for d in deliveries if d.handle is not None])
 
     def _server_expel(self, d: Delivery) -> None:
         """Moves a message past its redelivery limit to the error destination, or drops it."""

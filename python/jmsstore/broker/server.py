@@ -76,8 +76,8 @@ class Marker:
 
     __slots__ = ("future", "handle", "pending")
 
-    def __init__(self, pending: set[int]) -> None:
-        self.pending = pending
+    def __init__(self, pending: dict[int, int]) -> None:
+        self.pending = pending  # store handle -> delivery count, for messages not yet deleted
         self.handle: int | None = None
         self.future: Future[int] | None = None
 
@@ -302,11 +302,11 @@ class JMSServer:
         counts: dict[int, int] = {}
         stale: list[int] = []
         for handle, body in store.scan(self._collection("delivered")):
-            marker = Marker(set())
+            marker = Marker({})
             marker.handle = handle
             for message_handle, count in _MARKER_ENTRY.iter_unpack(body):
                 if message_handle in store:
-                    marker.pending.add(message_handle)
+                    marker.pending[message_handle] = count
                     counts[message_handle] = max(counts.get(message_handle, 0), count)
             if marker.pending:
                 for h in marker.pending:
@@ -703,7 +703,7 @@ class JMSServer:
 
     def _mark(self, handles: list[int], counts: list[int]) -> Marker:
         """Writes a delivery record for ``handles`` (asynchronously: wait on ``marker.future``)."""
-        marker = Marker(set(handles))
+        marker = Marker(dict(zip(handles, counts, strict=True)))
         with self._lock:
             for h in handles:
                 self._markers_of.setdefault(h, []).append(marker)
@@ -730,9 +730,41 @@ class JMSServer:
                 if not markers:
                     continue
                 for marker in markers:
-                    marker.pending.discard(h)
+                    marker.pending.pop(h, None)
                     if not marker.pending and marker.handle is not None:
                         txn.delete(marker.handle)
+
+    def _unmark(self, handles: Iterable[int]) -> None:
+        """Prefetched messages went back without being handed out: take them
+        out of the delivery record written for them (asynchronously; if a
+        crash comes first they only come back marked redelivered)."""
+        touched: dict[int, Marker] = {}
+        with self._lock:
+            for h in handles:
+                markers = self._markers_of.get(h)
+                if not markers:
+                    continue
+                marker = markers.pop()  # the newest record is the one written for this prefetch
+                if not markers:
+                    del self._markers_of[h]
+                marker.pending.pop(h, None)
+                touched[id(marker)] = marker
+        if not touched:
+            return
+        txn = self._store.transaction()
+        for marker in touched.values():
+            if marker.future is not None and marker.future.exception() is not None:
+                continue
+            if marker.handle is None:
+                continue
+            if marker.pending:
+                txn.update(marker.handle, b"".join(_MARKER_ENTRY.pack(h, c) for h, c in marker.pending.items()))
+            else:
+                txn.delete(marker.handle)
+        if len(txn):
+            txn.commit_async()
+        else:
+            txn.rollback()
 
     # ------------------------------------------------------------ expiry
 
