@@ -160,3 +160,8 @@ def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str
 def cli() -> Callable[..., subprocess.CompletedProcess[str]]:
     """``cli(*args)``: runs the jmsstore command in a subprocess."""
     return run_cli
+
+
+# The JMS conformance suite's fixtures (server, servers, restart, server_dir) live in
+# tests/jms_helpers.py with its plain helpers.
+pytest_plugins = ["jms_helpers"]

@@ -26,6 +26,9 @@ from jmsstore import (
 
 ERROR_NAMES = list(jmsstore.errors.__all__)
 ERROR_CLASSES = [getattr(jmsstore.errors, name) for name in ERROR_NAMES]
+# The broker's errors are Python classes under JMSError; the store's come from the native module.
+JMS_ERROR_NAMES = [n for n in ERROR_NAMES if issubclass(getattr(jmsstore.errors, n), jmsstore.errors.JMSError)]
+STORE_ERROR_NAMES = [n for n in ERROR_NAMES if n not in JMS_ERROR_NAMES]
 SEGMENT = 8192
 
 
@@ -56,6 +59,15 @@ def test_all_lists_every_error_class() -> None:
         "StorePoisonedError",
         "UnknownHandleError",
         "UnsupportedFormatError",
+        "JMSError",
+        "IllegalStateError",
+        "InvalidDestinationError",
+        "InvalidClientIDError",
+        "MessageFormatError",
+        "MessageNotWriteableError",
+        "ResourceAllocationError",
+        "MessageTooLargeError",
+        "TransactionRolledBackError",
     }
     assert set(ERROR_NAMES) == expected
     assert len(ERROR_NAMES) == len(set(ERROR_NAMES))
@@ -67,11 +79,14 @@ def test_every_error_derives_from_jmsstoreerror(name: str) -> None:
     assert isinstance(cls, type)
     assert issubclass(cls, JmsStoreError)
     assert issubclass(cls, Exception)
-    if cls is not JmsStoreError:
+    if name in JMS_ERROR_NAMES:
+        assert not issubclass(cls, StoreError)
+    elif cls is not JmsStoreError:
         assert issubclass(cls, StoreError)
-    # The same class object everywhere: the package, the errors module and the native module.
+    # The same class object everywhere: the package, the errors module and (store errors) the native module.
     assert getattr(jmsstore, name) is cls
-    assert getattr(jmsstore._native, name) is cls
+    if name in STORE_ERROR_NAMES:
+        assert getattr(jmsstore._native, name) is cls
     assert name in jmsstore.__all__
     # Raisable and catchable with a message.
     with pytest.raises(JmsStoreError, match="a message"):
@@ -87,6 +102,13 @@ def test_specific_parents() -> None:
                  "StoreIOError", "UnsupportedFormatError"):
         assert getattr(jmsstore.errors, name).__mro__[1] is StoreError, name
     assert not issubclass(StoreError, (OSError, ValueError, TypeError))
+    from jmsstore.errors import JMSError, MessageTooLargeError, ResourceAllocationError
+
+    assert JMSError.__mro__[1] is JmsStoreError
+    assert MessageTooLargeError.__mro__[1] is ResourceAllocationError
+    for name in JMS_ERROR_NAMES:
+        if name not in ("JMSError", "MessageTooLargeError"):
+            assert getattr(jmsstore.errors, name).__mro__[1] is JMSError, name
 
 
 @pytest.mark.parametrize("name", ["StoreError", "UnknownHandleError", "CorruptionError"])

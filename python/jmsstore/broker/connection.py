@@ -210,6 +210,12 @@ class Connection:
         self._check_open()
         with self._cond:
             self._started = False
+            # JMS 2.0 §6.1.5: stop returns once running listeners have returned (a
+            # listener stopping its own connection does not wait: two could wait for each other).
+            me = threading.current_thread()
+            if all(s._dispatcher is not me for s in list(self._sessions)):
+                while any(s._dispatching for s in list(self._sessions)):
+                    self._cond.wait(0.05)
 
     @property
     def started(self) -> bool:
@@ -271,6 +277,7 @@ class Session:
         self._wake = threading.Event()
         self._listeners: list[MessageConsumer] = []
         self._dispatcher: threading.Thread | None = None
+        self._dispatching = False  # the dispatcher is delivering to a listener (guarded by the connection's _cond)
 
     # ------------------------------------------------------------ messages
 
@@ -313,7 +320,9 @@ class Session:
         self._check_open()
         parsed = Selector(selector)
         if isinstance(destination, Topic):
-            spec = SubscriptionSpec(destination.name, None, self._connection.client_id, selector, False, False)
+            spec = SubscriptionSpec(
+                destination.name, None, self._connection.client_id, selector, False, False, bool(no_local)
+            )
             return self._subscription_consumer(destination, spec)
         state = self._server._target_of(destination)
         assert isinstance(state, QueueState)
@@ -329,6 +338,8 @@ class Session:
         if not isinstance(topic, Topic):
             raise InvalidDestinationError(f"subscriptions are on topics, not {topic!r}")
         sub = self._server._subscribe(spec)
+        if not spec.durable and not spec.shared:
+            sub.owner = self._connection  # no_local: its own connection's messages are not added
         consumer = MessageConsumer(self, topic, sub, Selector(None), sub)
         self._consumers.append(consumer)
         return consumer
@@ -344,7 +355,7 @@ class Session:
         if self._connection.client_id is None:
             raise IllegalStateError("an unshared durable subscription needs a connection with a client id")
         Selector(selector)
-        spec = SubscriptionSpec(topic.name, name, self._connection.client_id, selector, True, False)
+        spec = SubscriptionSpec(topic.name, name, self._connection.client_id, selector, True, False, bool(no_local))
         return self._subscription_consumer(topic, spec)
 
     create_durable_consumer = create_durable_subscriber
@@ -451,16 +462,24 @@ class Session:
 
     def _ack(self, deliveries: list[Delivery], sync: bool) -> None:
         """Deletes the messages from the store (and the pager)."""
+        # A deleted destination took its messages with it: nothing left to delete.
+        deliveries = [d for d in deliveries if not d.target.deleted]
         handles = [d.handle for d in deliveries if d.handle is not None]
-        if handles:
+        if handles and not sync:
+            # The native batch and a plain callback: no Future (and its
+            # Condition) per acknowledgement; same batch, same commit.
+            native = self._server._store._native_store()
+            batch = native.batch()
+            for h in handles:
+                batch.delete(h)
+            self._server._settle(handles, batch)
+            native.commit_async(batch, _log_ack_failure)
+        elif handles:
             txn = self._server._store.transaction()
             for h in handles:
                 txn.delete(h)
             self._server._settle(handles, txn)
-            if sync:
-                txn.commit()
-            else:
-                txn.commit_async().add_done_callback(_log_failure)
+            txn.commit()
         remove = self._server._pager._native.remove
         for d in deliveries:
             remove(d.key)
@@ -470,6 +489,10 @@ class Session:
         """Returns messages to their destinations: redelivered ones with the
         count raised, after the redelivery delay, or past the redelivery
         limit to the error destination."""
+        if not redelivered:
+            # Before the pager release: once released, another consumer may take
+            # a message and write a newer record for it, which _unmark would take.
+            self._server._unmark([d.handle for d in deliveries if d.handle is not None])
         now = now_ms()
         pager = self._server._pager._native
         for d in deliveries:
@@ -491,8 +514,6 @@ class Session:
             else:
                 pager.release(d.key, False, None)
             target.notify()
-        if not redelivered:
-            self._server._unmark([d.handle for d in deliveries if d.handle is not None])
 
     def _server_expel(self, d: Delivery) -> None:
         """Moves a message past its redelivery limit to the error destination, or drops it."""
@@ -566,6 +587,8 @@ class Session:
         with self._lock:
             sends, self._sends = self._sends, []
             acks, self._delivered = self._delivered, []
+        # A deleted destination took its messages with it: nothing left to acknowledge.
+        acks = [d for d in acks if not d.target.deleted]
         txn = server._store.transaction()
         try:
             written = [server._write(routes, data, txn) for routes, _, data in sends]
@@ -632,29 +655,40 @@ class Session:
                 listener = consumer._listener
                 if listener is None or consumer._closed or self._closed:
                     continue
-                try:
-                    d = consumer._next(time.monotonic())
-                except JmsStoreError:
-                    if self._closed or consumer._closed:
+                # Connection.stop() waits while a session is dispatching (JMS 2.0 §6.1.5).
+                cond = self._connection._cond
+                with cond:
+                    if not self._connection._started:
                         break
-                    log.exception("delivery to a message listener failed")
-                    continue
-                if d is None:
-                    continue
-                progressed = True
-                message = self._delivered_message(consumer, d, listener=True)
+                    self._dispatching = True
                 try:
-                    listener(message)
-                except Exception:
-                    log.exception("message listener raised; the message will be redelivered")
-                    if self.ack_mode in (AckMode.AUTO, AckMode.DUPS_OK):
-                        with self._lock:
-                            if d in self._delivered:
-                                self._delivered.remove(d)
-                        self._release([d], redelivered=True)
-                    continue
-                if self.ack_mode == AckMode.AUTO:
-                    self._ack([d], sync=False)
+                    try:
+                        d = consumer._next(time.monotonic())
+                    except JmsStoreError:
+                        if self._closed or consumer._closed:
+                            break
+                        log.exception("delivery to a message listener failed")
+                        continue
+                    if d is None:
+                        continue
+                    progressed = True
+                    message = self._delivered_message(consumer, d, listener=True)
+                    try:
+                        listener(message)
+                    except Exception:
+                        log.exception("message listener raised; the message will be redelivered")
+                        if self.ack_mode in (AckMode.AUTO, AckMode.DUPS_OK):
+                            with self._lock:
+                                if d in self._delivered:
+                                    self._delivered.remove(d)
+                            self._release([d], redelivered=True)
+                        continue
+                    if self.ack_mode == AckMode.AUTO:
+                        self._ack([d], sync=False)
+                finally:
+                    with cond:
+                        self._dispatching = False
+                        cond.notify_all()
             if not progressed:
                 self._wake.wait(0.05)
 
@@ -699,8 +733,8 @@ class Session:
         self.close()
 
 
-def _log_failure(future: Future[None]) -> None:
-    error = future.exception()
+def _log_ack_failure(_: object, error: BaseException | None) -> None:
+    """Completion of an asynchronous acknowledgement (called from the store's completion thread)."""
     if error is not None:
         log.error("an asynchronous acknowledgement failed (the message will be redelivered): %s", error)
 
@@ -748,7 +782,7 @@ class MessageProducer:
         server = self._session._server
         state = server._target_of(target)
         data = server._stamp(message, target, mode, prio, ttl, delay)
-        return server._routes(state, message), data
+        return server._routes(state, message, self._session._connection), data
 
     def send(
         self,

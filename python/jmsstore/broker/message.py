@@ -164,10 +164,13 @@ class Message:
     def get_property(self, name: str) -> bool | int | float | str | None:
         """The property's value, or None if it is not set."""
         if name == "JMSXDeliveryCount":
-            return self.delivery_count
+            return self.delivery_count or None  # set by the provider on delivery (JMS 2.0 §3.5.11)
         return self._properties.get(name)  # type: ignore[return-value]
 
     def property_exists(self, name: str) -> bool:
+        """Whether ``get_property(name)`` has a value (every name of :meth:`property_names`)."""
+        if name == "JMSXDeliveryCount":
+            return self.delivery_count > 0
         return name in self._properties
 
     def property_names(self) -> list[str]:

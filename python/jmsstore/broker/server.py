@@ -58,6 +58,7 @@ from jmsstore.selector import Selector
 from jmsstore.store import FileStore, Transaction
 
 if TYPE_CHECKING:
+    from jmsstore._native import NativeBatch
     from jmsstore.broker.connection import Connection, ConnectionFactory
 
 __all__ = ["JMSServer"]
@@ -74,12 +75,14 @@ def now_ms() -> int:
 class Marker:
     """A delivery record: store handles handed out (or about to be) in one batch."""
 
-    __slots__ = ("future", "handle", "pending")
+    __slots__ = ("dropped", "future", "handle", "pending")
 
     def __init__(self, pending: dict[int, int]) -> None:
         self.pending = pending  # store handle -> delivery count, for messages not yet deleted
         self.handle: int | None = None
         self.future: Future[int] | None = None
+        # Its record's delete was decided (under the server lock): nothing may touch the record again.
+        self.dropped = False
 
 
 class Target:
@@ -98,8 +101,12 @@ class Target:
         self.lock = threading.Lock()
 
     def notify(self) -> None:
+        # An event already set has no waiter and stays set until its consumer
+        # clears it before looking again: setting it again would only take
+        # its lock (most are set: this runs once per message sent).
         for event in tuple(self.waiters):
-            event.set()
+            if not event.is_set():
+                event.set()
 
     def delay_until(self, when: int) -> None:
         with self.lock:
@@ -145,6 +152,7 @@ class SubscriptionSpec:
     selector: str | None
     durable: bool
     shared: bool
+    no_local: bool = False  # JMS 2.0 §8.3.1 / §8.3.3: not the messages of its own connection (client id)
 
     def key(self) -> tuple[str | None, str | None, bool, bool]:
         # JMS 2.0 §6.11: shared subscriptions are named in the client id's
@@ -159,6 +167,7 @@ class SubscriptionSpec:
             "selector": self.selector,
             "durable": self.durable,
             "shared": self.shared,
+            "no_local": self.no_local,
         }
 
 
@@ -177,6 +186,7 @@ class SubscriptionState(Target):
         self.spec = spec
         self.record = record
         self.selector = Selector(spec.selector)
+        self.owner: Connection | None = None  # a non-durable subscription's connection (for no_local)
 
 
 @dataclass
@@ -332,7 +342,13 @@ class JMSServer:
                 stale.append(handle)
                 continue
             spec = SubscriptionSpec(
-                data["topic"], data["name"], data["client_id"], data["selector"], True, data["shared"]
+                data["topic"],
+                data["name"],
+                data["client_id"],
+                data["selector"],
+                True,
+                data["shared"],
+                data.get("no_local", False),
             )
             sub = SubscriptionState(self, topic, spec, handle)
             topic.subscriptions.append(sub)
@@ -360,6 +376,9 @@ class JMSServer:
                     None,
                     handle,
                 )
+                if delivery_time > timestamp:
+                    # A delayed message: waiting consumers must wake when it is due.
+                    target.delay_until(delivery_time)
         # Objects of destinations whose deletion was interrupted.
         prefix = self._collection("")
         for collection in store.collections():
@@ -606,14 +625,22 @@ class JMSServer:
             )
         return data
 
-    def _routes(self, state: QueueState | TopicState, message: Message) -> list[tuple[Target, bool]]:
-        """The targets of a message and, for each, whether it is stored."""
+    def _routes(
+        self, state: QueueState | TopicState, message: Message, sender: Connection | None = None
+    ) -> list[tuple[Target, bool]]:
+        """The targets of a message sent by ``sender`` and, for each, whether it is stored."""
         persistent = message.delivery_mode == DeliveryMode.PERSISTENT
         if isinstance(state, QueueState):
             return [(state, persistent and state.collection is not None)]
         routes: list[tuple[Target, bool]] = []
         headers: dict[str, object] | None = None
         for sub in state.subscriptions:
+            if (
+                sub.spec.no_local
+                and sender is not None
+                and (sender is sub.owner or (sub.spec.client_id is not None and sender.client_id == sub.spec.client_id))
+            ):
+                continue
             if sub.selector.text:
                 if headers is None:
                     headers = message.selector_headers()
@@ -722,7 +749,7 @@ class JMSServer:
         self._stats.delivery_records += 1
         return marker
 
-    def _settle(self, handles: Iterable[int], txn: Transaction) -> None:
+    def _settle(self, handles: Iterable[int], txn: Transaction | NativeBatch) -> None:
         """``handles`` are being deleted in ``txn``: delete delivery records left naming nothing."""
         with self._lock:
             for h in handles:
@@ -731,7 +758,8 @@ class JMSServer:
                     continue
                 for marker in markers:
                     marker.pending.pop(h, None)
-                    if not marker.pending and marker.handle is not None:
+                    if not marker.pending and marker.handle is not None and not marker.dropped:
+                        marker.dropped = True
                         txn.delete(marker.handle)
 
     def _unmark(self, handles: Iterable[int]) -> None:
@@ -751,20 +779,28 @@ class JMSServer:
                 touched[id(marker)] = marker
         if not touched:
             return
-        txn = self._store.transaction()
         for marker in touched.values():
-            if marker.future is not None and marker.future.exception() is not None:
-                continue
-            if marker.handle is None:
-                continue
-            if marker.pending:
-                txn.update(marker.handle, b"".join(_MARKER_ENTRY.pack(h, c) for h, c in marker.pending.items()))
+            if marker.future is not None:
+                marker.future.exception()  # waits for the record's write (outside the lock)
+        # Decided and submitted under the lock, from the records' current
+        # state: a _settle (or another _unmark) of the same record may run
+        # concurrently, and the store refuses (UnknownHandleError) a batch
+        # that updates or deletes a record already deleted, so exactly one
+        # of them deletes a record, and nothing is submitted for it after.
+        with self._lock:
+            txn = self._store.transaction()
+            for marker in touched.values():
+                if marker.handle is None or marker.dropped:
+                    continue  # its write failed, or its delete is already decided
+                if marker.pending:
+                    txn.update(marker.handle, b"".join(_MARKER_ENTRY.pack(h, c) for h, c in marker.pending.items()))
+                else:
+                    marker.dropped = True
+                    txn.delete(marker.handle)
+            if len(txn):
+                txn.commit_async()
             else:
-                txn.delete(marker.handle)
-        if len(txn):
-            txn.commit_async()
-        else:
-            txn.rollback()
+                txn.rollback()
 
     # ------------------------------------------------------------ expiry
 
@@ -805,16 +841,29 @@ class JMSServer:
                 sub.consumers = 1
                 return sub
             table = self._shared if spec.shared else self._durable
+            if spec.durable:
+                # JMS 2.0 §8.3.3 / §8.3.4: a shared and an unshared durable subscription
+                # may not have the same name and client identifier.
+                other_kind = self._durable if spec.shared else self._shared
+                if other_kind.get((spec.client_id, spec.name, True, not spec.shared)) is not None:
+                    raise IllegalStateError(
+                        f"{'an unshared' if spec.shared else 'a shared'} durable subscription {spec.name!r} "
+                        f"of client {spec.client_id!r} already exists"
+                    )
             existing = table.get(spec.key())
             if existing is not None:
-                if existing.spec.topic == spec.topic and existing.spec.selector == spec.selector:
+                if (
+                    existing.spec.topic == spec.topic
+                    and existing.spec.selector == spec.selector
+                    and existing.spec.no_local == spec.no_local
+                ):
                     if not spec.shared and existing.consumers:
                         raise IllegalStateError(
                             f"durable subscription {spec.name!r} of client {spec.client_id!r} already has a consumer"
                         )
                     existing.consumers += 1
                     return existing
-                # JMS 2.0 §6.11.1: a changed topic or selector replaces the subscription.
+                # JMS 2.0 §8.3.3: a changed topic, selector or noLocal replaces the subscription.
                 if existing.consumers:
                     raise IllegalStateError(f"subscription {spec.name!r} is active and cannot change topic or selector")
                 self._remove_subscription(existing)
@@ -854,7 +903,23 @@ class JMSServer:
                 raise InvalidDestinationError(f"no durable subscription {name!r} for client id {client_id!r}")
             if sub.consumers:
                 raise IllegalStateError(f"durable subscription {name!r} has an active consumer")
+            if self._has_reserved(sub):
+                # JMS 2.0 §8.3.3: erroneous while a message received from it is part of a
+                # current transaction or has not been acknowledged.
+                raise IllegalStateError(
+                    f"durable subscription {name!r} has messages delivered but not yet acknowledged or committed"
+                )
             self._remove_subscription(sub)
+
+    def _has_reserved(self, target: Target) -> bool:
+        """Whether a session holds any of the target's messages (delivered, not yet acknowledged)."""
+        pager = self._pager._native
+        after: int | None = None
+        while keys := pager.browse(target.pager_id, after, 1024):
+            if any(pager.header(key)["reserved"] for key in keys):
+                return True
+            after = keys[-1]
+        return False
 
     def durable_subscriptions(self) -> list[dict[str, Any]]:
         """Every durable subscription with its pending message count."""

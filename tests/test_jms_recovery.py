@@ -1,0 +1,306 @@
+"""JMS conformance: what a restart keeps (JMS 2.0 §9.1 Reliability, §7.7 Message delivery
+mode, §4.1.8 / §4.2.11 reliability of queues and topics, §8.3.3 durable subscriptions,
+§3.4.3 JMSMessageID, §3.4.7 JMSRedelivered, §3.5.11 JMSXDeliveryCount, §6.2.11 Duplicate
+delivery of messages, §4.1.5 TemporaryQueue).
+
+Every test closes the server cleanly and reopens its directory (``restart``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from jms_helpers import SOON, connect, drain, receive_all, send_texts, texts
+from jmsstore import (
+    AckMode,
+    DeliveryMode,
+    InvalidDestinationError,
+    JMSServer,
+    MapMessage,
+    Message,
+    Queue,
+    TextMessage,
+    Topic,
+)
+
+
+def _text(message: Message | None) -> str | None:
+    assert isinstance(message, TextMessage), message
+    return message.text
+
+
+def test_persistent_queue_messages_survive_non_persistent_do_not(server: JMSServer, restart: Any) -> None:
+    """JMS 2.0 §9.1 / §7.7: PERSISTENT messages on a queue survive a restart, NON_PERSISTENT
+    ones need not (and here do not)."""
+    queue = server.create_queue("Q")
+    send_texts(server, queue, ["p0", "p1"])
+    send_texts(server, queue, ["n0"], delivery_mode=DeliveryMode.NON_PERSISTENT)
+    send_texts(server, queue, ["p2"])
+    server = restart(server)
+    assert server.recovered["messages"] == 3
+    received = receive_all(server, queue)
+    assert texts(received) == ["p0", "p1", "p2"]
+    assert [(m.redelivered, m.delivery_count) for m in received] == [(False, 1)] * 3
+
+
+def test_durable_subscription_messages_survive_non_durable_do_not(server: JMSServer, restart: Any) -> None:
+    """JMS 2.0 §4.2.11 / §8.3.1 / §8.3.3: a durable subscription and its PERSISTENT messages
+    survive a restart; a non-durable subscription does not."""
+    topic = server.create_topic("T")
+    connection = connect(server, "c1")
+    session = connection.create_session()
+    session.create_durable_subscriber(topic, "d").close()
+    session.create_consumer(topic)  # a non-durable subscription, open at the restart
+    send_texts(server, topic, ["p"])
+    send_texts(server, topic, ["n"], delivery_mode=DeliveryMode.NON_PERSISTENT)
+    assert server.message_count(topic) == 4
+    server = restart(server)
+    assert server.statistics()["topics"]["T"] == {"subscriptions": 1, "messages": 1}
+    with connect(server, "c1") as connection:
+        assert texts(drain(connection.create_session().create_durable_subscriber(topic, "d"))) == ["p"]
+
+
+def test_destinations_subscriptions_and_settings_survive(server: JMSServer, restart: Any) -> None:
+    """JMS 2.0 §4.1.8 / §8.3.3: queues and topics (created administratively), their
+    settings and durable subscriptions (with their selectors) persist across restarts."""
+    server.create_queue("DLQ")
+    server.create_queue("Q", redelivery_delay=250, redelivery_limit=3, error_destination="DLQ")
+    server.create_queue("F", order="fifo")
+    server.create_topic("T", redelivery_limit=5)
+    with connect(server, "c1") as connection:
+        session = connection.create_session()
+        session.create_durable_subscriber(Topic("T"), "unshared", "a > 1").close()
+        session.create_shared_durable_consumer(Topic("T"), "shared").close()
+    before = (
+        sorted(map(repr, server.destinations())),
+        {d.name: server.settings(d) for d in server.destinations()},
+        sorted(map(str, server.durable_subscriptions())),
+    )
+    server = restart(server)
+    after = (
+        sorted(map(repr, server.destinations())),
+        {d.name: server.settings(d) for d in server.destinations()},
+        sorted(map(str, server.durable_subscriptions())),
+    )
+    assert after == before
+    assert server.recovered["queues"] == 3
+    assert server.recovered["topics"] == 1
+    assert server.recovered["durable_subscriptions"] == 2
+    assert server.settings(Queue("Q")).redelivery_delay == 250
+
+
+def test_unacknowledged_are_redelivered_with_the_flag(server: JMSServer, restart: Any) -> None:
+    """JMS 2.0 §9.1 / §3.4.7: messages delivered but not acknowledged when the server
+    stops are redelivered after the restart with JMSRedelivered set and JMSXDeliveryCount
+    incremented, in their original order."""
+    queue = server.create_queue("Q")
+    topic = server.create_topic("T")
+    with connect(server, "c1") as connection:
+        connection.create_session().create_durable_subscriber(topic, "d").close()
+    send_texts(server, queue, ["q0", "q1", "q2"])
+    send_texts(server, topic, ["t0", "t1"])
+    connection = connect(server, "c1")
+    client = connection.create_session(False, AckMode.CLIENT)
+    queue_consumer = client.create_consumer(queue)
+    assert [_text(queue_consumer.receive(SOON)) for _ in range(2)] == ["q0", "q1"]
+    transacted = connection.create_session(True)
+    assert _text(transacted.create_durable_subscriber(topic, "d").receive(SOON)) == "t0"
+    server = restart(server)
+    received = receive_all(server, queue)
+    assert [(_text(m), m.redelivered, m.delivery_count) for m in received] == [
+        ("q0", True, 2),
+        ("q1", True, 2),
+        ("q2", False, 1),
+    ]
+    with connect(server, "c1") as connection:
+        received = drain(connection.create_session().create_durable_subscriber(topic, "d"))
+    assert [(_text(m), m.redelivered, m.delivery_count) for m in received] == [("t0", True, 2), ("t1", False, 1)]
+
+
+def test_prefetched_but_undelivered_are_not_marked_after_restart(server: JMSServer, restart: Any) -> None:
+    """JMS 2.0 §3.5.11 / §3.4.7: JMSXDeliveryCount is 1 the first time a message is
+    received. Messages a consumer only prefetched (never handed to the application) before
+    a clean shutdown are not redelivered ones: count 1, JMSRedelivered false."""
+    queue = server.create_queue("Q")
+    send_texts(server, queue, [f"m{i}" for i in range(5)])
+    with connect(server, messages_maximum=10) as connection:
+        consumer = connection.create_session(False, AckMode.AUTO).create_consumer(queue)
+        assert _text(consumer.receive(SOON)) == "m0"
+    server = restart(server)
+    received = receive_all(server, queue)
+    assert [(_text(m), m.redelivered, m.delivery_count) for m in received] == [(f"m{i}", False, 1) for i in range(1, 5)]
+
+
+def test_prefetched_at_shutdown_are_not_marked_after_restart(server: JMSServer, restart: Any) -> None:
+    """JMS 2.0 §3.5.11: as above, when the consumer is still open at the shutdown: only the
+    message actually delivered (and not acknowledged) counts as redelivered."""
+    queue = server.create_queue("Q")
+    send_texts(server, queue, ["a", "b", "c"])
+    connection = connect(server, messages_maximum=10)
+    consumer = connection.create_session(False, AckMode.CLIENT).create_consumer(queue)
+    assert _text(consumer.receive(SOON)) == "a"
+    server = restart(server)
+    received = receive_all(server, queue)
+    assert [(_text(m), m.redelivered, m.delivery_count) for m in received] == [
+        ("a", True, 2),
+        ("b", False, 1),
+        ("c", False, 1),
+    ]
+
+
+def test_acknowledged_messages_stay_gone(server: JMSServer, restart: Any) -> None:
+    """JMS 2.0 §6.2.11: an acknowledged message is never delivered again, across any number
+    of restarts (AUTO, CLIENT, DUPS_OK and transacted acknowledgements alike)."""
+    queue = server.create_queue("Q")
+    send_texts(server, queue, [f"m{i}" for i in range(8)])
+    with connect(server, messages_maximum=1) as connection:
+        auto = connection.create_session(False, AckMode.AUTO).create_consumer(queue)
+        assert _text(auto.receive(SOON)) == "m0"
+        auto.close()
+        client_session = connection.create_session(False, AckMode.CLIENT)
+        client = client_session.create_consumer(queue)
+        message = client.receive(SOON)
+        assert _text(message) == "m1" and message is not None
+        message.acknowledge()
+        client.close()
+        dups = connection.create_session(False, AckMode.DUPS_OK).create_consumer(queue)
+        assert _text(dups.receive(SOON)) == "m2"
+        dups.close()
+        transacted = connection.create_session(True)
+        assert _text(transacted.create_consumer(queue).receive(SOON)) == "m3"
+        transacted.commit()
+    for _ in range(2):
+        server = restart(server)
+        assert server.message_count(queue) == 4
+    assert texts(receive_all(server, queue)) == ["m4", "m5", "m6", "m7"]
+
+
+def test_message_ids_are_unique_across_restarts(server: JMSServer, restart: Any) -> None:
+    """JMS 2.0 §3.4.3: JMSMessageID is a unique key ("ID:" prefixed) for the messages of a
+    provider, also across restarts."""
+    queue = server.create_queue("Q")
+    ids: list[str | None] = []
+    boots = []
+    for _ in range(3):
+        boots.append(server.boot)
+        with connect(server) as connection:
+            producer = connection.create_session().create_producer(queue)
+            for i in range(5):
+                message = TextMessage(str(i))
+                producer.send(message, delivery_mode=DeliveryMode.NON_PERSISTENT if i % 2 else DeliveryMode.PERSISTENT)
+                ids.append(message.message_id)
+        server = restart(server)
+    assert boots == sorted(set(boots))
+    assert len(set(ids)) == len(ids) == 15
+    assert all(isinstance(i, str) and i.startswith("ID:") for i in ids)
+    received = receive_all(server, queue)  # the persistent ones, with their original ids
+    assert [m.message_id for m in received] == [i for n, i in enumerate(ids) if n % 5 % 2 == 0]
+
+
+def test_headers_and_properties_survive_restart(server: JMSServer, restart: Any) -> None:
+    """JMS 2.0 §3.4 / §3.5: a recovered message has the headers it was sent with
+    (JMSMessageID, JMSTimestamp, JMSCorrelationID, JMSReplyTo, JMSType, JMSPriority,
+    JMSExpiration, JMSDeliveryTime) and its typed properties and body."""
+    queue = server.create_queue("Q")
+    reply = server.create_topic("R")
+    message = MapMessage({"k": 1, "b": b"\x00\xff", "none": None})
+    message.correlation_id = "corr-1"
+    message.type = "kind"
+    message.reply_to = reply
+    for name, value in {"s": "text", "i": -(2**63), "f": 1.5, "t": True}.items():
+        message.set_property(name, value)
+    with connect(server) as connection:
+        connection.create_session().create_producer(queue).send(message, priority=6, time_to_live=3_600_000)
+    server = restart(server)
+    [got] = receive_all(server, queue)
+    assert isinstance(got, MapMessage)
+    assert dict(got) == {"k": 1, "b": b"\x00\xff", "none": None}
+    assert (
+        got.message_id,
+        got.timestamp,
+        got.correlation_id,
+        got.reply_to,
+        got.type,
+        got.priority,
+        got.expiration,
+        got.delivery_time,
+        got.destination,
+    ) == (
+        message.message_id,
+        message.timestamp,
+        "corr-1",
+        reply,
+        "kind",
+        6,
+        message.expiration,
+        message.delivery_time,
+        queue,
+    )
+    assert got.properties == {"s": "text", "i": -(2**63), "f": 1.5, "t": True}
+    assert got == message
+
+
+def test_deleted_destination_stays_deleted(server: JMSServer, restart: Any) -> None:
+    """JMS 2.0 §4.1.3 / §4.2.5 (destination administration is the provider's): a queue
+    deleted with its messages does not come back after a restart; others are untouched."""
+    doomed, kept = server.create_queue("DOOMED"), server.create_queue("KEPT")
+    send_texts(server, doomed, ["x"])
+    send_texts(server, kept, ["y"])
+    server.delete_destination(doomed)
+    server = restart(server)
+    with pytest.raises(InvalidDestinationError):
+        server.queue("DOOMED")
+    assert texts(receive_all(server, kept)) == ["y"]
+    assert server.recovered["stale_records_removed"] == 0
+
+
+def test_temporary_queues_do_not_survive(server: JMSServer, restart: Any) -> None:
+    """JMS 2.0 §4.1.5 / §6.2.2: a temporary queue lives as long as its connection; it and
+    its messages are gone after a restart."""
+    connection = connect(server)
+    temporary = connection.create_session().create_temporary_queue()
+    send_texts(server, temporary, ["t"])
+    name = temporary.name
+    server = restart(server)
+    assert all(d.name != name for d in server.destinations())
+    with connect(server) as connection, pytest.raises(InvalidDestinationError):
+        connection.create_session().create_producer(temporary).send(TextMessage("late"))
+
+
+def test_repeated_restarts_with_traffic(server: JMSServer, restart: Any) -> None:
+    """JMS 2.0 §9.1: through a series of restarts with sends, partial consumption and
+    unacknowledged deliveries, no PERSISTENT message is lost or delivered after its
+    acknowledgement."""
+    queue = server.create_queue("Q")
+    sent: list[str] = []
+    consumed: list[str] = []
+    for round_ in range(4):
+        batch = [f"r{round_}-{i}" for i in range(6)]
+        send_texts(server, queue, batch)
+        sent += batch
+        connection = connect(server, messages_maximum=3)
+        session = connection.create_session(False, AckMode.CLIENT)
+        consumer = session.create_consumer(queue)
+        acknowledged = [consumer.receive(SOON) for _ in range(2)]
+        acknowledged[-1].acknowledge()  # type: ignore[union-attr]
+        consumed += [str(_text(m)) for m in acknowledged]
+        unacknowledged = [consumer.receive(SOON) for _ in range(2)]
+        assert all(m is not None for m in unacknowledged)
+        server = restart(server)
+    rest = texts(receive_all(server, queue))
+    assert sorted(consumed + [str(t) for t in rest]) == sorted(sent)
+    assert not set(consumed) & {str(t) for t in rest}
+
+
+def test_recovery_with_a_small_message_buffer(servers: Any) -> None:
+    """JMS 2.0 §9.1: with a message buffer much smaller than the stored messages (bodies
+    are read back from the store on demand), every PERSISTENT message is recovered intact
+    and in order."""
+    server = servers.open(message_buffer_size=8192)
+    queue = server.create_queue("Q")
+    bodies = [f"{i:03d}:" + chr(0x41 + i % 26) * 2000 for i in range(60)]
+    send_texts(server, queue, bodies)
+    server = servers.restart(server)
+    assert server.recovered["messages"] == 60
+    assert texts(receive_all(server, queue)) == bodies
