@@ -12,7 +12,9 @@ Layout (meant to grow into the full harness of issue 7):
 - ``bodies``   -- generated message bodies (JSON-like, XML-like, random);
 - ``peers``    -- what we compare against: the raw disk limit, sqlite3 as a
   queue, the native-thread engine load generator;
-- ``store``    -- the store suite of issue 2 (put throughput, recovery, codecs).
+- ``store``    -- the store suite of issue 2 (put throughput, recovery, codecs);
+- ``pager``    -- the pager suite (memory per message, paged drain, sorted orders);
+- ``broker``   -- the broker suite (send+receive throughput vs sqlite3 and persist-queue).
 
 Suites register themselves in ``SUITES`` (see ``__main__``).
 """

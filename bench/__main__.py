@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench <suite> [--quick] [--json PATH]`` (suites: store, pager)."""
+"""Command line: ``python -m bench <suite> [--quick] [--json PATH]`` (suites: store, pager, broker)."""
 
 from __future__ import annotations
 
@@ -29,9 +29,16 @@ def _pager(ctx: harness.Context) -> None:
     pager.run(ctx)
 
 
+def _broker(ctx: harness.Context) -> None:
+    from bench import broker
+
+    broker.run(ctx)
+
+
 SUITES: dict[str, tuple[str, Runner]] = {
     "store": ("file store: put throughput vs raw disk and sqlite3, recovery time, codecs", _store),
     "pager": ("paging engine: memory per message beyond the budget, paged vs in-memory drain, sorted orders", _pager),
+    "broker": ("JMS broker: send+receive throughput on a queue vs sqlite3 and persist-queue", _broker),
 }
 
 
@@ -54,11 +61,16 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("JMSSTORE_BENCH_DIR"),
         help="parent of the scratch directory (default bench/results/tmp, i.e. the file system of the checkout)",
     )
-    parser.add_argument("--threads", metavar="N,N,...", help="override the thread counts of the put benchmark")
+    parser.add_argument(
+        "--threads",
+        metavar="N,N,...",
+        help="override the thread counts (store: of the put benchmark; broker: producers = consumers)",
+    )
     parser.add_argument(
         "--only",
         metavar="NAME,...",
-        help="run only these benchmarks of the suite (store: put,recovery,codecs; pager: memory,drain,sorted)",
+        help="run only these benchmarks of the suite (store: put,recovery,codecs; pager: memory,drain,sorted; "
+        "broker: the systems non-persistent,persistent,async,sqlite,sqlite-batch,pq-sqlite,pq-file)",
     )
     parser.add_argument("--no-engine", action="store_true", help="skip building/running the native-thread example")
     args = parser.parse_args(argv)

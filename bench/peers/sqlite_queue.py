@@ -109,3 +109,126 @@ def put_throughput(
         "busy_retries": sum(retries),
         "sqlite_version": sqlite3.sqlite_version,
     }
+
+
+# --------------------------------------------------------------------------
+# sqlite3 as a queue between threads (the broker suite): producers insert,
+# consumers take the oldest row with one DELETE ... RETURNING statement.
+# --------------------------------------------------------------------------
+
+_LOCKED = ("locked", "busy")
+
+
+class Queue:
+    """sqlite3 used as a message queue by producer and consumer threads, one
+    connection per thread (WAL, synchronous=FULL, busy_timeout).
+
+    ``batch`` 1: every send is its own committed INSERT and every receive its
+    own committed ``DELETE ... RETURNING`` of the oldest row. ``batch`` B > 1:
+    a producer commits its sends B at a time (one transaction, the last
+    partial batch when it finishes) and a receive deletes up to B rows in one
+    statement. Waiting consumers are woken by an in-process event the
+    producers set after each commit."""
+
+    def __init__(self, path: Path, body: bytes, batch: int = 1, destination: str = "q") -> None:
+        create(path)
+        self.path = path
+        self.body = body
+        self.batch = max(1, batch)
+        self.destination = destination
+        self.wake = threading.Event()
+        self.busy_retries = 0  # updated without a lock: approximate under contention
+        self.wrong_bodies = 0
+        self._take = (
+            "DELETE FROM queue WHERE id IN (SELECT id FROM queue WHERE destination = ? ORDER BY id LIMIT ?) "
+            "RETURNING body"
+        )
+
+    def _retrying(self, conn: sqlite3.Connection, action: Any) -> Any:
+        while True:
+            try:
+                return action()
+            except sqlite3.OperationalError as e:  # locked beyond busy_timeout: retry, count it
+                if not any(w in str(e) for w in _LOCKED):
+                    raise
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                self.busy_retries += 1
+
+    def producer(self) -> tuple[Any, Any]:
+        """(send(), finish()) for one producer thread."""
+        conn = _connect(self.path)
+        row = (self.destination, self.body)
+        insert = "INSERT INTO queue (destination, body) VALUES (?, ?)"
+        wake = self.wake
+        if self.batch == 1:
+
+            def send() -> None:
+                self._retrying(conn, lambda: conn.execute(insert, row))
+                wake.set()
+
+            return send, conn.close
+        pending: list[tuple[str, bytes]] = []
+
+        def flush() -> None:
+            def txn() -> None:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.executemany(insert, pending)
+                conn.execute("COMMIT")
+
+            if pending:
+                self._retrying(conn, txn)
+                pending.clear()
+                wake.set()
+
+        def send_batched() -> None:
+            pending.append(row)
+            if len(pending) >= self.batch:
+                flush()
+
+        def finish() -> None:
+            try:
+                flush()
+            finally:
+                conn.close()
+
+        return send_batched, finish
+
+    def consumer(self) -> tuple[Any, Any]:
+        """(receive(timeout) -> messages taken, close()) for one consumer thread."""
+        conn = _connect(self.path)
+        args = (self.destination, self.batch)
+        take = self._take
+        size = len(self.body)
+        wake = self.wake
+
+        def receive(timeout: float) -> int:
+            rows = self._retrying(conn, lambda: conn.execute(take, args).fetchall())
+            if not rows:
+                wake.wait(timeout)
+                wake.clear()
+                return 0
+            for (body,) in rows:
+                if len(body) != size:
+                    self.wrong_bodies += 1
+            return len(rows)
+
+        return receive, conn.close
+
+    def remaining(self) -> int:
+        return _rows(self.path)
+
+    def close(self) -> None:
+        """Nothing to do: every thread closed its own connection."""
+
+    def settings(self) -> dict[str, Any]:
+        conn = _connect(self.path)
+        try:
+            return {
+                "journal_mode": conn.execute("PRAGMA journal_mode").fetchone()[0],
+                "synchronous": conn.execute("PRAGMA synchronous").fetchone()[0],  # 2 = FULL
+                "batch": self.batch,
+                "sqlite_version": sqlite3.sqlite_version,
+            }
+        finally:
+            conn.close()

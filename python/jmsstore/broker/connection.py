@@ -278,6 +278,7 @@ class Session:
         self._listeners: list[MessageConsumer] = []
         self._dispatcher: threading.Thread | None = None
         self._dispatching = False  # the dispatcher is delivering to a listener (guarded by the connection's _cond)
+        self._closing = False  # close() has begun: the dispatcher delivers nothing more
 
     # ------------------------------------------------------------ messages
 
@@ -473,7 +474,9 @@ class Session:
             for h in handles:
                 batch.delete(h)
             self._server._settle(handles, batch)
-            native.commit_async(batch, _log_ack_failure)
+            # No completion callback: a failed write poisons the store and the
+            # next durable call reports it; the message is then redelivered.
+            native.commit_async(batch)
         elif handles:
             txn = self._server._store.transaction()
             for h in handles:
@@ -645,7 +648,7 @@ class Session:
 
     def _dispatch(self) -> None:
         """The session's thread: calls listeners one message at a time (JMS 2.0 §6.2.8)."""
-        while not self._closed:
+        while not self._closed and not self._closing:
             if not self._connection._started:
                 self._connection._wait_started(time.monotonic() + 0.2)
                 continue
@@ -653,7 +656,7 @@ class Session:
             self._wake.clear()
             for consumer in list(self._listeners):
                 listener = consumer._listener
-                if listener is None or consumer._closed or self._closed:
+                if listener is None or consumer._closed or self._closed or self._closing:
                     continue
                 # Connection.stop() waits while a session is dispatching (JMS 2.0 §6.1.5).
                 cond = self._connection._cond
@@ -703,6 +706,16 @@ class Session:
         CLIENT session's unacknowledged messages are redelivered. Idempotent."""
         if self._closed:
             return
+        # JMS 2.0 Session.close: blocks until a message listener in progress has
+        # returned, and nothing is delivered after, so the rollback (or recover)
+        # below covers everything the listener saw: else a listener's commit or
+        # acknowledge, after this rollback, would succeed for part of what it
+        # received and the rest would come back.
+        self._closing = True
+        dispatcher = self._dispatcher
+        if dispatcher is not None and dispatcher is not threading.current_thread():
+            self._wake.set()
+            dispatcher.join(timeout=5)
         try:
             if self.transacted:
                 self.rollback()
@@ -732,11 +745,6 @@ class Session:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def _log_ack_failure(_: object, error: BaseException | None) -> None:
-    """Completion of an asynchronous acknowledgement (called from the store's completion thread)."""
-    if error is not None:
-        log.error("an asynchronous acknowledgement failed (the message will be redelivered): %s", error)
 
 
 class MessageProducer:

@@ -149,6 +149,13 @@ impl NativePager {
             unit_of_order,
             store_handle,
         };
+        // Within the budget an add is a few map inserts: releasing the GIL
+        // would cost more (a hand-over to another thread) than it saves.
+        // Never block on the pager's lock with the GIL held (a filter holds
+        // that lock while it runs Python): try first, else wait detached.
+        if let Some(key) = self.pager.try_add(destination, &m, body.as_deref(), body_size)? {
+            return Ok(key);
+        }
         Ok(py.detach(|| self.pager.add(destination, &m, body.as_deref(), body_size))?)
     }
 
@@ -218,7 +225,13 @@ impl NativePager {
                 }
                 result.map_err(PyStoreError)?
             }
-            None => py.detach(|| self.pager.take_many(destination, now, limit, None, false)).map_err(PyStoreError)?,
+            // As in `add`: with the GIL only what needs neither the lock nor the disk.
+            None => match self.pager.try_take_many(destination, now, limit).map_err(PyStoreError)? {
+                Some(taken) => taken,
+                None => {
+                    py.detach(|| self.pager.take_many(destination, now, limit, None, false)).map_err(PyStoreError)?
+                }
+            },
         };
         Ok(taken.into_iter().map(|t| (t.key, t.redelivery_count, t.store_handle, PyBytes::new(py, &t.body))).collect())
     }
@@ -233,6 +246,10 @@ impl NativePager {
     }
 
     fn remove(&self, py: Python<'_>, key: u64) -> PyResult2<()> {
+        // Bookkeeping only (a paged body's space is freed, not written); as in `add`.
+        if self.pager.try_remove(key)?.is_some() {
+            return Ok(());
+        }
         Ok(py.detach(|| self.pager.remove(key))?)
     }
 

@@ -51,10 +51,18 @@ impl NativeBatch {
     }
 }
 
+/// Bodies smaller than this are copied into a batch with the GIL held:
+/// queueing them is quicker than handing the GIL to another thread and back.
+/// Larger ones (and everything that waits for the disk) release it.
+const DETACH_ABOVE: usize = 16 << 10;
+
 #[pymethods]
 impl NativeBatch {
     /// Adds a put; returns the handle the object will have.
     fn put(&self, py: Python<'_>, collection: &str, body: PyBackedBytes) -> PyResult2<u64> {
+        if body.len() < DETACH_ABOVE {
+            return self.with(|b| b.put(collection, &body));
+        }
         py.detach(|| self.with(|b| b.put(collection, &body)))
     }
 
@@ -162,13 +170,16 @@ impl NativeStore {
 
     /// Queues a put; `callback(handle, error)` runs on the completer thread once it is durable.
     fn put_async(&self, py: Python<'_>, collection: &str, body: PyBackedBytes, callback: Py<PyAny>) -> PyResult2<u64> {
-        py.detach(|| {
+        let queue = || {
             let mut batch = self.store.batch();
             let handle = batch.put(collection, &body)?;
             self.store.commit_async(batch, completion::deliver(callback, handle, &self.outstanding))?;
             Ok::<u64, Error>(handle)
-        })
-        .map_err(PyStoreError)
+        };
+        if body.len() < DETACH_ABOVE {
+            return queue().map_err(PyStoreError);
+        }
+        py.detach(queue).map_err(PyStoreError)
     }
 
     fn update(&self, py: Python<'_>, handle: u64, body: PyBackedBytes) -> PyResult2<()> {
@@ -202,10 +213,18 @@ impl NativeStore {
         Ok(py.detach(|| self.store.commit(batch))?)
     }
 
-    /// Commits a batch; `callback(0, error)` runs once it is durable.
-    fn commit_async(&self, batch: &NativeBatch, callback: Py<PyAny>) -> PyResult2<()> {
+    /// Commits a batch; `callback(0, error)` runs once it is durable. With
+    /// no callback nobody is told (a failed write poisons the store, so the
+    /// next call reports it): no completion to run per batch.
+    #[pyo3(signature = (batch, callback=None))]
+    fn commit_async(&self, batch: &NativeBatch, callback: Option<Py<PyAny>>) -> PyResult2<()> {
         let batch = batch.take()?;
-        Ok(self.store.commit_async(batch, completion::deliver(callback, 0, &self.outstanding))?)
+        match callback {
+            Some(callback) => {
+                Ok(self.store.commit_async(batch, completion::deliver(callback, 0, &self.outstanding))?)
+            }
+            None => Ok(self.store.commit_async(batch, |_| {})?),
+        }
     }
 
     #[pyo3(signature = (collection, after=None, limit=1000))]

@@ -25,7 +25,7 @@ pub mod paging;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use crate::codec::{Codec, CodecId};
 use crate::error::{Error, Result};
@@ -538,6 +538,27 @@ fn open(m: &Mutex<Inner>) -> Result<MutexGuard<'_, Inner>> {
     Ok(inner)
 }
 
+/// The pager's state if its lock is free now: None if another thread holds it.
+fn try_open(m: &Mutex<Inner>) -> Option<Result<MutexGuard<'_, Inner>>> {
+    let inner = match m.try_lock() {
+        Ok(inner) => inner,
+        Err(TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(TryLockError::WouldBlock) => return None,
+    };
+    if inner.closed {
+        return Some(Err(Error::Closed));
+    }
+    Some(Ok(inner))
+}
+
+/// Takes the lock, waiting for it (`wait`) or not (None when it is taken).
+fn open_or_skip(m: &Mutex<Inner>, wait: bool) -> Result<Option<MutexGuard<'_, Inner>>> {
+    if wait {
+        return open(m).map(Some);
+    }
+    try_open(m).transpose()
+}
+
 impl Pager {
     /// A pager paging to `options.paging_directory`, reading persistent
     /// bodies back from `store`. The paging directory must not be inside
@@ -622,6 +643,31 @@ impl Pager {
     /// memory; `None` with `body_len` for a persistent message whose body is
     /// only in the store (recovering a backlog without reading it).
     pub fn add(&self, destination: u32, m: &NewMessage<'_>, body: Option<&[u8]>, body_len: u32) -> Result<Key> {
+        Ok(self.add_with(true, destination, m, body, body_len)?.expect("a waiting add always adds"))
+    }
+
+    /// As [`Pager::add`], but only if it can be done at once: None (and
+    /// nothing done) if another thread holds the lock or if the body would
+    /// push the pager over its budget (paging out writes files). Callers
+    /// that must not block (a thread holding Python's GIL) try this first.
+    pub fn try_add(
+        &self,
+        destination: u32,
+        m: &NewMessage<'_>,
+        body: Option<&[u8]>,
+        body_len: u32,
+    ) -> Result<Option<Key>> {
+        self.add_with(false, destination, m, body, body_len)
+    }
+
+    fn add_with(
+        &self,
+        wait: bool,
+        destination: u32,
+        m: &NewMessage<'_>,
+        body: Option<&[u8]>,
+        body_len: u32,
+    ) -> Result<Option<Key>> {
         if m.priority > 9 {
             return Err(Error::invalid(format!("priority {} is not within 0..=9", m.priority)));
         }
@@ -636,7 +682,11 @@ impl Pager {
         if m.store_handle == Some(0) {
             return Err(Error::UnknownHandle(0));
         }
-        let mut inner = open(&self.inner)?;
+        let Some(mut inner) = open_or_skip(&self.inner, wait)? else { return Ok(None) };
+        let resident_len = body.map_or(0, |b| b.len() as u64);
+        if !wait && inner.resident_bytes.saturating_add(resident_len) > self.options.message_buffer_size {
+            return Ok(None);
+        }
         let order = inner.destination(destination)?.order;
         let seq = inner.next_seq;
         inner.next_seq += 1;
@@ -692,7 +742,7 @@ impl Pager {
         }
         let key = inner.key_at(slot);
         inner.enforce_budget(self.options.message_buffer_size)?;
-        Ok(key)
+        Ok(Some(key))
     }
 
     /// A message's header.
@@ -839,9 +889,34 @@ impl Pager {
         filter: Option<Filter<'_>>,
         with_body: bool,
     ) -> Result<Vec<Taken>> {
-        let mut inner = open(&self.inner)?;
+        Ok(self.take_many_with(true, destination, now, limit, filter, with_body)?.expect("a waiting take returns"))
+    }
+
+    /// As [`Pager::take_many`] without a filter, but only if it can be done
+    /// at once: None (and nothing done) if another thread holds the lock or
+    /// if a body of the destination is not in memory (reading it is I/O).
+    pub fn try_take_many(&self, destination: u32, now: i64, limit: usize) -> Result<Option<Vec<Taken>>> {
+        self.take_many_with(false, destination, now, limit, None, false)
+    }
+
+    fn take_many_with(
+        &self,
+        wait: bool,
+        destination: u32,
+        now: i64,
+        limit: usize,
+        filter: Option<Filter<'_>>,
+        with_body: bool,
+    ) -> Result<Option<Vec<Taken>>> {
+        let Some(mut inner) = open_or_skip(&self.inner, wait)? else { return Ok(None) };
+        if !wait {
+            let dest = inner.destination(destination)?;
+            if dest.resident.len() != dest.all.len() {
+                return Ok(None);
+            }
+        }
         let found = self.scan(&mut inner, destination, now, limit, filter, with_body, true)?;
-        let Some(last) = found.last().map(|f| f.order_key) else { return Ok(Vec::new()) };
+        let Some(last) = found.last().map(|f| f.order_key) else { return Ok(Some(Vec::new())) };
         // Read every body before reserving anything, so that a failed read leaves no trace.
         let mut taken = Vec::with_capacity(found.len());
         let (mut page_ins, mut hits) = (0u64, 0u64);
@@ -880,7 +955,7 @@ impl Pager {
         // Read-ahead only saves later reads: when it fails, the bodies stay
         // where they are (and a take that needs one reports the error).
         let _ = self.read_ahead(&mut inner, destination, last);
-        Ok(taken)
+        Ok(Some(taken))
     }
 
     /// Brings back the paged-out bodies of the next messages after
@@ -961,7 +1036,18 @@ impl Pager {
 
     /// Removes a message (acknowledged, expired or deleted).
     pub fn remove(&self, key: Key) -> Result<()> {
-        let mut inner = open(&self.inner)?;
+        self.remove_locked(open(&self.inner)?, key)
+    }
+
+    /// As [`Pager::remove`] if the lock is free now; None (nothing done) if not.
+    pub fn try_remove(&self, key: Key) -> Result<Option<()>> {
+        match try_open(&self.inner) {
+            None => Ok(None),
+            Some(inner) => self.remove_locked(inner?, key).map(Some),
+        }
+    }
+
+    fn remove_locked(&self, mut inner: MutexGuard<'_, Inner>, key: Key) -> Result<()> {
         let (slot, m) = inner.message(key)?;
         let (destination, fields) = (m.destination, m.order_fields());
         let resident_len = matches!(m.body, Body::Resident(_)).then_some(u64::from(m.body_len));
@@ -1473,6 +1559,36 @@ mod tests {
         assert!(p.take_many(q, 0, 5, Some(&mut all), true).is_err(), "the filter cannot read it either");
         assert!(!p.header(a).expect("header").reserved);
         assert_eq!(p.take(q, 0, None, false).expect("take"), Some((a, vec![1; 1000])));
+        check_invariants(&p);
+    }
+
+    #[test]
+    fn try_calls_do_nothing_when_they_would_wait_or_write() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = pager(3000, dir.path());
+        let q = p.create_destination("q", Order::Fifo).expect("dest");
+        let new = |id| NewMessage { id, ..NewMessage::default() };
+        let first = p.try_add(q, &new(1), Some(&[1; 1000]), 0).expect("try_add").expect("within the budget");
+        p.try_add(q, &new(2), Some(&[2; 1000]), 0).expect("try_add").expect("within the budget");
+        // A third body would page out: not done.
+        assert_eq!(p.try_add(q, &new(3), Some(&[3; 1500]), 0).expect("try_add"), None);
+        assert_eq!(p.count(q).expect("count"), 2);
+        // With the lock held (here: by a filter on this thread) nothing waits.
+        let mut inside = |_: &Header, _: Option<&[u8]>| {
+            assert_eq!(p.try_add(q, &new(4), Some(b"x"), 0).expect("try_add"), None);
+            assert_eq!(p.try_remove(first).expect("try_remove"), None);
+            assert_eq!(p.try_take_many(q, 0, 5).expect("try_take_many"), None);
+            false
+        };
+        assert_eq!(p.next(q, 0, false, Some(&mut inside), false).expect("next"), None);
+        assert_eq!(p.count(q).expect("count"), 2);
+        let taken = p.try_take_many(q, 0, 1).expect("try_take_many").expect("all resident");
+        assert_eq!(triples(taken), vec![(first, 0, vec![1; 1000])]);
+        assert_eq!(p.try_remove(first).expect("try_remove"), Some(()));
+        // A destination with a paged-out body: taking may read, so not at once.
+        p.add(q, &new(5), Some(&[5; 2500]), 0).expect("add pages out");
+        assert_eq!(p.try_take_many(q, 0, 5).expect("try_take_many"), None);
+        assert_eq!(p.take_many(q, 0, 5, None, false).expect("take_many").len(), 2);
         check_invariants(&p);
     }
 }

@@ -1,0 +1,591 @@
+"""The broker suite: send + receive throughput of 1 KiB messages on one queue.
+
+P producer threads and P consumer threads (as many consumers as producers,
+each thread with its own session, or its own connection/queue handle for the
+peers) run concurrently on one queue until all N messages sent have been
+received (N rounded down to a multiple of P, the same N for every system).
+The clock runs from releasing all threads together to the N-th receive.
+
+Ours (``jmsstore.broker``, one ``JMSServer`` per measurement with its own
+store, sync_policy ``direct-write``; one connection, a session per thread;
+AUTO acknowledge; ``messages_maximum`` 128, i.e. WebLogic's MessagesMaximum
+advice -- raise the consumer pipeline from the default 10 for throughput):
+
+- ``non-persistent``: ``send`` of NON_PERSISTENT messages (nothing stored);
+- ``persistent``: ``send`` of PERSISTENT messages (durable when it returns);
+- ``async``: ``send_async`` of PERSISTENT messages, at most 128 outstanding
+  per producer (before a send with 128 outstanding it waits for the oldest),
+  every future waited for before the producer ends.
+
+Peers, measured in the same run with the same N and thread counts:
+
+- ``sqlite``: sqlite3 as a queue, WAL, synchronous=FULL, one connection per
+  thread, one committed INSERT per send, one committed ``DELETE ... RETURNING``
+  per receive;
+- ``sqlite-batch``: the same, producers committing 128 sends per transaction
+  and consumers deleting up to 128 rows per statement;
+- ``pq-sqlite``: persist-queue's ``SQLiteQueue(multithreading=True,
+  auto_commit=True)``, the baseline of the ratio column;
+- ``pq-file``: persist-queue's file ``Queue(autosave=True)`` (thread-safe, but
+  not durable per message: it fsyncs once per 100-put chunk file).
+
+Goals (ratios of figures of the same run): (a) ``persistent`` with 16
+producers >= 10x ``pq-sqlite`` with 16 producers; (b) ``async`` >= 0.70x
+``non-persistent`` at every thread count. Fsyncs per message are counted
+for ours (store ``stats()``), not for the peers.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import shutil
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from jmsstore.broker import AckMode, DeliveryMode, JMSServer, Message
+
+from bench import bodies
+from bench.harness import Context, goal_cell
+from bench.peers import persist_queue, raw_disk, sqlite_queue
+from bench.store import settle
+
+BODY_BYTES = 1024
+THREAD_COUNTS = [1, 4, 16]
+MESSAGES_MAXIMUM = 128
+ASYNC_WINDOW = 128
+SQLITE_BATCH = 128
+QUEUE = "bench"
+BASELINE = "pq-sqlite"
+GOAL_THREADS = 16
+GOAL_VS_BASELINE = 10.0
+GOAL_ASYNC_VS_NON_PERSISTENT = 0.70
+RECEIVE_TIMEOUT = 0.05  # seconds a consumer waits in one receive before looking at the stop flag
+
+SYSTEMS: dict[str, str] = {
+    "non-persistent": "ours: send, NON_PERSISTENT",
+    "persistent": "ours: send, PERSISTENT",
+    "async": f"ours: send_async, PERSISTENT, window {ASYNC_WINDOW}",
+    "sqlite": "sqlite3: commit per send and per receive",
+    "sqlite-batch": f"sqlite3: batches of {SQLITE_BATCH}",
+    "pq-sqlite": "persist-queue SQLiteQueue",
+    "pq-file": "persist-queue Queue (file; not durable per message)",
+}
+OURS = ("non-persistent", "persistent", "async")
+
+Send = Callable[[], None]
+Receive = Callable[[float], int]
+Close = Callable[[], None]
+
+
+# --------------------------------------------------------------------------
+# the systems: each gives per-thread (send, finish) and (receive, close)
+# --------------------------------------------------------------------------
+
+
+class Ours:
+    """One JMSServer with one queue; a connection shared by the sessions."""
+
+    def __init__(self, directory: Path, mode: str, body: bytes) -> None:
+        self.mode = mode
+        self.body = body
+        self.server = JMSServer(directory)
+        settle(directory / "store")
+        self.queue = self.server.create_queue(QUEUE)
+        factory = self.server.connection_factory(messages_maximum=MESSAGES_MAXIMUM)
+        self.connection = factory.create_connection()
+        self.connection.start()
+        self.wrong_bodies = 0
+        self.send_errors = 0
+        self._before: dict[str, Any] = {}
+
+    def producer(self) -> tuple[Send, Close]:
+        session = self.connection.create_session(False, AckMode.AUTO)
+        producer = session.create_producer(self.queue)
+        producer.delivery_mode = (
+            DeliveryMode.NON_PERSISTENT if self.mode == "non-persistent" else DeliveryMode.PERSISTENT
+        )
+        create = session.create_bytes_message
+        body = self.body
+        if self.mode != "async":
+            send = producer.send
+
+            def send_one() -> None:
+                send(create(body))
+
+            return send_one, session.close
+        send_async = producer.send_async
+        pending: collections.deque[Future[Message]] = collections.deque()
+
+        def wait(f: Future[Message]) -> None:
+            if f.exception() is not None:
+                self.send_errors += 1
+
+        def send_windowed() -> None:
+            if len(pending) >= ASYNC_WINDOW:
+                wait(pending.popleft())
+            pending.append(send_async(create(body)))
+
+        def finish() -> None:
+            try:
+                while pending:
+                    wait(pending.popleft())
+            finally:
+                session.close()
+
+        return send_windowed, finish
+
+    def consumer(self) -> tuple[Receive, Close]:
+        session = self.connection.create_session(False, AckMode.AUTO)
+        consumer = session.create_consumer(self.queue)
+        receive_one = consumer.receive
+        size = len(self.body)
+
+        def receive(timeout: float) -> int:
+            m = receive_one(timeout)
+            if m is None:
+                return 0
+            if len(m.body) != size:  # type: ignore[attr-defined]
+                self.wrong_bodies += 1
+            return 1
+
+        return receive, session.close
+
+    def start(self) -> None:
+        self._before = self._figures()
+
+    def _figures(self) -> dict[str, Any]:
+        s = self.server.statistics()
+        return {
+            "store": s["store"],
+            "server": {k: s[k] for k in ("sent", "received", "acknowledged", "redelivered", "delivery_records")},
+        }
+
+    def remaining(self) -> int:
+        return self.server.message_count(self.queue)
+
+    def settings(self) -> dict[str, Any]:
+        return {"messages_maximum": MESSAGES_MAXIMUM, "ack_mode": "AUTO", "sync_policy": "direct-write"}
+
+    def figures(self) -> dict[str, Any]:
+        """Store and server counters of the measurement (all its sessions closed)."""
+        after = self._figures()
+        store = {
+            k: after["store"][k] - self._before["store"][k]
+            for k in ("puts", "deletes", "transactions", "flushes", "fsyncs", "records_written", "bytes_written")
+        }
+        server = {k: v - self._before["server"][k] for k, v in after["server"].items()}
+        return {"store": store, "server": server}
+
+    def close(self) -> None:
+        self.connection.close()
+        self.server.close()
+
+
+def open_system(name: str, directory: Path, body: bytes) -> Any:
+    if name in OURS:
+        return Ours(directory, name, body)
+    if name == "sqlite":
+        directory.mkdir(parents=True)
+        return sqlite_queue.Queue(directory / "queue.db", body)
+    if name == "sqlite-batch":
+        directory.mkdir(parents=True)
+        return sqlite_queue.Queue(directory / "queue.db", body, batch=SQLITE_BATCH)
+    if name == "pq-sqlite":
+        return persist_queue.SQLiteQueue(directory, body)
+    if name == "pq-file":
+        return persist_queue.FileQueue(directory, body)
+    raise ValueError(name)
+
+
+# --------------------------------------------------------------------------
+# the load
+# --------------------------------------------------------------------------
+
+
+def drive(system: Any, producers: int, consumers: int, per_producer: int, cap: float) -> dict[str, Any]:
+    """Producers and consumers together until every message sent is received.
+
+    Producers stop early once ``cap`` seconds have passed (then fewer are
+    sent: ``capped``); consumers give up ``cap`` + 30 s after the start."""
+    barrier = threading.Barrier(producers + consumers + 1)
+    sent = [0] * producers
+    got = [0] * consumers
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    state = {"received": 0, "expected": producers * per_producer, "t_end": 0.0, "t_sent": 0.0}
+    done = threading.Event()
+    clock = time.perf_counter
+    start = [0.0]
+    deadline = [float("inf")]
+
+    def producer(i: int) -> None:
+        try:
+            send, finish = system.producer()
+        except BaseException as e:
+            errors.append(e)
+            barrier.abort()
+            return
+        try:
+            barrier.wait()
+            stop = deadline[0]
+            n = 0
+            try:
+                while n < per_producer:
+                    send()
+                    n += 1
+                    if clock() > stop:
+                        break
+            finally:
+                sent[i] = n
+                finish()
+        except BaseException as e:
+            errors.append(e)
+            done.set()
+
+    def consumer(i: int) -> None:
+        try:
+            receive, close = system.consumer()
+        except BaseException as e:
+            errors.append(e)
+            barrier.abort()
+            return
+        n = 0
+        try:
+            barrier.wait()
+            while not done.is_set():
+                k = receive(RECEIVE_TIMEOUT)
+                if k:
+                    n += k
+                    with lock:
+                        state["received"] += k
+                        if state["received"] >= state["expected"]:
+                            state["t_end"] = clock()
+                            done.set()
+        except BaseException as e:
+            errors.append(e)
+            done.set()
+        finally:
+            got[i] = n
+            try:
+                close()
+            except BaseException as e:
+                errors.append(e)
+
+    pool_p = [threading.Thread(target=producer, args=(i,), daemon=True) for i in range(producers)]
+    pool_c = [threading.Thread(target=consumer, args=(i,), daemon=True) for i in range(consumers)]
+    for t in pool_p + pool_c:
+        t.start()
+    if hasattr(system, "start"):
+        system.start()
+    start[0] = clock()
+    deadline[0] = start[0] + cap
+    with contextlib.suppress(threading.BrokenBarrierError):
+        barrier.wait()  # broken: a thread failed to set up, its error is raised below
+    t0 = clock()
+    for t in pool_p:
+        t.join()
+    t_sent = clock()
+    with lock:
+        state["expected"] = sum(sent)
+        if state["received"] >= state["expected"] and not done.is_set():
+            state["t_end"] = clock()
+            done.set()
+    done.wait(max(0.0, t0 + cap + 30 - clock()))
+    timed_out = not done.is_set()
+    done.set()
+    for t in pool_c:
+        t.join()
+    if errors:
+        raise errors[0]
+    received = state["received"]
+    t_end = state["t_end"] if not timed_out else clock()
+    seconds = t_end - t0
+    total = sum(sent)
+    return {
+        "producers": producers,
+        "consumers": consumers,
+        "planned": producers * per_producer,
+        "sent": total,
+        "received": received,
+        "received_per_consumer": got,
+        "capped": total < producers * per_producer,
+        "timed_out": timed_out,
+        "seconds": seconds,
+        "send_seconds": t_sent - t0,
+        "rate": received / seconds if seconds > 0 else None,
+    }
+
+
+def measure(ctx: Context, name: str, threads: int, per_producer: int, body: bytes, cap: float) -> dict[str, Any]:
+    directory = ctx.scratch / f"{name}-{threads}"
+    shutil.rmtree(directory, ignore_errors=True)
+    system = open_system(name, directory, body)
+    try:
+        run = drive(system, threads, threads, per_producer, cap)
+        run["remaining"] = system.remaining()
+        run["wrong_bodies"] = system.wrong_bodies
+        run["send_errors"] = getattr(system, "send_errors", 0)
+        if isinstance(system, sqlite_queue.Queue):
+            run["busy_retries"] = system.busy_retries
+        if isinstance(system, Ours):
+            f = system.figures()
+            run.update(f)
+            run["fsyncs"] = f["store"]["fsyncs"]
+            run["fsyncs_per_message"] = f["store"]["fsyncs"] / run["received"] if run["received"] else None
+            fl = f["store"]["flushes"]
+            run["avg_group"] = f["store"]["records_written"] / fl if fl else None
+        else:
+            run["fsyncs"] = None
+            run["fsyncs_per_message"] = None
+            run["avg_group"] = None
+        run["settings"] = system.settings()
+    finally:
+        system.close()
+        shutil.rmtree(directory, ignore_errors=True)
+    return {"system": name, "threads": threads, **run}
+
+
+# --------------------------------------------------------------------------
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def _median(values: list[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def _summarise(name: str, threads: int, runs: list[dict[str, Any]], baselines: list[float | None]) -> dict[str, Any]:
+    ok = [r for r in runs if "error" not in r]
+    row: dict[str, Any] = {
+        "system": name,
+        "label": SYSTEMS[name],
+        "threads": threads,
+        "producers": threads,
+        "consumers": threads,
+        "rounds": runs,
+        "failed_rounds": len(runs) - len(ok),
+    }
+    if not ok:
+        row["error"] = runs[0]["error"] if runs else "not run"
+        row.update(rate=None, ratio_baseline=None, fsyncs_per_message=None, messages=0, received=0)
+        return row
+    row["messages"] = sum(r["sent"] for r in ok)  # all rounds
+    row["messages_per_run"] = ok[0]["planned"]
+    row["received"] = sum(r["received"] for r in ok)
+    row["seconds"] = sum(r["seconds"] for r in ok)
+    row["capped"] = any(r["capped"] or r["timed_out"] for r in ok)
+    row["rate"] = _median([r["rate"] for r in ok])
+    row["rate_min"] = min(r["rate"] for r in ok)
+    row["rate_max"] = max(r["rate"] for r in ok)
+    pairs = [(r, b) for r, b in zip(runs, baselines, strict=True) if "error" not in r]
+    row["ratio_baseline"] = _median([_ratio(r["rate"], b) for r, b in pairs])
+    if ok[0]["fsyncs"] is not None:
+        row["fsyncs"] = sum(r["fsyncs"] for r in ok)
+        row["fsyncs_per_message"] = row["fsyncs"] / row["received"] if row["received"] else None
+        written = sum(r["store"]["records_written"] for r in ok)
+        flushes = sum(r["store"]["flushes"] for r in ok)
+        row["avg_group"] = written / flushes if flushes else None
+    else:
+        row["fsyncs"] = row["fsyncs_per_message"] = row["avg_group"] = None
+    return row
+
+
+def bench_throughput(ctx: Context) -> None:
+    only = ctx.options.get("only") or list(SYSTEMS)
+    systems = [s for s in SYSTEMS if s in only]
+    counts = ctx.options.get("threads") or THREAD_COUNTS
+    n = ctx.n(2000, 20000, minimum=max(counts))
+    rounds_n = 1 if ctx.quick else 2
+    cap = 10.0 if ctx.quick else 60.0
+    body = bodies.random_body(BODY_BYTES, seed=7)
+    pq_error = persist_queue.IMPORT_ERROR
+    ctx.settings["throughput"] = {
+        "body_bytes": BODY_BYTES,
+        "messages": n,
+        "messages_per_thread_count": {str(t): (n // t) * t for t in counts},
+        "thread_counts": counts,
+        "consumers": "as many as producers, each in its own thread and session (peers: own connection / shared "
+        "queue object)",
+        "systems": {s: SYSTEMS[s] for s in systems},
+        "rounds": rounds_n,
+        "measurement_cap_s": cap,
+        "messages_maximum": MESSAGES_MAXIMUM,
+        "ack_mode": "AUTO",
+        "async_window_per_producer": ASYNC_WINDOW,
+        "sqlite_batch": SQLITE_BATCH,
+        "baseline": BASELINE,
+        "receive_timeout_s": RECEIVE_TIMEOUT,
+        "persist_queue": persist_queue.version(),
+        "method": "per thread count, rounds of every system one after the other (fresh queue/store each), ratios "
+        "taken within a round; rates and ratios are medians over the rounds",
+    }
+    rows: list[dict[str, Any]] = []
+    disk: list[dict[str, Any]] = []
+    for threads in counts:
+        per = n // threads
+        per_system: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
+        for i in range(rounds_n):
+            probe0 = raw_disk.limit(ctx.scratch, 1, 1100, 100 if ctx.quick else 300)["syncs_per_s"]
+            for name in systems:
+                ctx.step(
+                    f"throughput: {threads}+{threads} threads, round {i + 1}/{rounds_n}: {name}, "
+                    f"{per * threads:,} messages"
+                )
+                if name.startswith("pq-") and pq_error is not None:
+                    r: dict[str, Any] = {"system": name, "threads": threads, "error": pq_error}
+                else:
+                    try:
+                        r = measure(ctx, name, threads, per, body, cap)
+                    except Exception as e:  # a failed run is reported, not fatal
+                        r = {"system": name, "threads": threads, "error": f"{type(e).__name__}: {e}"}
+                        ctx.note(f"{name} with {threads} threads failed: {r['error']}")
+                per_system[name].append(r)
+            probe1 = raw_disk.limit(ctx.scratch, 1, 1100, 100 if ctx.quick else 300)["syncs_per_s"]
+            disk.append({"threads": threads, "round": i + 1, "syncs_per_s_before": probe0, "syncs_per_s_after": probe1})
+        base_runs = per_system.get(BASELINE, [])
+        baselines: list[float | None] = [
+            r.get("rate") if i < len(base_runs) and "error" not in (r := base_runs[i]) else None
+            for i in range(rounds_n)
+        ]
+        for name in systems:
+            rows.append(_summarise(name, threads, per_system[name], baselines))
+    goals = _goals(ctx, rows, counts)
+    ctx.results["throughput"] = {"messages": n, "rows": rows, "goal_ratios": goals, "disk_probes": disk}
+    _report(ctx, rows, goals, n, rounds_n)
+
+
+def _row(rows: list[dict[str, Any]], name: str, threads: int) -> dict[str, Any] | None:
+    for r in rows:
+        if r["system"] == name and r["threads"] == threads and r.get("rate") is not None:
+            return r
+    return None
+
+
+def _goals(ctx: Context, rows: list[dict[str, Any]], counts: list[int]) -> list[dict[str, Any]]:
+    """The two goal ratios, each with both its figures (a ratio of medians: the per-round ratios are in the rows)."""
+    out: list[dict[str, Any]] = []
+    if GOAL_THREADS in counts:
+        ours, base = _row(rows, "persistent", GOAL_THREADS), _row(rows, BASELINE, GOAL_THREADS)
+        if ours is not None and base is not None:
+            value = ours["ratio_baseline"]
+            out.append(
+                {
+                    "goal": "a",
+                    "what": f"persistent send vs {BASELINE}, {GOAL_THREADS} producers",
+                    "threads": GOAL_THREADS,
+                    "numerator": "persistent",
+                    "denominator": BASELINE,
+                    "numerator_rate": ours["rate"],
+                    "denominator_rate": base["rate"],
+                    "ratio": value,
+                    "op": ">=",
+                    "target": GOAL_VS_BASELINE,
+                }
+            )
+    for t in counts:
+        a, np_ = _row(rows, "async", t), _row(rows, "non-persistent", t)
+        if a is None or np_ is None:
+            continue
+        per_round = [
+            _ratio(x.get("rate"), y.get("rate"))
+            for x, y in zip(a["rounds"], np_["rounds"], strict=True)
+            if "error" not in x and "error" not in y
+        ]
+        out.append(
+            {
+                "goal": "b",
+                "what": f"persistent send_async vs non-persistent, {t} producers",
+                "threads": t,
+                "numerator": "async",
+                "denominator": "non-persistent",
+                "numerator_rate": a["rate"],
+                "denominator_rate": np_["rate"],
+                "ratio": _median(per_round),
+                "ratio_rounds": per_round,
+                "op": ">=",
+                "target": GOAL_ASYNC_VS_NON_PERSISTENT,
+            }
+        )
+    for g in out:
+        g["status"] = goal_cell(g["ratio"], g["op"], g["target"])
+        ctx.goal("throughput", g["what"], "ratio", g["ratio"], g["op"], g["target"])
+    return out
+
+
+def _report(ctx: Context, rows: list[dict[str, Any]], goals: list[dict[str, Any]], n: int, rounds_n: int) -> None:
+    def spread(r: dict[str, Any]) -> str:
+        if r.get("rate") is None or rounds_n == 1:
+            return ""
+        return f"{r['rate_min']:,.0f}-{r['rate_max']:,.0f}"
+
+    ctx.table(
+        f"Broker throughput: 1 KiB messages, P producers + P consumers on one queue, until all are received "
+        f"(~{n:,} per run)",
+        ["threads", "system", "msgs/run", "msg/s", "range", f"vs {BASELINE}", "fsync/msg", "avg group", "note"],
+        [
+            [
+                r["threads"],
+                r["label"],
+                r.get("messages_per_run"),
+                r["rate"],
+                spread(r),
+                r["ratio_baseline"],
+                r["fsyncs_per_message"],
+                r.get("avg_group"),
+                r.get("error") or ("capped" if r.get("capped") else ""),
+            ]
+            for r in rows
+        ],
+        footer="\n".join(
+            [
+                f"threads: producers = consumers; ours: AUTO ack, messages_maximum {MESSAGES_MAXIMUM}, one JMSServer "
+                "(direct-write) per run;",
+                f"vs {BASELINE}: ratio to persist-queue's SQLiteQueue at the same thread count, taken within a round;",
+                "fsync/msg and avg group (records per flush) from the store's stats(), ours only; "
+                f"{rounds_n} round(s), medians.",
+            ]
+        ),
+    )
+    ctx.table(
+        "Goal ratios",
+        ["goal", "what", "numerator msg/s", "denominator msg/s", "ratio", "target", ""],
+        [
+            [
+                g["goal"],
+                g["what"],
+                g["numerator_rate"],
+                g["denominator_rate"],
+                g["ratio"],
+                f"{g['op']} {g['target']:g}",
+                g["status"],
+            ]
+            for g in goals
+        ],
+    )
+
+
+# --------------------------------------------------------------------------
+
+
+BENCHMARKS: dict[str, Callable[[Context], None]] = {"throughput": bench_throughput}
+
+
+def run(ctx: Context) -> None:
+    only = ctx.options.get("only") or list(SYSTEMS)
+    unknown = sorted(set(only) - set(SYSTEMS))
+    if unknown:
+        raise SystemExit(f"unknown system(s) {unknown}; the broker suite has {list(SYSTEMS)}")
+    ctx.settings["benchmarks"] = ["throughput"]
+    ctx.settings["systems"] = [s for s in SYSTEMS if s in only]
+    bench_throughput(ctx)
