@@ -432,12 +432,15 @@ class Session:
                 if not listener:
                     self._auto_pending = d
             else:
-                self._delivered.append(d)
+                # DUPS_OK: the batch is the messages delivered before this one (their
+                # receive returned, their listener ran), never this one: acknowledged
+                # before the application has it, a crash now would lose it.
                 if (
                     self.ack_mode == AckMode.DUPS_OK
                     and len(self._delivered) >= self._connection._factory.messages_maximum
                 ):
                     self._flush_dups()
+                self._delivered.append(d)
         return message
 
     def _server_destination(self, text: object) -> Destination | None:
@@ -744,7 +747,6 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
 
 
 class MessageProducer:
