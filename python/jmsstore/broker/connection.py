@@ -20,6 +20,7 @@ header times are in milliseconds, as in JMS.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import threading
@@ -273,6 +274,7 @@ class Session:
         self._producers: list[MessageProducer] = []
         self._delivered: list[Delivery] = []  # CLIENT and transacted: not yet acknowledged; DUPS_OK: acks due
         self._auto_pending: Delivery | None = None
+        self._ack_backlog: list[Delivery] = []  # acknowledged (AUTO, DUPS_OK), store deletes not yet submitted
         self._sends: list[tuple[list[tuple[Target, bool]], Message, bytes]] = []
         self._wake = threading.Event()
         self._listeners: list[MessageConsumer] = []
@@ -469,18 +471,22 @@ class Session:
         # A deleted destination took its messages with it: nothing left to delete.
         deliveries = [d for d in deliveries if not d.target.deleted]
         handles = [d.handle for d in deliveries if d.handle is not None]
-        if handles and not sync:
-            # The native batch and a plain callback: no Future (and its
-            # Condition) per acknowledgement; same batch, same commit.
-            native = self._server._store._native_store()
-            batch = native.batch()
-            for h in handles:
-                batch.delete(h)
-            self._server._settle(handles, batch)
-            # No completion callback: a failed write poisons the store and the
-            # next durable call reports it; the message is then redelivered.
-            native.commit_async(batch)
-        elif handles:
+        if not sync:
+            # The message leaves the pager now; its store delete joins the
+            # session's next batch of them (see _flush_acks).
+            remove = self._server._pager._native.remove
+            with self._lock:  # a listener thread and the application may both acknowledge
+                backlog = self._ack_backlog
+                for d in deliveries:
+                    remove(d.key)
+                    if d.handle is not None:
+                        backlog.append(d)
+                due = len(backlog) >= self._connection._factory.messages_maximum
+            self._server._stats.acknowledged += len(deliveries)
+            if due:
+                self._flush_acks()
+            return
+        if handles:
             txn = self._server._store.transaction()
             for h in handles:
                 txn.delete(h)
@@ -490,6 +496,26 @@ class Session:
         for d in deliveries:
             remove(d.key)
         self._server._stats.acknowledged += len(deliveries)
+
+    def _flush_acks(self) -> None:
+        """Submits the store deletes of AUTO and DUPS_OK acknowledgements, as
+        one batch, without waiting. Runs every ``messages_maximum`` messages,
+        whenever a consumer of the session finds nothing to take, and on
+        close. A crash before they are durable brings those messages back,
+        marked redelivered (their delivery records are durable)."""
+        with self._lock:
+            backlog, self._ack_backlog = self._ack_backlog, []
+        handles = [d.handle for d in backlog if d.handle is not None and not d.target.deleted]
+        if not handles:
+            return
+        native = self._server._store._native_store()
+        batch = native.batch()
+        for h in handles:
+            batch.delete(h)
+        self._server._settle(handles, batch)
+        # No completion callback: a failed write poisons the store and the
+        # next durable call reports it.
+        native.commit_async(batch)
 
     def _release(self, deliveries: list[Delivery], redelivered: bool) -> None:
         """Returns messages to their destinations: redelivered ones with the
@@ -696,6 +722,7 @@ class Session:
                         self._dispatching = False
                         cond.notify_all()
             if not progressed:
+                self._flush_acks()
                 self._wake.wait(0.05)
 
     # ------------------------------------------------------------ closing
@@ -728,6 +755,7 @@ class Session:
                 self._flush_dups()
             else:
                 self._before_receive()
+            self._flush_acks()
         except JmsStoreError:
             log.exception("closing a session")
         self._closed = True
@@ -747,6 +775,12 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _forget(idle: deque[threading.Event], event: threading.Event) -> None:
+    """Takes ``event`` out of an idle list (a notify may have taken it already)."""
+    with contextlib.suppress(ValueError):
+        idle.remove(event)
 
 
 class MessageProducer:
@@ -889,10 +923,10 @@ class MessageConsumer:
         self._wake = threading.Event()
         self._closed = False
         self._listener: MessageListener | None = None
-        target.waiters.add(self._wake)
         self._filter: Callable[..., bool] | None = None
         self._filter_body = False
         if selector.text:
+            target.selective += 1
             if selector.identifiers <= _PAGER_HEADERS:
                 self._filter = self._header_filter
             else:
@@ -931,6 +965,8 @@ class MessageConsumer:
         items = server._pager._native.take_many(target.pager_id, now, self._limit, self._filter, self._filter_body)
         if not items:
             return False
+        if len(items) == self._limit:
+            target.notify()  # there may be more: pass the wake-up on to another idle consumer
         deliveries = [Delivery(target, key, count, handle, body) for key, count, handle, body in items]
         stored = [d for d in deliveries if d.handle is not None]
         if stored:
@@ -966,10 +1002,15 @@ class MessageConsumer:
                     self._fill()  # pipelining: the next batch's record is written while this one is used
                 return d
             self._wake.clear()
+            # In the idle list before looking: a message sent after the look wakes us.
+            idle = self._target.idle
+            idle.append(self._wake)
             if self._fill():
+                _forget(idle, self._wake)
                 continue
             if self._session.ack_mode == AckMode.DUPS_OK:
                 self._session._flush_dups()
+            self._session._flush_acks()
             timeout = None if deadline is None else deadline - time.monotonic()
             if timeout is not None and timeout <= 0:
                 return None
@@ -978,6 +1019,7 @@ class MessageConsumer:
                 until_due = max(0.001, (due - now_ms()) / 1000)
                 timeout = until_due if timeout is None else min(timeout, until_due)
             self._wake.wait(timeout if timeout is not None else 1.0)
+            _forget(idle, self._wake)
 
     def _return_prefetched(self) -> None:
         """Gives back reserved messages that were never handed out (not redelivered)."""
@@ -1038,6 +1080,9 @@ class MessageConsumer:
         self._wake.set()
         self._session._remove_listener(self)
         self._target.waiters.discard(self._wake)
+        _forget(self._target.idle, self._wake)
+        if self._selector.text:
+            self._target.selective -= 1
         self._return_prefetched()
         server = self._session._server
         if self._subscription is not None:

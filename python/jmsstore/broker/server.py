@@ -32,6 +32,7 @@ import struct
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -94,19 +95,44 @@ class Target:
         self.pager_id = server._pager.create_destination(pager_name, settings.order)
         self.collection = collection
         self.settings = settings
-        self.waiters: set[threading.Event] = set()
+        self.waiters: set[threading.Event] = set()  # sessions with listeners on this target
+        self.idle: deque[threading.Event] = deque()  # consumers about to wait, in arrival order
+        self.selective = 0  # consumers with a selector
         self.delayed: list[int] = []  # heap of delivery times of delayed messages, for waking waiters
         self.consumers = 0
         self.deleted = False
         self.lock = threading.Lock()
 
     def notify(self) -> None:
-        # An event already set has no waiter and stays set until its consumer
-        # clears it before looking again: setting it again would only take
-        # its lock (most are set: this runs once per message sent).
+        """A message became available: wake the listener sessions and one idle
+        consumer, the longest waiting. With selectors the one woken may not
+        want it, so then every idle consumer. A consumer that takes a full
+        batch wakes the next one (see ``MessageConsumer._fill``)."""
+        # An event already set has no waiter and stays set until its owner
+        # clears it before looking again: setting it again would only take its lock.
         for event in tuple(self.waiters):
             if not event.is_set():
                 event.set()
+        idle = self.idle
+        while idle:
+            try:
+                event = idle.popleft()
+            except IndexError:  # another thread emptied it
+                return
+            if not event.is_set():
+                event.set()
+                if not self.selective:
+                    return
+
+    def notify_all(self) -> None:
+        """Wakes everyone (the target was deleted)."""
+        for event in tuple(self.waiters):
+            event.set()
+        while self.idle:
+            try:
+                self.idle.popleft().set()
+            except IndexError:
+                return
 
     def delay_until(self, when: int) -> None:
         with self.lock:
@@ -548,7 +574,7 @@ class JMSServer:
     def _drop_target(self, target: Target) -> None:
         """Removes a target's messages from the store and the pager."""
         target.deleted = True
-        target.notify()
+        target.notify_all()
         if target.collection is not None:
             handles = list(self._store.handles(target.collection))
             for start in range(0, len(handles), 10_000):
