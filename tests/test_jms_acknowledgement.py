@@ -347,3 +347,57 @@ def test_dups_ok_recover_redelivers_unacknowledged(server: JMSServer) -> None:
     assert texts(received) == ["a", "b"]
     assert [m.redelivered for m in received] == [True, False]
     assert server.message_count(queue) == 0
+
+
+@pytest.mark.parametrize("closing", ["session", "consumer"])
+@pytest.mark.parametrize("mode", [AckMode.CLIENT, AckMode.AUTO])
+def test_close_from_another_thread_ends_a_blocked_receive(server: JMSServer, closing: str, mode: AckMode) -> None:
+    """JMS 2.0 §4.3.5 / §6.1.5: close() blocks until a receive in progress has
+    completed, and the receive then returns null. Nothing stays reserved by the
+    closed consumer: a message sent afterwards goes to another consumer."""
+    queue = server.create_queue("q")
+    with connect(server) as connection:
+        session = connection.create_session(False, mode)
+        consumer = session.create_consumer(queue)
+        results: list[object] = []
+        receiver = threading.Thread(target=lambda: results.append(consumer.receive()))
+        receiver.start()
+        time.sleep(0.1)  # let it block (if it has not yet, close still ends it: it sees the consumer closed)
+        (session if closing == "session" else consumer).close()
+        receiver.join(SOON)
+        assert not receiver.is_alive()
+        assert results == [None]
+    send_texts(server, queue, ["after"])
+    assert texts(receive_all(server, queue)) == ["after"]
+
+
+def test_a_closing_consumer_returns_what_it_prefetched_meanwhile(server: JMSServer) -> None:
+    """Messages a consumer reserved ahead (prefetch) and never handed out go
+    back when it closes, even while another thread is receiving on it: none
+    is lost or held, none is marked redelivered (JMS 2.0 §3.5.11)."""
+    queue = server.create_queue("q")
+    send_texts(server, queue, [f"m{i}" for i in range(50)])
+    with connect(server, messages_maximum=10) as connection:
+        session = connection.create_session(False, AckMode.CLIENT)
+        consumer = session.create_consumer(queue)
+        first = consumer.receive(SOON)
+        assert first is not None
+        got: list[Message] = [first]
+
+        def keep_receiving() -> None:
+            try:
+                while (message := consumer.receive(0.05)) is not None:
+                    got.append(message)
+            except IllegalStateError:
+                pass  # closed between two receives
+
+        receiver = threading.Thread(target=keep_receiving)
+        receiver.start()
+        consumer.close()
+        receiver.join(SOON)
+        assert not receiver.is_alive()
+        session.close()  # CLIENT, unacknowledged: what it received comes back redelivered
+    back = receive_all(server, queue)
+    assert sorted(texts(back)) == sorted(f"m{i}" for i in range(50))
+    handed_out = set(texts(got))
+    assert {m.text for m in back if isinstance(m, TextMessage) and m.redelivered} == handed_out

@@ -746,6 +746,8 @@ class Session:
         if dispatcher is not None and dispatcher is not threading.current_thread():
             self._wake.set()
             dispatcher.join(timeout=5)
+        for consumer in list(self._consumers):
+            consumer._stop()
         try:
             if self.transacted:
                 self.rollback()
@@ -919,6 +921,9 @@ class MessageConsumer:
         self._selector = selector
         self._subscription = subscription
         self._buffer: deque[Delivery] = deque()
+        self._buffer_lock = threading.Lock()  # filling vs giving back from another thread (close)
+        self._receiving = threading.Lock()  # held by a synchronous receive in progress
+        self._stopping = False
         self._limit = session._connection._factory.messages_maximum
         self._wake = threading.Event()
         self._closed = False
@@ -973,14 +978,20 @@ class MessageConsumer:
             marker = server._mark([d.handle for d in stored], [d.redelivery_count + 1 for d in stored])  # type: ignore[misc]
             for d in stored:
                 d.marker = marker
-        self._buffer.extend(deliveries)
-        return True
+        with self._buffer_lock:
+            if not (self._closed or self._stopping):
+                self._buffer.extend(deliveries)
+                return True
+        # Closed meanwhile (from another thread): close() has already given
+        # back what was in the buffer, so these go back here.
+        self._session._release(deliveries, redelivered=False)
+        return False
 
     def _next(self, deadline: float | None) -> Delivery | None:
         """The next message for this consumer, waiting until ``deadline`` (monotonic; None: forever)."""
         connection = self._session._connection
         while True:
-            if self._closed or self._session._closed:
+            if self._closed or self._stopping or self._session._closed:
                 return None
             if self._target.deleted:
                 raise InvalidDestinationError(f"{self.destination!r} was deleted")
@@ -1021,11 +1032,20 @@ class MessageConsumer:
             self._wake.wait(timeout if timeout is not None else 1.0)
             _forget(idle, self._wake)
 
+    def _stop(self) -> None:
+        """Ends a receive in progress on another thread and waits for it to
+        return, so that what it delivered is known to the session."""
+        self._stopping = True
+        self._wake.set()
+        if self._receiving.acquire(timeout=5):
+            self._receiving.release()
+
     def _return_prefetched(self) -> None:
         """Gives back reserved messages that were never handed out (not redelivered)."""
-        if self._buffer:
+        with self._buffer_lock:
             prefetched = list(self._buffer)
             self._buffer.clear()
+        if prefetched:
             self._session._release(prefetched, redelivered=False)
 
     def receive(self, timeout: float | None = None) -> Message | None:
@@ -1038,11 +1058,14 @@ class MessageConsumer:
                 raise InvalidArgumentError(f"timeout must not be negative, not {timeout}")
         self._check_receivable()
         session = self._session
-        session._before_receive()
-        d = self._next(None if timeout is None else time.monotonic() + timeout)
-        if d is None:
-            return None
-        return session._delivered_message(self, d, listener=False)
+        # Held for the whole call, so that closing from another thread can
+        # wait for it (JMS 2.0 §4.3.5) and then see the message it returned.
+        with self._receiving:
+            session._before_receive()
+            d = self._next(None if timeout is None else time.monotonic() + timeout)
+            if d is None:
+                return None
+            return session._delivered_message(self, d, listener=False)
 
     def receive_no_wait(self) -> Message | None:
         """The next message if one is available now, else None."""
@@ -1077,7 +1100,7 @@ class MessageConsumer:
         if self._closed:
             return
         self._closed = True
-        self._wake.set()
+        self._stop()  # a receive in progress on another thread returns first
         self._session._remove_listener(self)
         self._target.waiters.discard(self._wake)
         _forget(self._target.idle, self._wake)
