@@ -996,7 +996,10 @@ class MessageConsumer:
             if self._target.deleted:
                 raise InvalidDestinationError(f"{self.destination!r} was deleted")
             if not connection._started:
-                if not connection._wait_started(deadline):
+                # In slices, so that a close from another thread is seen.
+                step = time.monotonic() + 0.2
+                started = connection._wait_started(step if deadline is None else min(deadline, step))
+                if not started and deadline is not None and time.monotonic() >= deadline:
                     return None
                 continue
             if self._buffer:
