@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from typing import Any
 
+from jmsstore._args import integer
 from jmsstore.broker.destination import Destination, Queue, TemporaryQueue, Topic, check_name
 from jmsstore.broker.message import (
     BytesMessage,
@@ -38,7 +39,6 @@ from jmsstore.broker.message import (
     Message,
     StreamMessage,
     TextMessage,
-    check_priority,
     decode,
 )
 from jmsstore.broker.server import (
@@ -90,14 +90,6 @@ class AckMode(enum.IntEnum):
     AUTO = 1
     CLIENT = 2
     DUPS_OK = 3
-
-
-def _ms(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} is an int (ms), not {type(value).__name__}")
-    if not 0 <= value <= _MAX_MS:
-        raise InvalidArgumentError(f"{name} must be within 0..{_MAX_MS} ms, not {value}")
-    return value
 
 
 class Delivery:
@@ -822,9 +814,11 @@ class MessageProducer:
             mode = DeliveryMode(mode)
         except ValueError:
             raise InvalidArgumentError(f"delivery_mode must be a DeliveryMode, not {mode!r}") from None
-        prio = check_priority(self.priority if priority is None else priority)
-        ttl = _ms("time_to_live", self.time_to_live if time_to_live is None else time_to_live)
-        delay = _ms("delivery_delay", self.delivery_delay if delivery_delay is None else delivery_delay)
+        prio = integer("priority", self.priority if priority is None else priority, 0, 9)
+        ttl = integer("time_to_live (ms)", self.time_to_live if time_to_live is None else time_to_live, 0, _MAX_MS)
+        delay = integer(
+            "delivery_delay (ms)", self.delivery_delay if delivery_delay is None else delivery_delay, 0, _MAX_MS
+        )
         server = self._session._server
         state = server._target_of(target)
         data = server._stamp(message, target, mode, prio, ttl, delay)

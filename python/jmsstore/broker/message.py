@@ -26,7 +26,6 @@ from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from jmsstore.errors import (
-    IllegalStateError,
     InvalidArgumentError,
     MessageFormatError,
     MessageNotWriteableError,
@@ -553,6 +552,14 @@ def _header(data: bytes) -> tuple[tuple[Any, ...], _Reader]:
     return _FIXED.unpack_from(data, 0), _Reader(data, _FIXED.size)
 
 
+def peek_header(data: bytes) -> tuple[int, int, int, int, int, str | None, str | None]:
+    """What the pager holds of a message (id, priority, timestamp, expiration,
+    delivery time, correlation id, type), without decoding properties or body."""
+    (_, _, _, priority, ident, timestamp, expiration, delivery_time), r = _header(data)
+    r.str()  # message_id
+    return ident, priority, timestamp, expiration, delivery_time, r.str(), r.str()
+
+
 def decode_properties(data: bytes) -> dict[str, object]:
     """Only the user properties of an encoded message (for selectors)."""
     _, r = _header(data)
@@ -602,20 +609,5 @@ def decode(data: bytes) -> Message:
             message._values = [r.value() for _ in range(r.u32())]
             message._position = 0
         return message
-    except (struct.error, IndexError, UnicodeDecodeError, ValueError) as e:
-        if isinstance(e, MessageFormatError):
-            raise
+    except (struct.error, IndexError, UnicodeDecodeError, ValueError) as e:  # ValueError: a bad delivery mode
         raise MessageFormatError(f"malformed message: {e}") from e
-
-
-def check_priority(priority: object) -> int:
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise TypeError(f"priority is an int, not {type(priority).__name__}")
-    if not 0 <= priority <= 9:
-        raise InvalidArgumentError(f"priority must be within 0..9, not {priority}")
-    return priority
-
-
-def check_closed(closed: bool, what: str) -> None:
-    if closed:
-        raise IllegalStateError(f"the {what} is closed")

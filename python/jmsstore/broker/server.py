@@ -46,7 +46,7 @@ from jmsstore.broker.destination import (
     Topic,
     check_name,
 )
-from jmsstore.broker.message import DeliveryMode, Message, encode
+from jmsstore.broker.message import DeliveryMode, Message, encode, peek_header
 from jmsstore.errors import (
     IllegalStateError,
     InvalidArgumentError,
@@ -65,8 +65,6 @@ if TYPE_CHECKING:
 __all__ = ["JMSServer"]
 
 _MARKER_ENTRY = struct.Struct("<QI")
-_FIXED = struct.Struct("<BBBBQqqq")
-_U32 = struct.Struct("<I")
 
 
 def now_ms() -> int:
@@ -386,7 +384,7 @@ class JMSServer:
         for target in targets:
             assert target.collection is not None
             for handle, body in store.scan(target.collection):
-                ident, priority, timestamp, expiration, delivery_time, correlation_id, jms_type = _peek(body)
+                ident, priority, timestamp, expiration, delivery_time, correlation_id, jms_type = peek_header(body)
                 add(
                     target.pager_id,
                     body,
@@ -434,47 +432,39 @@ class JMSServer:
         """Creates the queue (stored: it survives restarts), or returns the
         existing one, applying any ``settings`` given (see
         :class:`DestinationSettings`)."""
-        check_name("queue", name)
-        with self._lock:
-            self._check_open()
-            if name in self._topics:
-                raise InvalidDestinationError(f"{name!r} is a topic")
-            state = self._queues.get(name)
-            if state is not None:
-                if settings:
-                    self._configure(state, settings)
-                return state.destination
-            config = DestinationSettings().updated(**settings)
-            self._check_error_destination(config, name)
-            record = self._store.put(
-                self._collection("destinations"),
-                json.dumps({"kind": "queue", "name": name, "settings": config.to_json()}).encode(),
-            )
-            state = QueueState(self, Queue(name), config, record)
-            self._queues[name] = state
-            return state.destination
+        queue = self._create(Queue(name), settings)
+        assert isinstance(queue, Queue)
+        return queue
 
     def create_topic(self, name: str, **settings: Any) -> Topic:
         """Creates the topic or returns the existing one (see :meth:`create_queue`)."""
-        check_name("topic", name)
+        topic = self._create(Topic(name), settings)
+        assert isinstance(topic, Topic)
+        return topic
+
+    def _create(self, destination: Queue | Topic, settings: dict[str, Any]) -> Destination:
+        name, kind = destination.name, destination.kind
+        table: dict[str, Any] = self._queues if kind == "queue" else self._topics
         with self._lock:
             self._check_open()
-            if name in self._queues:
-                raise InvalidDestinationError(f"{name!r} is a queue")
-            topic = self._topics.get(name)
-            if topic is not None:
+            if name in (self._topics if kind == "queue" else self._queues):
+                raise InvalidDestinationError(f"{name!r} is a {'topic' if kind == 'queue' else 'queue'}")
+            state = table.get(name)
+            if state is not None:
                 if settings:
-                    self._configure(topic, settings)
-                return topic.destination
+                    self._configure(state, settings)
+                return state.destination  # type: ignore[no-any-return]
             config = DestinationSettings().updated(**settings)
             self._check_error_destination(config, name)
             record = self._store.put(
                 self._collection("destinations"),
-                json.dumps({"kind": "topic", "name": name, "settings": config.to_json()}).encode(),
+                json.dumps({"kind": kind, "name": name, "settings": config.to_json()}).encode(),
             )
-            topic = TopicState(Topic(name), config, record)
-            self._topics[name] = topic
-            return topic.destination
+            if isinstance(destination, Queue):
+                table[name] = QueueState(self, destination, config, record)
+            else:
+                table[name] = TopicState(destination, config, record)
+            return destination
 
     def _check_error_destination(self, settings: DestinationSettings, own: str) -> None:
         error = settings.error_destination
@@ -1046,19 +1036,3 @@ class JMSServer:
 
     def __repr__(self) -> str:
         return f"JMSServer({self.name!r}, {self._store.path!r}{', closed' if self._closed else ''})"
-
-
-def _peek(data: bytes) -> tuple[int, int, int, int, int, str | None, str | None]:
-    """The pager's header fields of an encoded message, without decoding it all."""
-    _, _, _, priority, ident, timestamp, expiration, delivery_time = _FIXED.unpack_from(data, 0)
-    pos = _FIXED.size
-    texts: list[str | None] = []
-    for _ in range(3):  # message_id, correlation_id, type
-        (n,) = _U32.unpack_from(data, pos)
-        pos += 4
-        if n == 0xFFFF_FFFF:
-            texts.append(None)
-        else:
-            texts.append(data[pos : pos + n].decode("utf-8", "surrogatepass"))
-            pos += n
-    return ident, priority, timestamp, expiration, delivery_time, texts[1], texts[2]
