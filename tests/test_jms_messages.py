@@ -824,3 +824,54 @@ def test_async_sends_complete_in_order(server: JMSServer) -> None:
     assert order == [f"m{i}" for i in range(50)]
     assert errors == [None] * 50
     assert texts(receive_all(server, queue)) == [f"m{i}" for i in range(50)]
+
+
+def test_async_send_futures_work_with_the_standard_tools(server: JMSServer) -> None:
+    """The future of ``send_async`` is a ``concurrent.futures.Future``: ``wait``,
+    ``as_completed``, done callbacks and ``asyncio.wrap_future`` see it complete."""
+    import asyncio
+    import concurrent.futures
+
+    queue = server.create_queue("Q")
+    called: list[str | None] = []
+    with connect(server) as connection:
+        producer = connection.create_session().create_producer(queue)
+        futures = [producer.send_async(TextMessage(f"m{i}")) for i in range(20)]
+        for f in futures:
+            assert isinstance(f, concurrent.futures.Future)
+        futures[0].add_done_callback(lambda f: called.append(f.result().text))
+        done, not_done = concurrent.futures.wait(futures, timeout=SOON)
+        assert not not_done and len(done) == 20
+        assert sorted(f.result().text for f in concurrent.futures.as_completed(futures, timeout=SOON)) == sorted(
+            f"m{i}" for i in range(20)
+        )
+        assert all(f.done() and f.exception() is None and not f.cancelled() for f in futures)
+        assert not futures[0].cancel()  # a send under way cannot be cancelled
+
+        async def awaited() -> str | None:
+            return (await asyncio.wrap_future(producer.send_async(TextMessage("awaited")))).text
+
+        assert asyncio.run(awaited()) == "awaited"
+    deadline = time.monotonic() + SOON
+    while not called and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert called == ["m0"]
+    assert texts(receive_all(server, queue)) == [f"m{i}" for i in range(20)] + ["awaited"]
+
+
+def test_async_send_counts_once_in_statistics(server: JMSServer) -> None:
+    queue = server.create_queue("Q")
+    with connect(server) as connection:
+        session = connection.create_session()
+        producer = session.create_producer(queue)
+        for f in [producer.send_async(TextMessage(f"m{i}")) for i in range(10)]:
+            f.result(timeout=SOON)
+        producer.delivery_mode = DeliveryMode.NON_PERSISTENT
+        producer.send_async(TextMessage("fast")).result(timeout=SOON)
+        transacted = connection.create_session(transacted=True)
+        transacted.create_producer(queue).send_async(TextMessage("t")).result(timeout=SOON)
+        transacted.commit()
+    deadline = time.monotonic() + SOON
+    while server.statistics()["sent"] < 12 and time.monotonic() < deadline:
+        time.sleep(0.01)  # the callback thread counts a durable send just after its future completes
+    assert server.statistics()["sent"] == 12

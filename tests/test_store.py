@@ -170,6 +170,32 @@ def test_transaction_commit_makes_everything_visible(open_store: OpenStore) -> N
     assert store.read(keep) == b"kept"
 
 
+@pytest.mark.parametrize("lazy", [False, True])
+def test_commit_async_durable_or_lazy(open_store: OpenStore, lazy: bool) -> None:
+    """A lazy commit asks for no flush of its own; alone it is written within
+    10 ms, and its future completes like any other."""
+    store = open_store()
+    gone = store.put("orders", b"gone")
+    tx = store.transaction()
+    new = tx.put("orders", b"new")
+    tx.delete(gone)
+    assert tx.commit_async(lazy=lazy).result(timeout=30) is None
+    assert store.read(new) == b"new" and gone not in store
+    store.close()
+    store = open_store()
+    assert store.read(new) == b"new" and gone not in store
+
+
+def test_commit_async_refuses_a_bad_lazy_flag(store: FileStore) -> None:
+    tx = store.transaction()
+    h = tx.put("orders", b"x")
+    with pytest.raises(TypeError, match="lazy"):
+        tx.commit_async(lazy="yes")  # type: ignore[arg-type]
+    assert h not in store
+    tx.commit()  # the transaction is still usable: nothing was submitted
+    assert store.read(h) == b"x"
+
+
 def test_transaction_can_update_and_delete_its_own_puts(store: FileStore) -> None:
     with store.transaction() as tx:
         h1 = tx.put("a", b"1")

@@ -90,10 +90,17 @@ class Transaction:
         self._done = True
         self._store._native_store().commit(self._batch)
 
-    def commit_async(self) -> Future[None]:
-        """Writes everything atomically without waiting; the future completes once durable."""
+    def commit_async(self, *, lazy: bool = False) -> Future[None]:
+        """Writes everything atomically without waiting; the future completes once durable.
+
+        ``lazy=True``: the transaction asks for no flush of its own; it goes
+        out with the next group written for other work, or within 10 ms.
+        For writes whose loss in a crash is harmless (the broker's
+        acknowledgement deletes)."""
         if self._done:
             raise InvalidArgumentError("this transaction is already finished")
+        if not isinstance(lazy, bool):
+            raise TypeError(f"lazy is a bool, not {type(lazy).__name__}")
         self._done = True
         future: Future[None] = Future()
         future.set_running_or_notify_cancel()
@@ -104,7 +111,7 @@ class Transaction:
             else:
                 future.set_result(None)
 
-        self._store._native_store().commit_async(self._batch, done)
+        self._store._native_store().commit_async(self._batch, done, lazy)
         return future
 
     def rollback(self) -> None:

@@ -27,10 +27,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 from jmsstore._args import integer
+from jmsstore._native import Signal
 from jmsstore.broker.destination import Destination, Queue, TemporaryQueue, Topic, check_name
 from jmsstore.broker.message import (
     BytesMessage,
@@ -268,7 +269,7 @@ class Session:
         self._auto_pending: Delivery | None = None
         self._ack_backlog: list[Delivery] = []  # acknowledged (AUTO, DUPS_OK), store deletes not yet submitted
         self._sends: list[tuple[list[tuple[Target, bool]], Message, bytes]] = []
-        self._wake = threading.Event()
+        self._wake = Signal()  # set on messages for its listeners (and on start and close)
         self._listeners: list[MessageConsumer] = []
         self._dispatcher: threading.Thread | None = None
         self._dispatching = False  # the dispatcher is delivering to a listener (guarded by the connection's _cond)
@@ -493,7 +494,7 @@ class Session:
         """Submits the store deletes of AUTO and DUPS_OK acknowledgements, as
         one batch, without waiting. Runs every ``messages_maximum`` messages,
         whenever a consumer of the session finds nothing to take, and on
-        close. A crash before they are durable brings those messages back,
+        close. A crash before they are written brings those messages back,
         marked redelivered (their delivery records are durable)."""
         with self._lock:
             backlog, self._ack_backlog = self._ack_backlog, []
@@ -506,8 +507,9 @@ class Session:
             batch.delete(h)
         self._server._settle(handles, batch)
         # No completion callback: a failed write poisons the store and the
-        # next durable call reports it.
-        native.commit_async(batch)
+        # next durable call reports it. Lazy: no flush of its own, it goes
+        # out with the next group written anyway (or within 10 ms).
+        native.commit_async(batch, None, True)
 
     def _release(self, deliveries: list[Delivery], redelivered: bool) -> None:
         """Returns messages to their destinations: redelivered ones with the
@@ -560,8 +562,7 @@ class Session:
             txn.rollback()
         server._pager._native.remove(d.key)
         if routes:
-            server._publish(routes, handles, message, d.body)
-            server._stats.sent -= 1  # a move, not a send
+            server._publish(routes, handles, message, d.body, count=False)  # a move, not a send
             server._stats.moved_to_error_destination += 1
         else:
             server._stats.dropped_after_redelivery_limit += 1
@@ -653,7 +654,7 @@ class Session:
         with self._lock:
             if consumer not in self._listeners:
                 self._listeners.append(consumer)
-                consumer._target.waiters.add(self._wake)
+                consumer._target.bell.add_listener(self._wake)
             if self._dispatcher is None:
                 self._dispatcher = threading.Thread(
                     target=self._dispatch, name="jmsstore-session-dispatch", daemon=True
@@ -665,7 +666,7 @@ class Session:
         with self._lock:
             if consumer in self._listeners:
                 self._listeners.remove(consumer)
-                consumer._target.waiters.discard(self._wake)
+                consumer._target.bell.remove_listener(self._wake)
 
     def _dispatch(self) -> None:
         """The session's thread: calls listeners one message at a time (JMS 2.0 §6.2.8)."""
@@ -771,10 +772,79 @@ class Session:
         self.close()
 
 
-def _forget(idle: deque[threading.Event], event: threading.Event) -> None:
-    """Takes ``event`` out of an idle list (a notify may have taken it already)."""
-    with contextlib.suppress(ValueError):
-        idle.remove(event)
+class SendFuture(Future[Message]):
+    """The future of an asynchronous send (a ``concurrent.futures.Future``).
+
+    The store sets a native signal the moment the message is durable and
+    visible, without the GIL, and a sender waiting in ``result()`` or
+    ``exception()`` wakes on it; the callback thread settles the future for
+    everyone else (callbacks, ``concurrent.futures.wait``) just after. With
+    an ``on_completion`` listener, the future completes only once the
+    listener has run.
+
+    One per message, so kept small: the futures of a producer share one
+    condition (``Future`` makes one per instance, the largest cost of an
+    asynchronous send). Nobody waits on it: ``result()`` and ``exception()``
+    wait on the signal, ``concurrent.futures.wait`` on its own event."""
+
+    def __init__(
+        self,
+        message: Message,
+        condition: threading.Condition,
+        on_completion: CompletionCallback | None,
+        stats: Any,
+    ) -> None:
+        # Future.__init__'s attributes, with the shared condition.
+        self._condition = condition
+        self._state = "RUNNING"
+        self._result = None
+        self._exception = None
+        self._waiters: list[Any] = []
+        self._done_callbacks: list[Any] = []
+        self._message = message
+        self._on_completion = on_completion
+        self._stats = stats
+        self._durable = Signal()  # set natively on success (without a listener), else by _completed
+
+    def _completed(self, _: object, error: BaseException | None) -> None:
+        """The store's completion (on the callback thread)."""
+        if self._on_completion is not None:
+            try:
+                self._on_completion(self._message, error)
+            except Exception:
+                log.exception("a send completion callback raised")
+        if error is None and self._stats is not None:
+            self._stats.sent += 1
+        self._finish(error)
+        self._durable.set()
+
+    def _finish(self, error: BaseException | None) -> None:
+        if self._state != "RUNNING":
+            return  # a waiter settled it first
+        with contextlib.suppress(InvalidStateError):  # (or does right now)
+            if error is None:
+                self.set_result(self._message)
+            else:
+                self.set_exception(error)
+
+    def _wait(self, timeout: float | None) -> None:
+        if not self._durable.wait(timeout):
+            raise TimeoutError()
+        # Set natively means success (_completed settles before it sets the signal).
+        self._finish(None)
+
+    def done(self) -> bool:
+        if self._durable.is_set():
+            self._finish(None)
+        return super().done()
+
+    def result(self, timeout: float | None = None) -> Message:
+        self._wait(timeout)
+        return super().result(0)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._wait(timeout)
+        return super().exception(0)
 
 
 class MessageProducer:
@@ -784,6 +854,7 @@ class MessageProducer:
     def __init__(self, session: Session, destination: Destination | None) -> None:
         self._session = session
         self.destination = destination
+        self._futures_condition = threading.Condition()  # shared by its SendFutures
         self.delivery_mode = DeliveryMode.PERSISTENT
         self.priority = 4
         self.time_to_live = 0
@@ -842,9 +913,7 @@ class MessageProducer:
             with session._lock:
                 session._sends.append((routes, message, data))
             return
-        server = session._server
-        handles = server._write(routes, data, None)
-        server._publish(routes, handles, message, data)
+        session._server._send(routes, message, data)
 
     def send_async(
         self,
@@ -865,27 +934,20 @@ class MessageProducer:
         raise here. Sends of one producer complete in order.
         """
         routes, data = self._prepare(message, destination, delivery_mode, priority, time_to_live, delivery_delay)
-        future: Future[Message] = Future()
-        future.set_running_or_notify_cancel()
-
-        def done(error: BaseException | None) -> None:
-            if on_completion is not None:
-                try:
-                    on_completion(message, error)
-                except Exception:
-                    log.exception("a send completion callback raised")
-            if error is None:
-                future.set_result(message)
-            else:
-                future.set_exception(error)
-
         session = self._session
+        server = session._server
+        # In a transaction the send is counted when the commit publishes it.
+        stats = None if session.transacted else server._stats
+        future = SendFuture(message, self._futures_condition, on_completion, stats)
         if session.transacted:
             with session._lock:
                 session._sends.append((routes, message, data))
-            threading.Thread(target=done, args=(None,), daemon=True).start()
+            threading.Thread(target=future._completed, args=(None, None), daemon=True).start()
             return future
-        session._server._send_async(routes, message, data, done)
+        # With a completion listener the future completes after it has run
+        # (on the callback thread), not when the store signals.
+        durable = future._durable if on_completion is None else None
+        server._send_async(routes, message, data, future._completed, durable)
         return future
 
     def close(self) -> None:
@@ -919,13 +981,13 @@ class MessageConsumer:
         self._receiving = threading.Lock()  # held by a synchronous receive in progress
         self._stopping = False
         self._limit = session._connection._factory.messages_maximum
-        self._wake = threading.Event()
+        self._wake = Signal()
         self._closed = False
         self._listener: MessageListener | None = None
         self._filter: Callable[..., bool] | None = None
         self._filter_body = False
         if selector.text:
-            target.selective += 1
+            target.bell.add_selective(1)
             if selector.identifiers <= _PAGER_HEADERS:
                 self._filter = self._header_filter
             else:
@@ -999,9 +1061,9 @@ class MessageConsumer:
             if self._buffer:
                 d = self._buffer.popleft()
                 marker = d.marker
-                if marker is not None and marker.future is not None and not marker.future.done():
+                if marker is not None:
                     try:
-                        marker.future.result()
+                        marker.wait()
                     except BaseException:
                         self._buffer.appendleft(d)
                         self._return_prefetched()
@@ -1011,10 +1073,10 @@ class MessageConsumer:
                 return d
             self._wake.clear()
             # In the idle list before looking: a message sent after the look wakes us.
-            idle = self._target.idle
-            idle.append(self._wake)
+            bell = self._target.bell
+            bell.push_idle(self._wake)
             if self._fill():
-                _forget(idle, self._wake)
+                bell.forget_idle(self._wake)
                 continue
             if self._session.ack_mode == AckMode.DUPS_OK:
                 self._session._flush_dups()
@@ -1027,7 +1089,7 @@ class MessageConsumer:
                 until_due = max(0.001, (due - now_ms()) / 1000)
                 timeout = until_due if timeout is None else min(timeout, until_due)
             self._wake.wait(timeout if timeout is not None else 1.0)
-            _forget(idle, self._wake)
+            bell.forget_idle(self._wake)
 
     def _stop(self) -> None:
         """Ends a receive in progress on another thread and waits for it to
@@ -1099,10 +1161,11 @@ class MessageConsumer:
         self._closed = True
         self._stop()  # a receive in progress on another thread returns first
         self._session._remove_listener(self)
-        self._target.waiters.discard(self._wake)
-        _forget(self._target.idle, self._wake)
+        bell = self._target.bell
+        bell.remove_listener(self._wake)
+        bell.forget_idle(self._wake)
         if self._selector.text:
-            self._target.selective -= 1
+            bell.add_selective(-1)
         self._return_prefetched()
         server = self._session._server
         if self._subscription is not None:

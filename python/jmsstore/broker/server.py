@@ -24,6 +24,7 @@ in the pager only.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import json
@@ -32,12 +33,12 @@ import struct
 import threading
 import time
 import weakref
-from collections import deque
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from jmsstore import _native
+from jmsstore._native import Doorbell, Signal
 from jmsstore.broker.destination import (
     Destination,
     DestinationSettings,
@@ -53,6 +54,7 @@ from jmsstore.errors import (
     InvalidClientIDError,
     InvalidDestinationError,
     MessageTooLargeError,
+    UnknownHandleError,
 )
 from jmsstore.pager import Pager
 from jmsstore.selector import Selector
@@ -74,14 +76,24 @@ def now_ms() -> int:
 class Marker:
     """A delivery record: store handles handed out (or about to be) in one batch."""
 
-    __slots__ = ("dropped", "future", "handle", "pending")
+    __slots__ = ("dropped", "durable", "error", "handle", "pending")
 
-    def __init__(self, pending: dict[int, int]) -> None:
+    def __init__(self, pending: dict[int, int], handle: int | None = None) -> None:
         self.pending = pending  # store handle -> delivery count, for messages not yet deleted
-        self.handle: int | None = None
-        self.future: Future[int] | None = None
+        self.handle = handle  # its record (None: its write failed)
+        # Set natively the moment the record is durable (a consumer waits on it
+        # before handing the messages out), or by the callback when it failed.
+        self.durable = Signal()
+        self.error: BaseException | None = None
         # Its record's delete was decided (under the server lock): nothing may touch the record again.
         self.dropped = False
+
+    def wait(self) -> None:
+        """Waits until the record is durable; raises the error if its write failed."""
+        if not self.durable.is_set():
+            self.durable.wait()
+        if self.error is not None:
+            raise self.error
 
 
 class Target:
@@ -93,9 +105,14 @@ class Target:
         self.pager_id = server._pager.create_destination(pager_name, settings.order)
         self.collection = collection
         self.settings = settings
-        self.waiters: set[threading.Event] = set()  # sessions with listeners on this target
-        self.idle: deque[threading.Event] = deque()  # consumers about to wait, in arrival order
-        self.selective = 0  # consumers with a selector
+        # Who waits here: listener sessions, and idle consumers (woken one per
+        # message, or all of them when a consumer has a selector). Native, so
+        # that a send completing on the store's completer thread rings it
+        # without the GIL.
+        self.bell = Doorbell()
+        # What the native send path takes: (collection if stored, pager destination, doorbell).
+        self.route = (collection, self.pager_id, self.bell)
+        self.unstored_route = (None, self.pager_id, self.bell)
         self.delayed: list[int] = []  # heap of delivery times of delayed messages, for waking waiters
         self.consumers = 0
         self.deleted = False
@@ -103,34 +120,14 @@ class Target:
 
     def notify(self) -> None:
         """A message became available: wake the listener sessions and one idle
-        consumer, the longest waiting. With selectors the one woken may not
-        want it, so then every idle consumer. A consumer that takes a full
-        batch wakes the next one (see ``MessageConsumer._fill``)."""
-        # An event already set has no waiter and stays set until its owner
-        # clears it before looking again: setting it again would only take its lock.
-        for event in tuple(self.waiters):
-            if not event.is_set():
-                event.set()
-        idle = self.idle
-        while idle:
-            try:
-                event = idle.popleft()
-            except IndexError:  # another thread emptied it
-                return
-            if not event.is_set():
-                event.set()
-                if not self.selective:
-                    return
+        consumer, the longest waiting (every idle one when a consumer has a
+        selector). A consumer that takes a full batch wakes the next one
+        (see ``MessageConsumer._fill``)."""
+        self.bell.ring()
 
     def notify_all(self) -> None:
         """Wakes everyone (the target was deleted)."""
-        for event in tuple(self.waiters):
-            event.set()
-        while self.idle:
-            try:
-                self.idle.popleft().set()
-            except IndexError:
-                return
+        self.bell.ring_all()
 
     def delay_until(self, when: int) -> None:
         with self.lock:
@@ -336,8 +333,8 @@ class JMSServer:
         counts: dict[int, int] = {}
         stale: list[int] = []
         for handle, body in store.scan(self._collection("delivered")):
-            marker = Marker({})
-            marker.handle = handle
+            marker = Marker({}, handle)
+            marker.durable.set()
             for message_handle, count in _MARKER_ENTRY.iter_unpack(body):
                 if message_handle in store:
                     marker.pending[message_handle] = count
@@ -665,49 +662,65 @@ class JMSServer:
             routes.append((sub, persistent and sub.collection is not None))
         return routes
 
-    def _write(self, routes: list[tuple[Target, bool]], data: bytes, txn: Transaction | None) -> list[int | None]:
-        """Puts the stored copies into ``txn`` (or a new one committed here)."""
-        stored = [t for t, s in routes if s]
-        if not stored:
-            return [None] * len(routes)
-        if txn is None and len(stored) == 1:
-            only = self._store.put(stored[0].collection or "", data)
-            return [only if s else None for _, s in routes]
-        own = txn is None
-        batch = self._store.transaction() if txn is None else txn
-        handles = [batch.put(t.collection or "", data) if s else None for t, s in routes]
-        if own:
-            batch.commit()
-        return handles
+    def _write(self, routes: list[tuple[Target, bool]], data: bytes, txn: Transaction) -> list[int | None]:
+        """Puts the stored copies into ``txn`` (a transacted session's commit)."""
+        return [txn.put(t.collection or "", data) if s else None for t, s in routes]
+
+    @staticmethod
+    def _header(message: Message) -> tuple[int, int, int, int, int, str | None, str | None]:
+        """The fields the pager orders, filters and expires by."""
+        return (
+            message.id,
+            message.priority,
+            message.timestamp,
+            message.expiration,
+            message.delivery_time,
+            message.correlation_id,
+            message.type,
+        )
+
+    def _delayed(self, routes: list[tuple[Target, bool]], message: Message) -> None:
+        if message.delivery_time > message.timestamp:
+            for target, _ in routes:
+                target.delay_until(message.delivery_time)
 
     def _publish(
-        self, routes: list[tuple[Target, bool]], handles: list[int | None], message: Message, data: bytes
+        self,
+        routes: list[tuple[Target, bool]],
+        handles: list[int | None],
+        message: Message,
+        data: bytes,
+        count: bool = True,
     ) -> None:
-        """Makes a sent message visible to consumers."""
-        add = self._pager._native.add
-        for (target, _), handle in zip(routes, handles, strict=True):
-            if target.deleted:
-                if handle is not None:
+        """Makes a message already stored (``handles``) visible to consumers
+        (``count``: as a send, in the statistics)."""
+        self._delayed(routes, message)
+        live = [(t, h) for (t, _), h in zip(routes, handles, strict=True)]
+        gone = _native.publish(
+            self._pager._native, [(t.pager_id, t.bell, h) for t, h in live], data, self._header(message)
+        )
+        for i in gone:  # deleted meanwhile: its stored copy goes too
+            handle = live[i][1]
+            if handle is not None:
+                with contextlib.suppress(UnknownHandleError):
                     self._store.delete(handle)
-                continue
-            add(
-                target.pager_id,
-                data,
-                len(data),
-                message.id,
-                message.priority,
-                message.timestamp,
-                message.expiration,
-                message.delivery_time,
-                0,
-                message.correlation_id,
-                message.type,
-                None,
-                handle,
-            )
-            if message.delivery_time > message.timestamp:
-                target.delay_until(message.delivery_time)
-            target.notify()
+        if count:
+            self._stats.sent += 1
+
+    def _send(self, routes: list[tuple[Target, bool]], message: Message, data: bytes) -> None:
+        """Sends outside a transaction: the stored copies are durable, and
+        every copy is visible, when this returns."""
+        if not any(s for _, s in routes):  # nothing to wait for: publish holding the GIL
+            self._publish(routes, [None] * len(routes), message, data)
+            return
+        self._delayed(routes, message)
+        _native.send(
+            self._store._native_store(),
+            self._pager._native,
+            [t.route if s else t.unstored_route for t, s in routes if not t.deleted],
+            data,
+            self._header(message),
+        )
         self._stats.sent += 1
 
     def _send_async(
@@ -715,53 +728,47 @@ class JMSServer:
         routes: list[tuple[Target, bool]],
         message: Message,
         data: bytes,
-        done: Callable[[BaseException | None], None],
+        completed: Callable[[int | None, BaseException | None], None],
+        durable: Signal | None,
     ) -> None:
-        stored = [t for t, s in routes if s]
-        if not stored:
-            self._publish(routes, [None] * len(routes), message, data)
-            done(None)
+        """Sends without waiting. Once the stored copies are durable, the
+        store's completer thread publishes the message and sets ``durable``
+        (natively, without the GIL; if given), then the callback thread
+        calls ``completed(handle, error)`` (which counts the send)."""
+        if not any(s for _, s in routes):
+            self._publish(routes, [None] * len(routes), message, data, count=False)
+            completed(None, None)  # counts it
             return
-        native = self._store._native_store()
-        if len(stored) == 1:
-
-            def put_done(handle: int | None, error: BaseException | None) -> None:
-                if error is None:
-                    self._publish(routes, [handle if s else None for _, s in routes], message, data)
-                done(error)
-
-            native.put_async(stored[0].collection or "", data, put_done)
-            return
-        batch = native.batch()
-        handles: list[int | None] = [batch.put(t.collection or "", data) if s else None for t, s in routes]
-
-        def commit_done(_: object, error: BaseException | None) -> None:
-            if error is None:
-                self._publish(routes, handles, message, data)
-            done(error)
-
-        native.commit_async(batch, commit_done)
+        self._delayed(routes, message)
+        _native.send_async(
+            self._store._native_store(),
+            self._pager._native,
+            [t.route if s else t.unstored_route for t, s in routes if not t.deleted],
+            data,
+            self._header(message),
+            completed,
+            durable,
+        )
 
     # ------------------------------------------------------------ delivery records
 
     def _mark(self, handles: list[int], counts: list[int]) -> Marker:
-        """Writes a delivery record for ``handles`` (asynchronously: wait on ``marker.future``)."""
+        """Writes a delivery record for ``handles`` (asynchronously: ``marker.wait()``)."""
         marker = Marker(dict(zip(handles, counts, strict=True)))
         with self._lock:
             for h in handles:
                 self._markers_of.setdefault(h, []).append(marker)
         body = b"".join(_MARKER_ENTRY.pack(h, c) for h, c in zip(handles, counts, strict=True))
-        future: Future[int] = Future()
-        marker.future = future
 
-        def written(handle: int | None, error: BaseException | None) -> None:
+        def written(_: int | None, error: BaseException | None) -> None:
             if error is not None:
-                future.set_exception(error)
-            else:
-                marker.handle = handle
-                future.set_result(handle or 0)
+                marker.error = error
+                marker.handle = None
+                marker.durable.set()
 
-        self._store._native_store().put_async(self._collection("delivered"), body, written)
+        handle = self._store._native_store().put_async(self._collection("delivered"), body, written, marker.durable)
+        if marker.error is None:  # (a failure reported already, while the put let the GIL go)
+            marker.handle = handle
         self._stats.delivery_records += 1
         return marker
 
@@ -796,8 +803,7 @@ class JMSServer:
         if not touched:
             return
         for marker in touched.values():
-            if marker.future is not None:
-                marker.future.exception()  # waits for the record's write (outside the lock)
+            marker.durable.wait()  # for the record's write (outside the lock)
         # Decided and submitted under the lock, from the records' current
         # state: a _settle (or another _unmark) of the same record may run
         # concurrently, and the store refuses (UnknownHandleError) a batch

@@ -2,8 +2,9 @@
 //!
 //! The store's flusher must never wait for the GIL (that would stall group
 //! commit for every writer), so it only sends `(callback, outcome)` down a
-//! channel; one completer thread takes the GIL and runs the callbacks,
-//! draining everything queued per GIL acquisition. Each store counts its
+//! channel; a completer thread runs any native follow-up work (without
+//! the GIL) and a callback thread takes the GIL once per drain and runs
+//! the Python callbacks. Each store counts its
 //! callbacks not yet run, so that `close()` can wait for them.
 
 use std::cell::Cell;
@@ -18,8 +19,14 @@ use crate::errors::PyStoreError;
 
 type Outcome = Result<u64, Error>;
 
+/// Work for the completer to do without the GIL before the callback runs
+/// (publishing a durable message to the pager); its result replaces a
+/// successful outcome.
+pub type Followup = Box<dyn FnOnce() -> Outcome + Send>;
+
 struct Delivery {
-    callback: Py<PyAny>,
+    followup: Option<Followup>,
+    callback: Option<Py<PyAny>>,
     outcome: Outcome,
     _ticket: Ticket,
 }
@@ -74,23 +81,67 @@ thread_local! {
 
 static COMPLETER: OnceLock<Sender<Delivery>> = OnceLock::new();
 
+/// The completer: a native thread runs the follow-ups and hands what has a
+/// Python callback on to a second thread, which takes the GIL. Two threads,
+/// so that waiting for the GIL (up to Python's switch interval when other
+/// threads are busy) never delays a follow-up, whose signal a sender may be
+/// waiting on.
 fn completer() -> &'static Sender<Delivery> {
     COMPLETER.get_or_init(|| {
         let (tx, rx) = unbounded();
+        let (to_python, from_native) = unbounded();
+        thread::Builder::new()
+            .name("jmsstore-callbacks".into())
+            .spawn(move || run_callbacks(from_native))
+            .expect("the callback thread starts");
         thread::Builder::new()
             .name("jmsstore-completer".into())
-            .spawn(move || run(rx))
+            .spawn(move || run_followups(rx, to_python))
             .expect("the completer thread starts");
         tx
     })
 }
 
-fn run(rx: Receiver<Delivery>) {
+/// Most completions handled per round (per GIL acquisition on the callback thread).
+const MAX_DRAIN: usize = 4096;
+
+/// Takes what is queued after `first`, up to `MAX_DRAIN` in all.
+fn drain<T>(rx: &Receiver<T>, first: T) -> Vec<T> {
+    let mut drained = vec![first];
+    while drained.len() < MAX_DRAIN {
+        let Ok(next) = rx.try_recv() else { break };
+        drained.push(next);
+    }
+    drained
+}
+
+fn run_followups(rx: Receiver<Delivery>, to_python: Sender<Vec<Delivery>>) {
+    while let Ok(first) = rx.recv() {
+        let mut for_python = Vec::new();
+        for mut d in drain(&rx, first) {
+            if let Some(followup) = d.followup.take() {
+                if d.outcome.is_ok() {
+                    d.outcome = followup();
+                }
+            }
+            if d.callback.is_some() {
+                for_python.push(d);
+            } // else its ticket counts down as it drops
+        }
+        // One hand-over per round: the callback thread wakes (and takes the GIL) once.
+        if !for_python.is_empty() {
+            let _ = to_python.send(for_python);
+        }
+    }
+}
+
+fn run_callbacks(rx: Receiver<Vec<Delivery>>) {
     ON_COMPLETER.with(|c| c.set(true));
     while let Ok(first) = rx.recv() {
+        let rounds = drain(&rx, first);
         Python::attach(|py| {
-            let mut next = Some(first);
-            while let Some(Delivery { callback, outcome, _ticket }) = next {
+            for Delivery { callback, outcome, _ticket, .. } in rounds.into_iter().flatten() {
+                let Some(callback) = callback else { continue };
                 let result = match outcome {
                     Ok(handle) => callback.call1(py, (handle, py.None())),
                     Err(e) => callback.call1(py, (py.None(), PyErr::from(PyStoreError(e)).into_value(py))),
@@ -100,7 +151,6 @@ fn run(rx: Receiver<Delivery>) {
                 }
                 drop(callback);
                 drop(_ticket);
-                next = rx.try_recv().ok();
             }
         });
     }
@@ -112,10 +162,21 @@ pub fn deliver(
     handle: u64,
     outstanding: &Arc<Outstanding>,
 ) -> impl FnOnce(jmsstore_core::Result<()>) + Send + 'static {
+    deliver_after(None, Some(callback), handle, outstanding)
+}
+
+/// As [`deliver`], running `followup` first on the completer thread (without
+/// the GIL, never on the store's flusher); the callback is optional.
+pub fn deliver_after(
+    followup: Option<Followup>,
+    callback: Option<Py<PyAny>>,
+    handle: u64,
+    outstanding: &Arc<Outstanding>,
+) -> impl FnOnce(jmsstore_core::Result<()>) + Send + 'static {
     let tx = completer().clone();
     outstanding.add();
     let ticket = Ticket(outstanding.clone());
     move |result| {
-        let _ = tx.send(Delivery { callback, outcome: result.map(|()| handle), _ticket: ticket });
+        let _ = tx.send(Delivery { followup, callback, outcome: result.map(|()| handle), _ticket: ticket });
     }
 }

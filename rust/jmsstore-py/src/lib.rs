@@ -12,7 +12,9 @@ mod errors;
 mod inspect;
 mod pager;
 mod progress;
+mod publish;
 mod store;
+mod wake;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -20,11 +22,16 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::NativeStore>()?;
     m.add_class::<store::NativeBatch>()?;
     m.add_class::<pager::NativePager>()?;
+    m.add_class::<wake::Signal>()?;
+    m.add_class::<wake::Doorbell>()?;
     m.add_class::<inspect::Record>()?;
     m.add_class::<inspect::Damage>()?;
     m.add_function(wrap_pyfunction!(inspect::segments, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::read_segment, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::live, m)?)?;
+    m.add_function(wrap_pyfunction!(publish::send, m)?)?;
+    m.add_function(wrap_pyfunction!(publish::send_async, m)?)?;
+    m.add_function(wrap_pyfunction!(publish::publish, m)?)?;
     m.add_function(wrap_pyfunction!(codec::compress, m)?)?;
     m.add_function(wrap_pyfunction!(codec::decompress, m)?)?;
     m.add_function(wrap_pyfunction!(codec::codecs, m)?)?;

@@ -1,6 +1,7 @@
 //! `NativePager`: the paging engine, converted and with the GIL released.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use jmsstore_core::codec::Codec;
 use jmsstore_core::pager::order::Order;
@@ -18,7 +19,14 @@ type TakenTuple<'py> = (u64, u32, Option<u64>, Bound<'py, PyBytes>);
 /// The paging engine of a JMS server.
 #[pyclass(frozen, module = "jmsstore._native")]
 pub struct NativePager {
-    pager: Pager,
+    pager: Arc<Pager>,
+}
+
+impl NativePager {
+    /// The pager, shared (the send path publishes from the completer thread).
+    pub(crate) fn shared(&self) -> Arc<Pager> {
+        self.pager.clone()
+    }
 }
 
 fn header_dict<'py>(py: Python<'py>, h: &Header) -> PyResult<Bound<'py, PyDict>> {
@@ -106,7 +114,7 @@ impl NativePager {
         };
         let store = store.map(NativeStore::shared);
         let pager = py.detach(|| Pager::new(store, options))?;
-        Ok(NativePager { pager })
+        Ok(NativePager { pager: Arc::new(pager) })
     }
 
     fn create_destination(&self, name: &str, order: &str) -> PyResult2<u32> {

@@ -11,9 +11,10 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
-use crate::completion::{self, Outstanding};
+use crate::completion::{self, Followup, Outstanding};
 use crate::errors::{PyResult2, PyStoreError};
 use crate::progress::python_progress;
+use crate::wake::Signal;
 
 /// The file store. Every call that touches the disk releases the GIL.
 #[pyclass(frozen, module = "jmsstore._native")]
@@ -26,6 +27,11 @@ impl NativeStore {
     /// The store, shared (the pager reads persistent bodies back from it).
     pub fn shared(&self) -> Arc<Store> {
         self.store.clone()
+    }
+
+    /// Its callbacks not yet run (for completions created outside this module).
+    pub(crate) fn outstanding(&self) -> Arc<Outstanding> {
+        self.outstanding.clone()
     }
 }
 
@@ -54,7 +60,7 @@ impl NativeBatch {
 /// Bodies smaller than this are copied into a batch with the GIL held:
 /// queueing them is quicker than handing the GIL to another thread and back.
 /// Larger ones (and everything that waits for the disk) release it.
-const DETACH_ABOVE: usize = 16 << 10;
+pub(crate) const DETACH_ABOVE: usize = 16 << 10;
 
 #[pymethods]
 impl NativeBatch {
@@ -168,12 +174,30 @@ impl NativeStore {
         Ok(py.detach(|| self.store.put(collection, &body))?)
     }
 
-    /// Queues a put; `callback(handle, error)` runs on the completer thread once it is durable.
-    fn put_async(&self, py: Python<'_>, collection: &str, body: PyBackedBytes, callback: Py<PyAny>) -> PyResult2<u64> {
+    /// Queues a put; `callback(handle, error)` runs on the callback thread
+    /// once it is durable. `durable`, if given, is set (without the GIL)
+    /// the moment the put is durable; a failure only calls the callback.
+    #[pyo3(signature = (collection, body, callback, durable=None))]
+    fn put_async(
+        &self,
+        py: Python<'_>,
+        collection: &str,
+        body: PyBackedBytes,
+        callback: Py<PyAny>,
+        durable: Option<PyRef<'_, Signal>>,
+    ) -> PyResult2<u64> {
+        let durable = durable.map(|s| s.flag());
         let queue = || {
             let mut batch = self.store.batch();
             let handle = batch.put(collection, &body)?;
-            self.store.commit_async(batch, completion::deliver(callback, handle, &self.outstanding))?;
+            let followup: Option<Followup> = durable.map(|flag| -> Followup {
+                Box::new(move || {
+                    flag.set();
+                    Ok(handle)
+                })
+            });
+            self.store
+                .commit_async(batch, completion::deliver_after(followup, Some(callback), handle, &self.outstanding))?;
             Ok::<u64, Error>(handle)
         };
         if body.len() < DETACH_ABOVE {
@@ -215,15 +239,21 @@ impl NativeStore {
 
     /// Commits a batch; `callback(0, error)` runs once it is durable. With
     /// no callback nobody is told (a failed write poisons the store, so the
-    /// next call reports it): no completion to run per batch.
-    #[pyo3(signature = (batch, callback=None))]
-    fn commit_async(&self, batch: &NativeBatch, callback: Option<Py<PyAny>>) -> PyResult2<()> {
+    /// next call reports it): no completion to run per batch. `lazy`: the
+    /// batch asks for no flush of its own (`Store::commit_lazy`).
+    #[pyo3(signature = (batch, callback=None, lazy=false))]
+    fn commit_async(&self, batch: &NativeBatch, callback: Option<Py<PyAny>>, lazy: bool) -> PyResult2<()> {
         let batch = batch.take()?;
-        match callback {
-            Some(callback) => {
-                Ok(self.store.commit_async(batch, completion::deliver(callback, 0, &self.outstanding))?)
+        let submit = |batch, on_done: Box<dyn FnOnce(jmsstore_core::Result<()>) + Send>| {
+            if lazy {
+                self.store.commit_lazy(batch, on_done)
+            } else {
+                self.store.commit_async(batch, on_done)
             }
-            None => Ok(self.store.commit_async(batch, |_| {})?),
+        };
+        match callback {
+            Some(callback) => Ok(submit(batch, Box::new(completion::deliver(callback, 0, &self.outstanding)))?),
+            None => Ok(submit(batch, Box::new(|_| {}))?),
         }
     }
 

@@ -1063,6 +1063,11 @@ impl Pager {
         Ok(())
     }
 
+    /// Whether `destination` names a destination not deleted.
+    pub fn has_destination(&self, destination: u32) -> bool {
+        open(&self.inner).is_ok_and(|inner| inner.destination(destination).is_ok())
+    }
+
     /// Deletes a destination and every message in it (each as [`Pager::remove`]
     /// would, reserved ones too); returns how many messages it held. Its
     /// name can be used again; its id stays unknown.

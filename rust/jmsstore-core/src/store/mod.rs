@@ -33,6 +33,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use crate::codec::{self, Codec, CodecId};
 use crate::error::{Error, Result};
@@ -139,6 +140,11 @@ impl Default for StoreOptions {
         }
     }
 }
+
+/// Longest a lazy batch waits for a flush that happens anyway (see `Store::commit_lazy`).
+pub const LAZY_MAX_DELAY: Duration = Duration::from_millis(10);
+/// Operations of waiting lazy batches that make the flusher go at once.
+pub const LAZY_MAX_OPS: usize = 4096;
 
 /// Smallest allowed segment size.
 pub const MIN_SEGMENT_BYTES: u64 = 4096;
@@ -427,9 +433,39 @@ pub(crate) struct State {
     in_flight_deletes: HashSet<u64>,
     poisoned: Option<String>,
     closing: bool,
+    /// Queued works that want a flush now (everything but lazy batches).
+    urgent: usize,
+    /// When the oldest queued lazy batch arrived, and how many operations lazy batches hold.
+    lazy_since: Option<Instant>,
+    lazy_ops: usize,
+    /// The flusher waits on `work_ready` (else a submit need not signal it).
+    pub(crate) flusher_waiting: bool,
 }
 
 impl State {
+    /// Whether the flusher should take the queue now rather than let lazy batches wait.
+    pub(crate) fn due(&self, now: Instant) -> bool {
+        self.closing
+            || self.urgent > 0
+            || self.lazy_ops >= LAZY_MAX_OPS
+            || self.lazy_since.is_some_and(|since| now >= since + LAZY_MAX_DELAY)
+    }
+
+    /// Takes every queued work, resetting what `due` looks at.
+    pub(crate) fn take_queue(&mut self) -> Vec<Work> {
+        self.urgent = 0;
+        self.lazy_since = None;
+        self.lazy_ops = 0;
+        std::mem::take(&mut self.queue)
+    }
+
+    pub(crate) fn queue_len(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub(crate) fn lazy_deadline(&self) -> Option<Instant> {
+        self.lazy_since.map(|since| since + LAZY_MAX_DELAY)
+    }
     fn known(&self, handle: u64) -> Option<Arc<str>> {
         if self.in_flight_deletes.contains(&handle) {
             return None;
@@ -482,16 +518,16 @@ impl Shared {
     /// them. A refused batch's completion is dropped without being run: its
     /// submitter learns of the refusal from the returned error alone (and
     /// an asynchronous callback is not called).
-    fn submit(&self, ops: Vec<Op>, completion: Completion) -> Result<()> {
+    fn submit(&self, ops: Vec<Op>, completion: Completion, lazy: bool) -> Result<()> {
         let mut completion = Some(completion);
-        let result = self.try_submit(ops, &mut completion);
+        let result = self.try_submit(ops, &mut completion, lazy);
         if let Some(refused) = completion {
             refused.disarm();
         }
         result
     }
 
-    fn try_submit(&self, mut ops: Vec<Op>, completion: &mut Option<Completion>) -> Result<()> {
+    fn try_submit(&self, mut ops: Vec<Op>, completion: &mut Option<Completion>, lazy: bool) -> Result<()> {
         self.check_open()?;
         let mut state = self.state();
         if state.closing {
@@ -538,9 +574,23 @@ impl Shared {
                 RecordKind::Commit => {}
             }
         }
+        // A lazy batch wakes the flusher only to start its clock (the first
+        // one) or when lazy batches have grown past their limit.
+        let wake = if lazy {
+            let first = state.lazy_since.is_none();
+            state.lazy_since.get_or_insert_with(Instant::now);
+            state.lazy_ops += ops.len();
+            first || state.lazy_ops >= LAZY_MAX_OPS
+        } else {
+            state.urgent += 1;
+            true
+        };
+        let wake = wake && state.flusher_waiting;
         state.queue.push(Work::Batch { ops, completion: completion.take().expect("queued once") });
         drop(state);
-        self.work_ready.notify_one();
+        if wake {
+            self.work_ready.notify_one();
+        }
         Ok(())
     }
 
@@ -553,6 +603,7 @@ impl Shared {
         if let Some(why) = &state.poisoned {
             return Err(Error::Poisoned(why.clone()));
         }
+        state.urgent += 1;
         state.queue.push(work);
         drop(state);
         self.work_ready.notify_one();
@@ -725,6 +776,10 @@ impl Store {
                 index: recovered.index,
                 segments,
                 queue: Vec::new(),
+                urgent: 0,
+                lazy_since: None,
+                lazy_ops: 0,
+                flusher_waiting: false,
                 in_flight_puts: HashMap::new(),
                 in_flight_deletes: HashSet::new(),
                 poisoned: None,
@@ -786,7 +841,7 @@ impl Store {
             return Ok(());
         }
         let waiter = Arc::new(Waiter::new(&self.shared.wakeup));
-        self.commit_with(batch, Completion::waiter(waiter.clone()))?;
+        self.commit_with(batch, Completion::waiter(waiter.clone()), false)?;
         waiter.wait()
     }
 
@@ -798,15 +853,30 @@ impl Store {
             on_done(Ok(()));
             return Ok(());
         }
-        self.commit_with(batch, Completion::callback(Box::new(on_done)))
+        self.commit_with(batch, Completion::callback(Box::new(on_done)), false)
     }
 
-    fn commit_with(&self, batch: Batch, completion: Completion) -> Result<()> {
+    /// Like `commit_async`, but the batch does not ask for a flush of its
+    /// own: it goes out with the next group written for other work, or
+    /// after `LAZY_MAX_DELAY` at the latest. For writes whose loss in a
+    /// crash is harmless and whose writers do not wait (a broker's
+    /// acknowledgement deletes: a lost one only brings a message back,
+    /// flagged redelivered). Until written it is invisible to a reopen,
+    /// but the store itself already treats it as applied for validation.
+    pub fn commit_lazy(&self, batch: Batch, on_done: impl FnOnce(Result<()>) + Send + 'static) -> Result<()> {
+        if batch.ops.is_empty() {
+            on_done(Ok(()));
+            return Ok(());
+        }
+        self.commit_with(batch, Completion::callback(Box::new(on_done)), true)
+    }
+
+    fn commit_with(&self, batch: Batch, completion: Completion, lazy: bool) -> Result<()> {
         let count = |kind| batch.ops.iter().filter(|op| op.kind == kind).count() as u64;
         let (puts, updates, deletes) = (count(RecordKind::Put), count(RecordKind::Update), count(RecordKind::Delete));
         let tx = batch.ops.len() > 1;
         // Counted once accepted: a refused batch changes nothing, statistics included.
-        self.shared.submit(batch.ops, completion)?;
+        self.shared.submit(batch.ops, completion, lazy)?;
         let counters = &self.shared.counters;
         bump(&counters.puts, puts);
         bump(&counters.updates, updates);

@@ -25,7 +25,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -35,7 +35,7 @@ use super::format::{
 };
 use super::index::Location;
 use super::recovery::ReusableTail;
-use super::{bump, lock, Completion, Op, SegmentInfo, Shared, SyncPolicy, Work};
+use super::{bump, lock, Completion, Op, SegmentInfo, Shared, State, SyncPolicy, Work};
 use crate::codec::CodecId;
 use crate::error::{Error, Result};
 use crate::fs::{OpenMode, StorageFile};
@@ -322,17 +322,35 @@ fn duplicate(e: &Error) -> Error {
 }
 
 impl Writer {
+    /// Waits on `work_ready`, saying so: a submit signals (a system call)
+    /// only when the flusher waits.
+    fn wait_for_work<'a>(&self, mut state: MutexGuard<'a, State>, timeout: Option<Duration>) -> MutexGuard<'a, State> {
+        state.flusher_waiting = true;
+        let mut state = match timeout {
+            Some(t) => self.shared.work_ready.wait_timeout(state, t).unwrap_or_else(|p| p.into_inner()).0,
+            None => self.shared.work_ready.wait(state).unwrap_or_else(|p| p.into_inner()),
+        };
+        state.flusher_waiting = false;
+        state
+    }
+
     fn run(mut self) {
         loop {
             let works = {
                 let mut state = self.shared.state();
-                while state.queue.is_empty() && !state.closing {
-                    state = self.shared.work_ready.wait(state).unwrap_or_else(|p| p.into_inner());
+                loop {
+                    let now = Instant::now();
+                    if state.due(now) {
+                        break;
+                    }
+                    // Only lazy batches wait for other work, or for their deadline.
+                    let timeout = state.lazy_deadline().map(|deadline| deadline - now);
+                    state = self.wait_for_work(state, timeout);
                 }
-                if state.queue.is_empty() {
+                if state.queue_len() == 0 {
                     break;
                 }
-                if state.queue.len() < self.last_released {
+                if state.queue_len() < self.last_released {
                     // Released writers come back one after another as they get
                     // CPU time; wait while they keep arriving (each submit signals
                     // `work_ready`), not for the ones that went on to other work.
@@ -341,26 +359,21 @@ impl Writer {
                     // long: at most an eighth of a sync, a 32nd between arrivals.
                     let gap = (self.last_sync / 32).min(MAX_GATHER);
                     let cap = started + (self.last_sync / 8).min(MAX_GATHER);
-                    let mut seen = state.queue.len();
+                    let mut seen = state.queue_len();
                     let mut deadline = (started + gap).min(cap);
-                    while state.queue.len() < self.last_released && !state.closing {
+                    while state.queue_len() < self.last_released && !state.closing {
                         let now = Instant::now();
                         if now >= deadline {
                             break;
                         }
-                        state = self
-                            .shared
-                            .work_ready
-                            .wait_timeout(state, deadline - now)
-                            .unwrap_or_else(|p| p.into_inner())
-                            .0;
-                        if state.queue.len() > seen {
-                            seen = state.queue.len();
+                        state = self.wait_for_work(state, Some(deadline - now));
+                        if state.queue_len() > seen {
+                            seen = state.queue_len();
                             deadline = (Instant::now() + gap).min(cap);
                         }
                     }
                 }
-                std::mem::take(&mut state.queue)
+                state.take_queue()
             };
             self.process(works);
         }
@@ -402,7 +415,7 @@ impl Writer {
         let mut rest: Vec<Work> = works.collect();
         {
             let mut state = self.shared.state();
-            rest.append(&mut state.queue);
+            rest.append(&mut state.take_queue());
             state.in_flight_puts.clear();
             state.in_flight_deletes.clear();
             if !matches!(e, Error::Full(_)) && state.poisoned.is_none() {

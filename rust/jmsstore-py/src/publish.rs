@@ -1,0 +1,215 @@
+//! The broker's send path in one call: store the persistent copies, add the
+//! message to each destination's pager queue, ring the destinations'
+//! doorbells. The broker decides the routes and encodes the message in
+//! Python; everything after that runs here, without the GIL where it waits.
+
+use std::sync::Arc;
+
+use jmsstore_core::pager::{NewMessage, Pager};
+use jmsstore_core::store::Batch;
+use jmsstore_core::{Error, Result, Store};
+use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
+
+use crate::completion::{self, Followup};
+use crate::errors::PyResult2;
+use crate::pager::NativePager;
+use crate::store::{NativeStore, DETACH_ABOVE};
+use crate::wake::{Bell, Doorbell, Signal};
+
+/// The pager's header fields of a message, as Python passes them:
+/// (id, priority, timestamp, expiration, delivery_time, correlation_id, type).
+type HeaderArgs = (u64, u8, i64, i64, i64, Option<String>, Option<String>);
+
+struct Header {
+    id: u64,
+    priority: u8,
+    timestamp: i64,
+    expiration: i64,
+    delivery_time: i64,
+    correlation_id: Option<String>,
+    message_type: Option<String>,
+}
+
+impl Header {
+    fn new((id, priority, timestamp, expiration, delivery_time, correlation_id, message_type): HeaderArgs) -> Self {
+        Header { id, priority, timestamp, expiration, delivery_time, correlation_id, message_type }
+    }
+
+    fn message(&self, store_handle: Option<u64>) -> NewMessage<'_> {
+        NewMessage {
+            id: self.id,
+            priority: self.priority,
+            timestamp: self.timestamp,
+            expiration: self.expiration,
+            delivery_time: self.delivery_time,
+            redelivery_count: 0,
+            correlation_id: self.correlation_id.as_deref(),
+            message_type: self.message_type.as_deref(),
+            unit_of_order: None,
+            store_handle,
+        }
+    }
+}
+
+/// Where one copy goes: its store collection (None: not stored), its pager
+/// destination and who waits there.
+struct Route {
+    collection: Option<String>,
+    destination: u32,
+    bell: Arc<Bell>,
+}
+
+fn routes(given: Vec<(Option<String>, u32, PyRef<'_, Doorbell>)>) -> Vec<Route> {
+    given
+        .into_iter()
+        .map(|(collection, destination, bell)| Route { collection, destination, bell: bell.bell.clone() })
+        .collect()
+}
+
+/// Adds the message to every route's destination and rings its bell. A
+/// destination deleted meanwhile loses its copy: the stored one is deleted
+/// (lazily; a crash first only brings it back into a destination that no
+/// longer exists, which recovery drops). Returns the first other error.
+fn add_all(
+    pager: &Pager,
+    store: Option<&Store>,
+    routes: &[Route],
+    handles: &[Option<u64>],
+    data: &[u8],
+    header: &Header,
+) -> Result<()> {
+    let mut first_error = None;
+    for (route, handle) in routes.iter().zip(handles) {
+        match pager.add(route.destination, &header.message(*handle), Some(data), data.len() as u32) {
+            Ok(_) => route.bell.ring(1),
+            Err(_) if !pager.has_destination(route.destination) => {
+                if let (Some(store), Some(handle)) = (store, handle) {
+                    let mut batch = store.batch();
+                    // Already gone if the destination's deletion removed it first.
+                    if batch.delete(*handle).is_ok() {
+                        let _ = store.commit_lazy(batch, |_| {});
+                    }
+                }
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+fn put_all(store: &Store, routes: &[Route], data: &[u8]) -> Result<(Batch, Vec<Option<u64>>)> {
+    let mut batch = store.batch();
+    let mut handles = Vec::with_capacity(routes.len());
+    for route in routes {
+        handles.push(match &route.collection {
+            Some(collection) => Some(batch.put(collection, data)?),
+            None => None,
+        });
+    }
+    Ok((batch, handles))
+}
+
+/// Sends a message: stores the copies of the routes with a collection
+/// (one transaction), waits until durable, then publishes every route.
+/// Returns the store handles (None for copies not stored).
+#[pyfunction]
+pub fn send(
+    py: Python<'_>,
+    store: &NativeStore,
+    pager: &NativePager,
+    routes: Vec<(Option<String>, u32, PyRef<'_, Doorbell>)>,
+    data: PyBackedBytes,
+    header: HeaderArgs,
+) -> PyResult2<Vec<Option<u64>>> {
+    let routes = self::routes(routes);
+    let header = Header::new(header);
+    let (store, pager) = (store.shared(), pager.shared());
+    Ok(py.detach(|| {
+        let (batch, handles) = put_all(&store, &routes, &data)?;
+        store.commit(batch)?;
+        add_all(&pager, Some(&store), &routes, &handles, &data, &header)?;
+        Ok::<_, Error>(handles)
+    })?)
+}
+
+/// As `send`, without waiting: returns the handles at once; once durable
+/// the completer thread publishes the message, sets `durable` if all went
+/// well (without the GIL: a sender waiting on it wakes at once), then
+/// calls `callback(0, error)` (if given). A refused send raises here and
+/// calls nothing.
+#[pyfunction]
+#[pyo3(signature = (store, pager, routes, data, header, callback=None, durable=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn send_async(
+    py: Python<'_>,
+    store: &NativeStore,
+    pager: &NativePager,
+    routes: Vec<(Option<String>, u32, PyRef<'_, Doorbell>)>,
+    data: PyBackedBytes,
+    header: HeaderArgs,
+    callback: Option<Py<PyAny>>,
+    durable: Option<PyRef<'_, Signal>>,
+) -> PyResult2<Vec<Option<u64>>> {
+    let durable = durable.map(|s| s.flag());
+    let routes = self::routes(routes);
+    let header = Header::new(header);
+    let outstanding = store.outstanding();
+    let (store, pager) = (store.shared(), pager.shared());
+    let data_len = data.len();
+    let submit = move || {
+        let (batch, handles) = put_all(&store, &routes, &data)?;
+        let body: Vec<u8> = data.to_vec();
+        let published = handles.clone();
+        let store_for_followup = store.clone();
+        let followup: Followup = Box::new(move || {
+            add_all(&pager, Some(&store_for_followup), &routes, &published, &body, &header)?;
+            if let Some(durable) = durable {
+                durable.set();
+            }
+            Ok(0)
+        });
+        store.commit_async(batch, completion::deliver_after(Some(followup), callback, 0, &outstanding))?;
+        Ok::<_, Error>(handles)
+    };
+    // A small body is copied faster than the GIL changes hands.
+    if data_len < DETACH_ABOVE {
+        return Ok(submit()?);
+    }
+    Ok(py.detach(submit)?)
+}
+
+/// Publishes a message already stored (or not persistent) to the routes
+/// `(destination, doorbell, store handle)`. Returns the positions of
+/// routes whose destination no longer exists (their stored copies are
+/// the caller's to delete).
+#[pyfunction]
+pub fn publish(
+    py: Python<'_>,
+    pager: &NativePager,
+    routes: Vec<(u32, PyRef<'_, Doorbell>, Option<u64>)>,
+    data: PyBackedBytes,
+    header: HeaderArgs,
+) -> PyResult2<Vec<usize>> {
+    let header = Header::new(header);
+    let pager = pager.shared();
+    let mut gone = Vec::new();
+    for (i, (destination, bell, handle)) in routes.iter().enumerate() {
+        let m = header.message(*handle);
+        // Within the budget an add is a few map inserts: keep the GIL
+        // (see NativePager::add); never block on the pager lock holding it.
+        let added = match pager.try_add(*destination, &m, Some(&data), data.len() as u32) {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => py.detach(|| pager.add(*destination, &m, Some(&data), data.len() as u32).map(|_| ())),
+            Err(e) => Err(e),
+        };
+        match added {
+            Ok(()) => bell.bell.ring(1),
+            Err(_) if !pager.has_destination(*destination) => gone.push(i),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(gone)
+}

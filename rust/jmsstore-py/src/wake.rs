@@ -1,0 +1,202 @@
+//! Wake-ups that Rust can ring without the GIL.
+//!
+//! A consumer that finds its destination empty waits on a `Signal`; the
+//! destination's `Doorbell` knows who waits. A send that completes on the
+//! store's completer thread adds the message to the pager and rings the
+//! doorbell there, so publishing a durable message never needs Python.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A flag threads wait on (what `threading.Event` is, but settable without the GIL).
+#[derive(Default)]
+pub struct Flag {
+    set: Mutex<bool>,
+    changed: Condvar,
+}
+
+impl Flag {
+    pub fn set(&self) {
+        let mut set = lock(&self.set);
+        if !*set {
+            *set = true;
+            self.changed.notify_all();
+        }
+    }
+
+    fn is_set(&self) -> bool {
+        *lock(&self.set)
+    }
+
+    fn wait(&self, timeout: Option<Duration>) -> bool {
+        let set = lock(&self.set);
+        match timeout {
+            None => *self.changed.wait_while(set, |s| !*s).unwrap_or_else(|p| p.into_inner()),
+            Some(t) => *self.changed.wait_timeout_while(set, t, |s| !*s).unwrap_or_else(|p| p.into_inner()).0,
+        }
+    }
+}
+
+/// `threading.Event`'s interface over a [`Flag`].
+#[pyclass(module = "jmsstore._native", frozen)]
+pub struct Signal {
+    flag: Arc<Flag>,
+}
+
+impl Signal {
+    pub fn flag(&self) -> Arc<Flag> {
+        self.flag.clone()
+    }
+}
+
+#[pymethods]
+impl Signal {
+    #[new]
+    fn new() -> Self {
+        Signal { flag: Arc::default() }
+    }
+
+    fn set(&self) {
+        self.flag.set();
+    }
+
+    fn clear(&self) {
+        *lock(&self.flag.set) = false;
+    }
+
+    fn is_set(&self) -> bool {
+        self.flag.is_set()
+    }
+
+    /// Waits until set or `timeout` seconds have passed (None: forever),
+    /// without the GIL; returns whether it is set.
+    #[pyo3(signature = (timeout=None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        if self.flag.is_set() {
+            return Ok(true);
+        }
+        let timeout = match timeout {
+            None => None,
+            Some(t) if t.is_nan() || t < 0.0 => return Err(PyValueError::new_err("timeout must be >= 0")),
+            Some(t) => Some(Duration::try_from_secs_f64(t).unwrap_or(Duration::MAX)),
+        };
+        Ok(py.detach(|| self.flag.wait(timeout)))
+    }
+}
+
+#[derive(Default)]
+struct Waiting {
+    /// Signals of sessions with listeners: rung on every message.
+    listeners: Vec<Arc<Flag>>,
+    /// Signals of consumers about to wait, in arrival order.
+    idle: VecDeque<Arc<Flag>>,
+    /// Consumers with a selector: a message may not suit the one woken.
+    selective: usize,
+}
+
+/// Who waits for messages on one destination (a queue or a subscription).
+#[derive(Default)]
+pub struct Bell {
+    waiting: Mutex<Waiting>,
+}
+
+impl Bell {
+    /// `count` messages arrived: wakes every listener session and up to
+    /// `count` idle consumers, the longest waiting first (every idle one if
+    /// a consumer has a selector: the ones woken may not want them).
+    pub fn ring(&self, count: usize) {
+        let mut waiting = lock(&self.waiting);
+        for flag in &waiting.listeners {
+            flag.set();
+        }
+        let all = waiting.selective > 0;
+        let mut woken = 0;
+        while all || woken < count {
+            let Some(flag) = waiting.idle.pop_front() else { break };
+            // One already set is not waiting (its owner clears it before looking again).
+            if !flag.is_set() {
+                flag.set();
+                woken += 1;
+            }
+        }
+    }
+
+    fn ring_all(&self) {
+        let mut waiting = lock(&self.waiting);
+        for flag in &waiting.listeners {
+            flag.set();
+        }
+        for flag in waiting.idle.drain(..) {
+            flag.set();
+        }
+    }
+}
+
+/// The Python face of a [`Bell`], one per broker destination.
+#[pyclass(module = "jmsstore._native", frozen)]
+pub struct Doorbell {
+    pub bell: Arc<Bell>,
+}
+
+#[pymethods]
+impl Doorbell {
+    #[new]
+    fn new() -> Self {
+        Doorbell { bell: Arc::default() }
+    }
+
+    /// A session with listeners on this destination: `signal` is set on every message.
+    fn add_listener(&self, signal: &Signal) {
+        lock(&self.bell.waiting).listeners.push(signal.flag.clone());
+    }
+
+    fn remove_listener(&self, signal: &Signal) {
+        lock(&self.bell.waiting).listeners.retain(|f| !Arc::ptr_eq(f, &signal.flag));
+    }
+
+    /// A consumer is about to look and then wait: the next message sets `signal`.
+    fn push_idle(&self, signal: &Signal) {
+        lock(&self.bell.waiting).idle.push_back(signal.flag.clone());
+    }
+
+    /// The consumer found a message (or stopped waiting): no wake-up for it.
+    fn forget_idle(&self, signal: &Signal) {
+        lock(&self.bell.waiting).idle.retain(|f| !Arc::ptr_eq(f, &signal.flag));
+    }
+
+    /// Counts a consumer with a selector in (`delta` 1) or out (-1).
+    fn add_selective(&self, delta: i64) {
+        let mut waiting = lock(&self.bell.waiting);
+        waiting.selective = waiting.selective.saturating_add_signed(delta as isize);
+    }
+
+    #[getter]
+    fn selective(&self) -> usize {
+        lock(&self.bell.waiting).selective
+    }
+
+    /// `count` messages became available (see [`Bell::ring`]).
+    #[pyo3(signature = (count=1))]
+    fn ring(&self, count: usize) {
+        self.bell.ring(count);
+    }
+
+    /// Wakes everyone (the destination was deleted, or the server closes).
+    fn ring_all(&self) {
+        self.bell.ring_all();
+    }
+
+    /// Signals waiting: (listener sessions, idle consumers).
+    fn waiting(&self) -> (usize, usize) {
+        let waiting = lock(&self.bell.waiting);
+        (waiting.listeners.len(), waiting.idle.len())
+    }
+}
