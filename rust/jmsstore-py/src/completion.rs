@@ -8,6 +8,7 @@
 //! callbacks not yet run, so that `close()` can wait for them.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread;
 
@@ -41,22 +42,25 @@ impl Drop for Ticket {
     }
 }
 
-/// Callbacks of one store not yet run.
+/// Callbacks of one store not yet run. Counted atomically (every send
+/// counts up on a Python thread and down on the callback thread); the lock
+/// is only for `wait_idle`.
 #[derive(Default)]
 pub struct Outstanding {
-    count: Mutex<usize>,
+    count: AtomicUsize,
+    idle: Mutex<()>,
     zero: Condvar,
 }
 
 impl Outstanding {
     fn add(&self) {
-        *self.count.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        self.count.fetch_add(1, Ordering::AcqRel);
     }
 
     fn done(&self) {
-        let mut count = self.count.lock().unwrap_or_else(|p| p.into_inner());
-        *count -= 1;
-        if *count == 0 {
+        if self.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // Under the lock: a waiter between its check and its wait would miss it.
+            let _idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
             self.zero.notify_all();
         }
     }
@@ -68,9 +72,9 @@ impl Outstanding {
         if ON_COMPLETER.with(Cell::get) {
             return;
         }
-        let mut count = self.count.lock().unwrap_or_else(|p| p.into_inner());
-        while *count > 0 {
-            count = self.zero.wait(count).unwrap_or_else(|p| p.into_inner());
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        while self.count.load(Ordering::Acquire) > 0 {
+            idle = self.zero.wait(idle).unwrap_or_else(|p| p.into_inner());
         }
     }
 }

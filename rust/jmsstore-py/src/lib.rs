@@ -6,6 +6,12 @@
 
 use pyo3::prelude::*;
 
+// The send path allocates on Python's threads and frees on the store's
+// (record buffers, completions): glibc's arenas contend there, mimalloc's
+// thread-local heaps do not.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod codec;
 mod completion;
 mod errors;

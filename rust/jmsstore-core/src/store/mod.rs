@@ -29,7 +29,7 @@ pub mod recovery;
 pub mod segment;
 mod writer;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -40,7 +40,7 @@ use crate::error::{Error, Result};
 use crate::fs::{FileSystem, LockGuard, StdFs, StorageFile};
 pub use compaction::CompactionReport;
 use format::{RecordKind, SegmentKind, MAX_COLLECTION_NAME, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
-use index::{Index, Location};
+use index::{IdMap, Index, Location};
 pub use recovery::{DamagedSegment, RecoveryReport, TornTail};
 
 /// Progress of a long operation: `(done, total)` in bytes.
@@ -428,9 +428,9 @@ pub(crate) struct State {
     segments: BTreeMap<u64, SegmentInfo>,
     queue: Vec<Work>,
     /// Handles put by writes not yet applied, with their collections.
-    in_flight_puts: HashMap<u64, Arc<str>>,
+    in_flight_puts: IdMap<Arc<str>>,
     /// Handles deleted by writes not yet applied.
-    in_flight_deletes: HashSet<u64>,
+    in_flight_deletes: IdMap<()>,
     poisoned: Option<String>,
     closing: bool,
     /// Queued works that want a flush now (everything but lazy batches).
@@ -467,7 +467,7 @@ impl State {
         self.lazy_since.map(|since| since + LAZY_MAX_DELAY)
     }
     fn known(&self, handle: u64) -> Option<Arc<str>> {
-        if self.in_flight_deletes.contains(&handle) {
+        if self.in_flight_deletes.contains_key(&handle) {
             return None;
         }
         if let Some(collection) = self.in_flight_puts.get(&handle) {
@@ -536,17 +536,23 @@ impl Shared {
         if let Some(why) = &state.poisoned {
             return Err(Error::Poisoned(why.clone()));
         }
-        // Validate against the state as this batch's own earlier operations leave it.
-        let mut local: HashMap<u64, Option<Arc<str>>> = HashMap::new();
+        // Validate against the state as this batch's own earlier operations
+        // leave it. A put needs nothing: its handle is new.
+        let mut local: IdMap<Option<Arc<str>>> = IdMap::default();
+        let single = ops.len() == 1;
         for op in &mut ops {
+            if op.kind == RecordKind::Put {
+                if !single {
+                    local.insert(op.handle, op.collection.clone());
+                }
+                continue;
+            }
             let current = match local.get(&op.handle) {
                 Some(v) => v.clone(),
                 None => state.known(op.handle),
             };
             match op.kind {
-                RecordKind::Put => {
-                    local.insert(op.handle, op.collection.clone());
-                }
+                RecordKind::Put => unreachable!("handled above"),
                 RecordKind::Update => {
                     let collection = current.ok_or(Error::UnknownHandle(op.handle))?;
                     op.collection = Some(collection.clone());
@@ -568,7 +574,7 @@ impl Shared {
                     state.in_flight_deletes.remove(&op.handle);
                 }
                 RecordKind::Delete => {
-                    state.in_flight_deletes.insert(op.handle);
+                    state.in_flight_deletes.insert(op.handle, ());
                     state.in_flight_puts.remove(&op.handle);
                 }
                 RecordKind::Commit => {}
@@ -780,8 +786,8 @@ impl Store {
                 lazy_since: None,
                 lazy_ops: 0,
                 flusher_waiting: false,
-                in_flight_puts: HashMap::new(),
-                in_flight_deletes: HashSet::new(),
+                in_flight_puts: IdMap::default(),
+                in_flight_deletes: IdMap::default(),
                 poisoned: None,
                 closing: false,
             }),

@@ -110,6 +110,9 @@ struct Writer {
     written_in_epoch: bool,
 }
 
+/// Batches whose index changes are applied per hold of the store's lock.
+const APPLY_PER_LOCK: usize = 8;
+
 /// Longest wait for released writers to come back, however slow the disk.
 const MAX_GATHER: Duration = Duration::from_millis(1);
 
@@ -625,10 +628,15 @@ impl Writer {
             if let Some(seg) = state.segments.get_mut(&active) {
                 seg.used = self.active.offset;
             }
-            if ready.is_empty() {
-                return Ok(());
-            }
-            for placed in &ready {
+        }
+        if ready.is_empty() {
+            return Ok(());
+        }
+        // Applied a few batches per lock hold, not a whole group: submitters
+        // (Python threads holding the GIL, among them) wait for this lock.
+        for chunk in ready.chunks(APPLY_PER_LOCK) {
+            let mut state = self.shared.state();
+            for placed in chunk {
                 for a in &placed.applied {
                     let old = match a.kind {
                         RecordKind::Put | RecordKind::Update => {
