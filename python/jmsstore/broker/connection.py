@@ -20,14 +20,15 @@ header times are in milliseconds, as in JMS.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
+from concurrent.futures._base import FINISHED as _FINISHED
+from concurrent.futures._base import RUNNING as _RUNNING
 from typing import Any
 
 from jmsstore._args import integer
@@ -772,20 +773,38 @@ class Session:
         self.close()
 
 
+class _ArmingList(list[Any]):
+    """A future's waiters: ``concurrent.futures.wait`` and ``as_completed``
+    install theirs with ``append``, which asks for the push."""
+
+    def __init__(self, future: SendFuture) -> None:
+        super().__init__()
+        self._future = future
+
+    def append(self, waiter: Any) -> None:
+        super().append(waiter)
+        self._future._arm()
+
+
 class SendFuture(Future[Message]):
     """The future of an asynchronous send (a ``concurrent.futures.Future``).
 
-    The store sets a native signal the moment the message is durable and
-    visible, without the GIL, and a sender waiting in ``result()`` or
-    ``exception()`` wakes on it; the callback thread settles the future for
-    everyone else (callbacks, ``concurrent.futures.wait``) just after. With
-    an ``on_completion`` listener, the future completes only once the
-    listener has run.
+    The store sets a native signal, without the GIL, the moment the message
+    is durable and visible, or with the error if the send failed; nothing
+    runs in Python per send then. The future settles from the signal when
+    it is looked at (``result``, ``exception``, ``done``, its state), and
+    is pushed, on the callback thread, only to what waits to be told: done
+    callbacks (``add_done_callback``, ``asyncio.wrap_future``) and
+    ``concurrent.futures.wait`` / ``as_completed``, which arm the push.
+    With an ``on_completion`` listener the store calls back for every send,
+    and the future completes once the listener has run.
 
     One per message, so kept small: the futures of a producer share one
-    condition (``Future`` makes one per instance, the largest cost of an
-    asynchronous send). Nobody waits on it: ``result()`` and ``exception()``
-    wait on the signal, ``concurrent.futures.wait`` on its own event."""
+    condition (``Future`` makes one per instance), and the waiters' list is
+    made when a waiter comes. Nobody waits on the condition: ``result()``
+    and ``exception()`` wait on the signal. This leans on ``Future``'s
+    attributes (``_state``, ``_waiters``, ``_condition``, unchanged since
+    Python 3.2); the tests exercise every standard use."""
 
     def __init__(
         self,
@@ -794,48 +813,98 @@ class SendFuture(Future[Message]):
         on_completion: CompletionCallback | None,
         stats: Any,
     ) -> None:
-        # Future.__init__'s attributes, with the shared condition.
+        # Future.__init__'s attributes, with the shared condition; _state
+        # and _waiters are properties below.
         self._condition = condition
-        self._state = "RUNNING"
+        self._settled = _RUNNING
         self._result = None
         self._exception = None
-        self._waiters: list[Any] = []
+        self._armed_waiters: _ArmingList | None = None
         self._done_callbacks: list[Any] = []
         self._message = message
         self._on_completion = on_completion
         self._stats = stats
-        self._durable = Signal()  # set natively on success (without a listener), else by _completed
+        self._armed = False
+        self._durable = Signal()  # set natively (by the store), or by _completed with a listener
+
+    @property
+    def _state(self) -> str:
+        # A send settles the moment anyone looks, unless done callbacks wait
+        # (they run on the push, outside the caller's locks).
+        if self._settled == _RUNNING and not self._done_callbacks and self._durable.is_set():
+            self._settle(self._durable.error())
+        return self._settled
+
+    @_state.setter
+    def _state(self, value: str) -> None:
+        self._settled = value
+
+    @property
+    def _waiters(self) -> _ArmingList:  # type: ignore[override]
+        if self._armed_waiters is None:
+            self._armed_waiters = _ArmingList(self)
+        return self._armed_waiters
+
+    def _settle(self, error: BaseException | None) -> bool:
+        """Records the outcome and tells the waiters; True if this call did."""
+        with self._condition:
+            if self._settled != _RUNNING:
+                return False
+            if error is None:
+                self._result = self._message
+            else:
+                self._exception = error
+                if self._stats is not None:
+                    self._stats.sent -= 1  # counted when sent
+            self._settled = _FINISHED
+            for waiter in self._armed_waiters or ():
+                if error is None:
+                    waiter.add_result(self)
+                else:
+                    waiter.add_exception(self)
+        return True
+
+    def _finish(self, error: BaseException | None) -> None:
+        if self._settle(error):
+            for callback in self._done_callbacks:  # as Future does, after settling
+                try:
+                    callback(self)
+                except Exception:
+                    log.exception("a done callback of a send future raised")
+
+    def _arm(self) -> None:
+        """Something waits to be told: settle on the callback thread once set."""
+        if not self._armed:
+            self._armed = True
+            if not self._durable.call_when_set(self._pushed):
+                self._pushed(None, None)
+
+    def _pushed(self, _: object, __: object) -> None:
+        self._finish(self._durable.error())
+
+    def add_done_callback(self, fn: Callable[[Future[Message]], object]) -> None:
+        super().add_done_callback(fn)
+        if self._done_callbacks:
+            self._arm()
 
     def _completed(self, _: object, error: BaseException | None) -> None:
-        """The store's completion (on the callback thread)."""
+        """The store's callback, with a listener (on the callback thread)."""
         if self._on_completion is not None:
             try:
                 self._on_completion(self._message, error)
             except Exception:
                 log.exception("a send completion callback raised")
-        if error is None and self._stats is not None:
-            self._stats.sent += 1
         self._finish(error)
         self._durable.set()
-
-    def _finish(self, error: BaseException | None) -> None:
-        if self._state != "RUNNING":
-            return  # a waiter settled it first
-        with contextlib.suppress(InvalidStateError):  # (or does right now)
-            if error is None:
-                self.set_result(self._message)
-            else:
-                self.set_exception(error)
 
     def _wait(self, timeout: float | None) -> None:
         if not self._durable.wait(timeout):
             raise TimeoutError()
-        # Set natively means success (_completed settles before it sets the signal).
-        self._finish(None)
+        self._finish(self._durable.error())
 
     def done(self) -> bool:
         if self._durable.is_set():
-            self._finish(None)
+            self._finish(self._durable.error())
         return super().done()
 
     def result(self, timeout: float | None = None) -> Message:
@@ -944,10 +1013,12 @@ class MessageProducer:
                 session._sends.append((routes, message, data))
             threading.Thread(target=future._completed, args=(None, None), daemon=True).start()
             return future
-        # With a completion listener the future completes after it has run
-        # (on the callback thread), not when the store signals.
-        durable = future._durable if on_completion is None else None
-        server._send_async(routes, message, data, future._completed, durable)
+        if on_completion is None:
+            # Told natively, success or failure: nothing runs in Python.
+            server._send_async(routes, message, data, None, future._durable)
+        else:
+            # The future completes after the listener has run (on the callback thread).
+            server._send_async(routes, message, data, future._completed, None)
         return future
 
     def close(self) -> None:

@@ -728,22 +728,35 @@ class JMSServer:
         routes: list[tuple[Target, bool]],
         message: Message,
         data: bytes,
-        completed: Callable[[int | None, BaseException | None], None],
+        completed: Callable[[int | None, BaseException | None], None] | None,
         durable: Signal | None,
     ) -> None:
-        """Sends without waiting. Once the stored copies are durable, the
-        store's completer thread publishes the message and sets ``durable``
-        (natively, without the GIL; if given), then the callback thread
-        calls ``completed(handle, error)`` (which counts the send)."""
-        if not any(s for _, s in routes):
+        """Sends without waiting, counted now (a failure takes it back).
+        Once the stored copies are durable the store's completer thread
+        publishes the message and sets ``durable`` (natively, without the
+        GIL); then, if given, the callback thread calls
+        ``completed(handle, error)``. Without ``completed`` a failure sets
+        ``durable`` with its error."""
+        self._stats.sent += 1
+        if len(routes) == 1:  # a queue, or a topic with one subscription: the common case
+            target, stored = routes[0]
+            native_routes = [target.route] if stored and not target.deleted else None
+        else:
+            stored = any(s for _, s in routes)
+            native_routes = [t.route if s else t.unstored_route for t, s in routes if not t.deleted]
+        if not stored or native_routes is None:
             self._publish(routes, [None] * len(routes), message, data, count=False)
-            completed(None, None)  # counts it
+            if durable is not None:
+                durable.set()
+            if completed is not None:
+                completed(None, None)
             return
-        self._delayed(routes, message)
+        if message.delivery_time > message.timestamp:
+            self._delayed(routes, message)
         _native.send_async(
             self._store._native_store(),
             self._pager._native,
-            [t.route if s else t.unstored_route for t, s in routes if not t.deleted],
+            native_routes,
             data,
             self._header(message),
             completed,

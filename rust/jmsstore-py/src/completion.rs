@@ -17,6 +17,7 @@ use jmsstore_core::Error;
 use pyo3::prelude::*;
 
 use crate::errors::PyStoreError;
+use crate::wake::Flag;
 
 type Outcome = Result<u64, Error>;
 
@@ -28,6 +29,8 @@ pub type Followup = Box<dyn FnOnce() -> Outcome + Send>;
 struct Delivery {
     followup: Option<Followup>,
     callback: Option<Py<PyAny>>,
+    /// Told of a failure (set with the error) when there is no callback to call.
+    fail: Option<Arc<Flag>>,
     outcome: Outcome,
     _ticket: Ticket,
 }
@@ -130,7 +133,9 @@ fn run_followups(rx: Receiver<Delivery>, to_python: Sender<Vec<Delivery>>) {
             }
             if d.callback.is_some() {
                 for_python.push(d);
-            } // else its ticket counts down as it drops
+            } else if let (Some(flag), Err(e)) = (d.fail.take(), std::mem::replace(&mut d.outcome, Ok(0))) {
+                flag.fail(e);
+            } // its ticket counts down as it drops
         }
         // One hand-over per round: the callback thread wakes (and takes the GIL) once.
         if !for_python.is_empty() {
@@ -166,14 +171,16 @@ pub fn deliver(
     handle: u64,
     outstanding: &Arc<Outstanding>,
 ) -> impl FnOnce(jmsstore_core::Result<()>) + Send + 'static {
-    deliver_after(None, Some(callback), handle, outstanding)
+    deliver_after(None, Some(callback), None, handle, outstanding)
 }
 
 /// As [`deliver`], running `followup` first on the completer thread (without
-/// the GIL, never on the store's flusher); the callback is optional.
+/// the GIL, never on the store's flusher). Without a callback, a failure
+/// sets `fail` with its error (and nothing runs in Python).
 pub fn deliver_after(
     followup: Option<Followup>,
     callback: Option<Py<PyAny>>,
+    fail: Option<Arc<Flag>>,
     handle: u64,
     outstanding: &Arc<Outstanding>,
 ) -> impl FnOnce(jmsstore_core::Result<()>) + Send + 'static {
@@ -181,6 +188,25 @@ pub fn deliver_after(
     outstanding.add();
     let ticket = Ticket(outstanding.clone());
     move |result| {
-        let _ = tx.send(Delivery { followup, callback, outcome: result.map(|()| handle), _ticket: ticket });
+        let _ = tx.send(Delivery { followup, callback, fail, outcome: result.map(|()| handle), _ticket: ticket });
+    }
+}
+
+/// Callbacks of no store (a signal's `call_when_set`): nobody waits for them.
+static UNTRACKED: OnceLock<Arc<Outstanding>> = OnceLock::new();
+
+/// Calls each `callback(0, None)` on the callback thread, in order.
+pub fn call_soon(callbacks: Vec<Py<PyAny>>) {
+    let tx = completer();
+    let outstanding = UNTRACKED.get_or_init(Arc::default);
+    for callback in callbacks {
+        outstanding.add();
+        let _ = tx.send(Delivery {
+            followup: None,
+            callback: Some(callback),
+            fail: None,
+            outcome: Ok(0),
+            _ticket: Ticket(outstanding.clone()),
+        });
     }
 }

@@ -136,10 +136,11 @@ pub fn send(
 }
 
 /// As `send`, without waiting: returns the handles at once; once durable
-/// the completer thread publishes the message, sets `durable` if all went
-/// well (without the GIL: a sender waiting on it wakes at once), then
-/// calls `callback(0, error)` (if given). A refused send raises here and
-/// calls nothing.
+/// the completer thread publishes the message and sets `durable` (without
+/// the GIL: a sender waiting on it wakes at once), then calls
+/// `callback(0, error)` if given. Without a callback a failure sets
+/// `durable` with the error, and nothing runs in Python. A refused send
+/// raises here and calls nothing.
 #[pyfunction]
 #[pyo3(signature = (store, pager, routes, data, header, callback=None, durable=None))]
 #[allow(clippy::too_many_arguments)]
@@ -154,6 +155,7 @@ pub fn send_async(
     durable: Option<PyRef<'_, Signal>>,
 ) -> PyResult2<Vec<Option<u64>>> {
     let durable = durable.map(|s| s.flag());
+    let fail = if callback.is_none() { durable.clone() } else { None };
     let routes = self::routes(routes);
     let header = Header::new(header);
     let outstanding = store.outstanding();
@@ -171,7 +173,7 @@ pub fn send_async(
             }
             Ok(0)
         });
-        store.commit_async(batch, completion::deliver_after(Some(followup), callback, 0, &outstanding))?;
+        store.commit_async(batch, completion::deliver_after(Some(followup), callback, fail, 0, &outstanding))?;
         Ok::<_, Error>(handles)
     };
     // A small body is copied faster than the GIL changes hands.

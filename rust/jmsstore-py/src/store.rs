@@ -196,8 +196,10 @@ impl NativeStore {
                     Ok(handle)
                 })
             });
-            self.store
-                .commit_async(batch, completion::deliver_after(followup, Some(callback), handle, &self.outstanding))?;
+            self.store.commit_async(
+                batch,
+                completion::deliver_after(followup, Some(callback), None, handle, &self.outstanding),
+            )?;
             Ok::<u64, Error>(handle)
         };
         if body.len() < DETACH_ABOVE {

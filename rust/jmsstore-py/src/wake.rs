@@ -9,39 +9,82 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
+use jmsstore_core::Error;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+
+use crate::completion;
+use crate::errors::PyStoreError;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A flag threads wait on (what `threading.Event` is, but settable without the GIL).
+/// A flag threads wait on (what `threading.Event` is, but settable without
+/// the GIL), with an outcome: set by a failure, it carries the error.
 #[derive(Default)]
 pub struct Flag {
-    set: Mutex<bool>,
+    state: Mutex<FlagState>,
     changed: Condvar,
+}
+
+#[derive(Default)]
+struct FlagState {
+    set: bool,
+    error: Option<Error>,
+    /// Python callables to call (on the callback thread) once it is set.
+    when_set: Vec<Py<PyAny>>,
 }
 
 impl Flag {
     pub fn set(&self) {
-        let mut set = lock(&self.set);
-        if !*set {
-            *set = true;
+        self.settle(None);
+    }
+
+    /// Sets it with `error` as its outcome.
+    pub fn fail(&self, error: Error) {
+        self.settle(Some(error));
+    }
+
+    fn settle(&self, error: Option<Error>) {
+        let callbacks = {
+            let mut state = lock(&self.state);
+            if state.set {
+                return;
+            }
+            state.set = true;
+            state.error = error;
             self.changed.notify_all();
+            std::mem::take(&mut state.when_set)
+        };
+        if !callbacks.is_empty() {
+            completion::call_soon(callbacks);
         }
     }
 
     fn is_set(&self) -> bool {
-        *lock(&self.set)
+        lock(&self.state).set
     }
 
     fn wait(&self, timeout: Option<Duration>) -> bool {
-        let set = lock(&self.set);
+        let state = lock(&self.state);
         match timeout {
-            None => *self.changed.wait_while(set, |s| !*s).unwrap_or_else(|p| p.into_inner()),
-            Some(t) => *self.changed.wait_timeout_while(set, t, |s| !*s).unwrap_or_else(|p| p.into_inner()).0,
+            None => self.changed.wait_while(state, |s| !s.set).unwrap_or_else(|p| p.into_inner()).set,
+            Some(t) => self.changed.wait_timeout_while(state, t, |s| !s.set).unwrap_or_else(|p| p.into_inner()).0.set,
         }
+    }
+}
+
+/// A copy of a store error for another reader (errors carry no `Clone`:
+/// an I/O error's source cannot be copied; its text can).
+fn copy_error(e: &Error) -> Error {
+    match e {
+        Error::Full(why) => Error::Full(why.clone()),
+        Error::Poisoned(why) => Error::Poisoned(why.clone()),
+        Error::Closed => Error::Closed,
+        Error::UnknownHandle(h) => Error::UnknownHandle(*h),
+        Error::InvalidArgument(why) => Error::InvalidArgument(why.clone()),
+        other => Error::Poisoned(other.to_string()),
     }
 }
 
@@ -68,8 +111,28 @@ impl Signal {
         self.flag.set();
     }
 
+    /// Unsets it (and forgets a failure).
     fn clear(&self) {
-        *lock(&self.flag.set) = false;
+        let mut state = lock(&self.flag.state);
+        state.set = false;
+        state.error = None;
+    }
+
+    /// The error it was set with, if it was set by a failure.
+    fn error(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        let state = lock(&self.flag.state);
+        state.error.as_ref().map(|e| PyErr::from(PyStoreError(copy_error(e))).into_value(py).into_any())
+    }
+
+    /// Arranges for `callback(0, None)` to be called on the callback thread
+    /// once set; False (and nothing arranged) if it is set already.
+    fn call_when_set(&self, callback: Py<PyAny>) -> bool {
+        let mut state = lock(&self.flag.state);
+        if state.set {
+            return false;
+        }
+        state.when_set.push(callback);
+        true
     }
 
     fn is_set(&self) -> bool {
