@@ -859,6 +859,22 @@ def test_async_send_futures_work_with_the_standard_tools(server: JMSServer) -> N
     assert texts(receive_all(server, queue)) == [f"m{i}" for i in range(20)] + ["awaited"]
 
 
+def test_waiting_on_send_futures_as_they_complete_sees_every_one(server: JMSServer) -> None:
+    """``concurrent.futures.wait`` while the sends are completing (their state
+    changing under it) reports each one done exactly once."""
+    import concurrent.futures
+
+    queue = server.create_queue("Q")
+    with connect(server) as connection:
+        producer = connection.create_session().create_producer(queue)
+        for _ in range(30):
+            futures = [producer.send_async(TextMessage("m")) for _ in range(20)]
+            futures[0].add_done_callback(lambda f: None)
+            done, not_done = concurrent.futures.wait(futures, timeout=SOON)
+            assert not not_done and len(done) == 20
+    assert len(receive_all(server, queue)) == 600
+
+
 def test_async_send_counts_once_in_statistics(server: JMSServer) -> None:
     queue = server.create_queue("Q")
     with connect(server) as connection:

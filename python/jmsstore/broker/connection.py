@@ -792,8 +792,8 @@ class SendFuture(Future[Message]):
     The store sets a native signal, without the GIL, the moment the message
     is durable and visible, or with the error if the send failed; nothing
     runs in Python per send then. The future settles from the signal when
-    it is looked at (``result``, ``exception``, ``done``, its state), and
-    is pushed, on the callback thread, only to what waits to be told: done
+    it is looked at (``result``, ``exception``, ``done``), and is pushed,
+    on the callback thread, only to what waits to be told: done
     callbacks (``add_done_callback``, ``asyncio.wrap_future``) and
     ``concurrent.futures.wait`` / ``as_completed``, which arm the push.
     With an ``on_completion`` listener the store calls back for every send,
@@ -813,10 +813,10 @@ class SendFuture(Future[Message]):
         on_completion: CompletionCallback | None,
         stats: Any,
     ) -> None:
-        # Future.__init__'s attributes, with the shared condition; _state
-        # and _waiters are properties below.
+        # Future.__init__'s attributes, with the shared condition; _waiters
+        # is a property below.
         self._condition = condition
-        self._settled = _RUNNING
+        self._state = _RUNNING
         self._result = None
         self._exception = None
         self._armed_waiters: _ArmingList | None = None
@@ -828,18 +828,6 @@ class SendFuture(Future[Message]):
         self._durable = Signal()  # set natively (by the store), or by _completed with a listener
 
     @property
-    def _state(self) -> str:
-        # A send settles the moment anyone looks, unless done callbacks wait
-        # (they run on the push, outside the caller's locks).
-        if self._settled == _RUNNING and not self._done_callbacks and self._durable.is_set():
-            self._settle(self._durable.error())
-        return self._settled
-
-    @_state.setter
-    def _state(self, value: str) -> None:
-        self._settled = value
-
-    @property
     def _waiters(self) -> _ArmingList:  # type: ignore[override]
         if self._armed_waiters is None:
             self._armed_waiters = _ArmingList(self)
@@ -848,7 +836,7 @@ class SendFuture(Future[Message]):
     def _settle(self, error: BaseException | None) -> bool:
         """Records the outcome and tells the waiters; True if this call did."""
         with self._condition:
-            if self._settled != _RUNNING:
+            if self._state != _RUNNING:
                 return False
             if error is None:
                 self._result = self._message
@@ -856,7 +844,7 @@ class SendFuture(Future[Message]):
                 self._exception = error
                 if self._stats is not None:
                     self._stats.sent -= 1  # counted when sent
-            self._settled = _FINISHED
+            self._state = _FINISHED
             for waiter in self._armed_waiters or ():
                 if error is None:
                     waiter.add_result(self)
