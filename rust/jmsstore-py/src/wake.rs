@@ -34,6 +34,8 @@ struct FlagState {
     error: Option<Error>,
     /// Python callables to call (on the callback thread) once it is set.
     when_set: Vec<Py<PyAny>>,
+    /// Threads waiting: setting signals (a system call) only if there are.
+    waiters: usize,
 }
 
 impl Flag {
@@ -54,7 +56,9 @@ impl Flag {
             }
             state.set = true;
             state.error = error;
-            self.changed.notify_all();
+            if state.waiters > 0 {
+                self.changed.notify_all();
+            }
             std::mem::take(&mut state.when_set)
         };
         if !callbacks.is_empty() {
@@ -67,11 +71,17 @@ impl Flag {
     }
 
     fn wait(&self, timeout: Option<Duration>) -> bool {
-        let state = lock(&self.state);
-        match timeout {
-            None => self.changed.wait_while(state, |s| !s.set).unwrap_or_else(|p| p.into_inner()).set,
-            Some(t) => self.changed.wait_timeout_while(state, t, |s| !s.set).unwrap_or_else(|p| p.into_inner()).0.set,
+        let mut state = lock(&self.state);
+        if state.set {
+            return true;
         }
+        state.waiters += 1;
+        let mut state = match timeout {
+            None => self.changed.wait_while(state, |s| !s.set).unwrap_or_else(|p| p.into_inner()),
+            Some(t) => self.changed.wait_timeout_while(state, t, |s| !s.set).unwrap_or_else(|p| p.into_inner()).0,
+        };
+        state.waiters -= 1;
+        state.set
     }
 }
 
