@@ -56,7 +56,8 @@ def test_durable_subscription_messages_survive_non_durable_do_not(server: JMSSer
     send_texts(server, topic, ["n"], delivery_mode=DeliveryMode.NON_PERSISTENT)
     assert server.message_count(topic) == 4
     server = restart(server)
-    assert server.statistics()["topics"]["T"] == {"subscriptions": 1, "messages": 1}
+    stats = server.statistics()["topics"]["T"]
+    assert (stats["subscriptions"], stats["messages"], stats["messages_current"]) == (1, 1, 1)
     with connect(server, "c1") as connection:
         assert texts(drain(connection.create_session().create_durable_subscriber(topic, "d"))) == ["p"]
 

@@ -301,7 +301,8 @@ def test_invalid_selector_on_queue_consumer_creates_nothing(server: JMSServer, s
             session.create_consumer(queue, selector)
         with pytest.raises(InvalidSelectorError):
             session.create_browser(queue, selector)
-        assert server.statistics()["queues"]["Q"] == {"messages": 1, "consumers": 0}
+        stats = server.statistics()["queues"]["Q"]
+        assert (stats["messages"], stats["consumers"], stats["messages_current"]) == (1, 0, 1)
         server.delete_destination(queue)  # would fail if a consumer had been left behind
 
 
@@ -323,7 +324,8 @@ def test_invalid_selector_on_subscriptions_creates_nothing(server: JMSServer, se
             session.create_shared_durable_consumer(topic, "sd", selector)
         send_texts(server, topic, ["m"])
         assert server.durable_subscriptions() == []
-        assert server.statistics()["topics"]["T"] == {"subscriptions": 0, "messages": 0}
+        stats = server.statistics()["topics"]["T"]
+        assert (stats["subscriptions"], stats["messages"], stats["messages_current"]) == (0, 0, 0)
         assert texts(drain(session.create_durable_subscriber(topic, "d"))) == []
 
 

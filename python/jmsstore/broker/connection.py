@@ -43,6 +43,7 @@ from jmsstore.broker.message import (
     TextMessage,
     decode,
 )
+from jmsstore.broker.resources import Clock, FlowControl
 from jmsstore.broker.server import (
     JMSServer,
     Marker,
@@ -116,7 +117,20 @@ class ConnectionFactory:
     throughput, lower it for fairness between consumers).
     """
 
-    def __init__(self, server: JMSServer, *, client_id: str | None = None, messages_maximum: int = 10) -> None:
+    def __init__(
+        self,
+        server: JMSServer,
+        *,
+        client_id: str | None = None,
+        messages_maximum: int = 10,
+        send_timeout: int = 10,
+        flow_control_enabled: bool = True,
+        flow_maximum: int = 500,
+        flow_minimum: int = 50,
+        flow_interval: int = 60,
+        flow_steps: int = 10,
+        clock: Clock | None = None,
+    ) -> None:
         self._server = server
         if client_id is not None:
             check_name("client id", client_id)
@@ -124,6 +138,19 @@ class ConnectionFactory:
             raise TypeError(f"messages_maximum is an int, not {type(messages_maximum).__name__}")
         if not 1 <= messages_maximum <= 1_000_000:
             raise InvalidArgumentError(f"messages_maximum must be within 1..1000000, not {messages_maximum}")
+        # WebLogic's defaults: Send Timeout 10 ms, Flow Maximum 500, Flow
+        # Minimum 50 messages/s, Flow Interval 60 s in 10 Flow Steps.
+        self.send_timeout = integer("send_timeout (ms)", send_timeout, 0, 1 << 40)
+        if not isinstance(flow_control_enabled, bool):
+            raise TypeError(f"flow_control_enabled is a bool, not {type(flow_control_enabled).__name__}")
+        self.flow_control_enabled = flow_control_enabled
+        self.flow_maximum = integer("flow_maximum", flow_maximum, 1, 1 << 31)
+        self.flow_minimum = integer("flow_minimum", flow_minimum, 1, 1 << 31)
+        if self.flow_minimum > self.flow_maximum:
+            raise InvalidArgumentError(f"flow_minimum ({flow_minimum}) must not be above flow_maximum ({flow_maximum})")
+        self.flow_interval = integer("flow_interval (s)", flow_interval, 1, 1 << 31)
+        self.flow_steps = integer("flow_steps", flow_steps, 1, 1 << 20)
+        self.clock = clock
         self.client_id = client_id
         self.messages_maximum = messages_maximum
 
@@ -269,7 +296,8 @@ class Session:
         self._delivered: list[Delivery] = []  # CLIENT and transacted: not yet acknowledged; DUPS_OK: acks due
         self._auto_pending: Delivery | None = None
         self._ack_backlog: list[Delivery] = []  # acknowledged (AUTO, DUPS_OK), store deletes not yet submitted
-        self._sends: list[tuple[list[tuple[Target, bool]], Message, bytes]] = []
+        # Sends of the transaction: charged to their quota already (pending messages count).
+        self._sends: list[tuple[QueueState | TopicState, list[tuple[Target, bool]], Message, bytes]] = []
         self._wake = Signal()  # set on messages for its listeners (and on start and close)
         self._listeners: list[MessageConsumer] = []
         self._dispatcher: threading.Thread | None = None
@@ -469,10 +497,12 @@ class Session:
             # The message leaves the pager now; its store delete joins the
             # session's next batch of them (see _flush_acks).
             remove = self._server._pager._native.remove
+            count_out = self._server._count_out
             with self._lock:  # a listener thread and the application may both acknowledge
                 backlog = self._ack_backlog
                 for d in deliveries:
                     remove(d.key)
+                    count_out(d.target, 1, len(d.body))
                     if d.handle is not None:
                         backlog.append(d)
                 due = len(backlog) >= self._connection._factory.messages_maximum
@@ -489,6 +519,7 @@ class Session:
         remove = self._server._pager._native.remove
         for d in deliveries:
             remove(d.key)
+            self._server._count_out(d.target, 1, len(d.body))
         self._server._stats.acknowledged += len(deliveries)
 
     def _flush_acks(self) -> None:
@@ -562,7 +593,10 @@ class Session:
         else:
             txn.rollback()
         server._pager._native.remove(d.key)
+        server._count_out(d.target, 1, len(d.body))
         if routes:
+            for target, _ in routes:
+                server._count_in(target, 1, len(d.body))
             server._publish(routes, handles, message, d.body, count=False)  # a move, not a send
             server._stats.moved_to_error_destination += 1
         else:
@@ -617,7 +651,7 @@ class Session:
         acks = [d for d in acks if not d.target.deleted]
         txn = server._store.transaction()
         try:
-            written = [server._write(routes, data, txn) for routes, _, data in sends]
+            written = [server._write(routes, data, txn) for _, routes, _, data in sends]
             handles = [d.handle for d in acks if d.handle is not None]
             for h in handles:
                 txn.delete(h)
@@ -628,13 +662,16 @@ class Session:
                 txn.rollback()
         except BaseException as e:
             txn.rollback()
+            for state, routes, _, data in sends:
+                server._unsend(state, routes, len(data))
             self._release(acks, redelivered=True)
             raise TransactionRolledBackError(f"commit failed, the transaction was rolled back: {e}") from e
         remove = server._pager._native.remove
         for d in acks:
             remove(d.key)
+            server._count_out(d.target, 1, len(d.body))
         server._stats.acknowledged += len(acks)
-        for (routes, message, data), stored in zip(sends, written, strict=True):
+        for (_, routes, message, data), stored in zip(sends, written, strict=True):
             server._publish(routes, stored, message, data)
 
     def rollback(self) -> None:
@@ -643,8 +680,11 @@ class Session:
         if not self.transacted:
             raise IllegalStateError("rollback() is only for transacted sessions")
         with self._lock:
-            self._sends = []
+            sends, self._sends = self._sends, []
             acks, self._delivered = self._delivered, []
+        server = self._server
+        for state, routes, _, data in sends:
+            server._unsend(state, routes, len(data))
         for consumer in self._consumers:
             consumer._return_prefetched()
         self._release(acks, redelivered=True)
@@ -912,6 +952,16 @@ class MessageProducer:
         self._session = session
         self.destination = destination
         self._futures_condition = threading.Condition()  # shared by its SendFutures
+        factory = session._connection._factory
+        self._send_timeout = factory.send_timeout / 1000
+        self._flow = (
+            FlowControl(
+                factory.flow_maximum, factory.flow_minimum, factory.flow_interval, factory.flow_steps, factory.clock
+            )
+            if factory.flow_control_enabled
+            else None
+        )
+        session._server._producers.add(self)
         self.delivery_mode = DeliveryMode.PERSISTENT
         self.priority = 4
         self.time_to_live = 0
@@ -926,7 +976,7 @@ class MessageProducer:
         priority: int | None,
         time_to_live: int | None,
         delivery_delay: int | None,
-    ) -> tuple[list[tuple[Target, bool]], bytes]:
+    ) -> tuple[QueueState | TopicState, list[tuple[Target, bool]], bytes] | None:
         if self._closed:
             raise IllegalStateError("the producer is closed")
         self._session._check_open()
@@ -950,7 +1000,29 @@ class MessageProducer:
         server = self._session._server
         state = server._target_of(target)
         data = server._stamp(message, target, mode, prio, ttl, delay)
-        return server._routes(state, message, self._session._connection), data
+        routes = server._routes(state, message, self._session._connection)
+        if not self._admit(state, routes, data, mode == DeliveryMode.PERSISTENT):
+            return None
+        return state, routes, data
+
+    def _admit(
+        self, state: QueueState | TopicState, routes: list[tuple[Target, bool]], data: bytes, persistent: bool
+    ) -> bool:
+        """Flow control (seed 000, Table 12-3), then the broker-wide limits and
+        the destination's quota, waiting up to the factory's ``send_timeout``
+        for room. False: a non-persistent message over the broker-wide
+        limits, dropped."""
+        server = self._session._server
+        flow = self._flow
+        if flow is not None:
+            gauge, server_gauge = state.gauge, server._gauge
+            flow.before_send(lambda: server_gauge.armed or gauge.armed)
+        if not routes:
+            return True
+        if not server._charge(state, len(routes), len(data), persistent, self._send_timeout):
+            return False
+        server._held((t for t, _ in routes), len(data))
+        return True
 
     def send(
         self,
@@ -963,14 +1035,26 @@ class MessageProducer:
         delivery_delay: int | None = None,
     ) -> None:
         """Sends a message. A persistent message is durable when this
-        returns (in a transacted session: when the session commits)."""
-        routes, data = self._prepare(message, destination, delivery_mode, priority, time_to_live, delivery_delay)
+        returns (in a transacted session: when the session commits).
+
+        Over its destination's quota the send waits up to the connection
+        factory's ``send_timeout`` for room, then raises
+        ``ResourceAllocationError``; a producer of an armed server or
+        destination is slowed down (flow control)."""
+        prepared = self._prepare(message, destination, delivery_mode, priority, time_to_live, delivery_delay)
+        if prepared is None:
+            return  # non-persistent, over the broker-wide limits: dropped (seed 002)
+        state, routes, data = prepared
         session = self._session
         if session.transacted:
             with session._lock:
-                session._sends.append((routes, message, data))
+                session._sends.append((state, routes, message, data))
             return
-        session._server._send(routes, message, data)
+        try:
+            session._server._send(routes, message, data)
+        except BaseException:
+            session._server._unsend(state, routes, len(data))
+            raise
 
     def send_async(
         self,
@@ -990,23 +1074,31 @@ class MessageProducer:
         the returned future completes at the same moment. Invalid arguments
         raise here. Sends of one producer complete in order.
         """
-        routes, data = self._prepare(message, destination, delivery_mode, priority, time_to_live, delivery_delay)
+        prepared = self._prepare(message, destination, delivery_mode, priority, time_to_live, delivery_delay)
         session = self._session
         server = session._server
         # In a transaction the send is counted when the commit publishes it.
         stats = None if session.transacted else server._stats
         future = SendFuture(message, self._futures_condition, on_completion, stats)
-        if session.transacted:
-            with session._lock:
-                session._sends.append((routes, message, data))
+        if prepared is None or session.transacted:
+            # Dropped (non-persistent, over the broker-wide limits), or in a transaction.
+            if prepared is not None:
+                state, routes, data = prepared
+                with session._lock:
+                    session._sends.append((state, routes, message, data))
             threading.Thread(target=future._completed, args=(None, None), daemon=True).start()
             return future
-        if on_completion is None:
-            # Told natively, success or failure: nothing runs in Python.
-            server._send_async(routes, message, data, None, future._durable)
-        else:
-            # The future completes after the listener has run (on the callback thread).
-            server._send_async(routes, message, data, future._completed, None)
+        state, routes, data = prepared
+        try:
+            if on_completion is None:
+                # Told natively, success or failure: nothing runs in Python.
+                server._send_async(routes, message, data, None, future._durable)
+            else:
+                # The future completes after the listener has run (on the callback thread).
+                server._send_async(routes, message, data, future._completed, None)
+        except BaseException:
+            server._unsend(state, routes, len(data))
+            raise
         return future
 
     def close(self) -> None:

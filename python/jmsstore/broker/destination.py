@@ -12,6 +12,7 @@ import re
 from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
+from jmsstore.broker.resources import Thresholds
 from jmsstore.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -91,12 +92,30 @@ class DestinationSettings:
       be delivered again.
     - ``redelivery_limit``: redeliveries allowed; past it the message goes to
       ``error_destination`` (a queue name) or is dropped; -1: no limit.
+    - ``quota``: the name of the quota resource that limits it (see
+      :meth:`JMSServer.create_quota`); None: it shares the server's quota.
+    - ``bytes_threshold_high`` / ``_low``, ``messages_threshold_high`` /
+      ``_low``: flow control arms above high and disarms below low (-1: not
+      set; seed 000, Table 12-4).
     """
 
     order: str = "priority"
     redelivery_delay: int = 0
     redelivery_limit: int = -1
     error_destination: str | None = None
+    quota: str | None = None
+    bytes_threshold_high: int = -1
+    bytes_threshold_low: int = -1
+    messages_threshold_high: int = -1
+    messages_threshold_low: int = -1
+
+    def thresholds(self) -> Thresholds:
+        return Thresholds(
+            self.bytes_threshold_high,
+            self.bytes_threshold_low,
+            self.messages_threshold_high,
+            self.messages_threshold_low,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -125,4 +144,7 @@ class DestinationSettings:
             raise InvalidArgumentError(f"redelivery_limit must be -1 (no limit) or more, not {self.redelivery_limit}")
         if self.error_destination is not None:
             check_name("error destination", self.error_destination)
+        if self.quota is not None:
+            check_name("quota", self.quota)
+        self.thresholds()  # checks them
         return self

@@ -31,6 +31,7 @@ from jmsstore.errors import InvalidArgumentError, ResourceAllocationError
 __all__ = [
     "Clock",
     "FlowControl",
+    "Gauge",
     "Quota",
     "QuotaUsage",
     "SystemClock",
@@ -426,3 +427,58 @@ def expired_message_log(
         lines.append(" <UserProperties " + " ".join(property_parts) + " />")
     lines.append("</ExpiredJMSMessage>")
     return "\n".join(lines)
+
+
+class Gauge:
+    """The counts of a server or destination: messages and bytes held now
+    (pending ones included: in flight, delayed, unacknowledged, in an
+    uncommitted transaction), their high-water marks, the totals received,
+    and whether its flow-control thresholds are armed."""
+
+    def __init__(self, thresholds: Thresholds | None = None) -> None:
+        self.thresholds = thresholds if thresholds is not None else Thresholds()
+        self.messages = 0
+        self.bytes = 0
+        self.messages_high = 0
+        self.bytes_high = 0
+        self.messages_received = 0
+        self.bytes_received = 0
+        self.armed = False
+        self._lock = threading.Lock()
+
+    def add(self, messages: int, size: int) -> None:
+        with self._lock:
+            self.messages += messages
+            self.bytes += size
+            self.messages_received += messages
+            self.bytes_received += size
+            if self.messages > self.messages_high:
+                self.messages_high = self.messages
+            if self.bytes > self.bytes_high:
+                self.bytes_high = self.bytes
+            if self.thresholds.enabled:
+                self.armed = self.thresholds.next_armed(self.armed, self.messages, self.bytes)
+
+    def sub(self, messages: int, size: int) -> None:
+        with self._lock:
+            self.messages = max(0, self.messages - messages)
+            self.bytes = max(0, self.bytes - size)
+            if self.armed:
+                self.armed = self.thresholds.next_armed(self.armed, self.messages, self.bytes)
+
+    def set_thresholds(self, thresholds: Thresholds) -> None:
+        with self._lock:
+            self.thresholds = thresholds
+            self.armed = thresholds.enabled and thresholds.next_armed(False, self.messages, self.bytes)
+
+    def statistics(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "messages_current": self.messages,
+                "bytes_current": self.bytes,
+                "messages_high": self.messages_high,
+                "bytes_high": self.bytes_high,
+                "messages_received": self.messages_received,
+                "bytes_received": self.bytes_received,
+                "flow_control_armed": self.armed,
+            }

@@ -48,12 +48,14 @@ from jmsstore.broker.destination import (
     check_name,
 )
 from jmsstore.broker.message import DeliveryMode, Message, encode, peek_header
+from jmsstore.broker.resources import Gauge, Quota, QuotaUsage, Thresholds
 from jmsstore.errors import (
     IllegalStateError,
     InvalidArgumentError,
     InvalidClientIDError,
     InvalidDestinationError,
     MessageTooLargeError,
+    ResourceAllocationError,
     UnknownHandleError,
 )
 from jmsstore.pager import Pager
@@ -62,7 +64,7 @@ from jmsstore.store import FileStore, Transaction
 
 if TYPE_CHECKING:
     from jmsstore._native import NativeBatch
-    from jmsstore.broker.connection import Connection, ConnectionFactory
+    from jmsstore.broker.connection import Connection, ConnectionFactory, MessageProducer
 
 __all__ = ["JMSServer"]
 
@@ -99,10 +101,13 @@ class Marker:
 class Target:
     """What consumers read from: a queue, or a topic subscription. One pager destination."""
 
+    charged_to: QueueState | TopicState  # whose quota and counts its messages are in
+
     def __init__(self, server: JMSServer, pager_name: str, collection: str | None, settings: DestinationSettings):
         self.server = server
         self.pager_name = pager_name
         self.pager_id = server._pager.create_destination(pager_name, settings.order)
+        server._by_pager_id[self.pager_id] = self
         self.collection = collection
         self.settings = settings
         # Who waits here: listener sessions, and idle consumers (woken one per
@@ -117,6 +122,10 @@ class Target:
         self.consumers = 0
         self.deleted = False
         self.lock = threading.Lock()
+        # Messages it holds (counted from the send, pending ones included), for
+        # the quota and counts of what it is charged to when it goes.
+        self.held_messages = 0
+        self.held_bytes = 0
 
     def notify(self) -> None:
         """A message became available: wake the listener sessions and one idle
@@ -152,15 +161,21 @@ class QueueState(Target):
         )
         self.destination = queue
         self.record = record
+        self.gauge = Gauge(settings.thresholds())
+        self.usage = server._usage_for(settings, queue.name)
+        self.charged_to: QueueState | TopicState = self
 
 
 class TopicState:
-    def __init__(self, topic: Topic, settings: DestinationSettings, record: int | None) -> None:
+    def __init__(self, server: JMSServer, topic: Topic, settings: DestinationSettings, record: int | None) -> None:
         self.destination = topic
         self.settings = settings
         self.record = record
         self.subscriptions: list[SubscriptionState] = []
         self.deleted = False
+        # Its subscriptions' messages count here: a message is one per subscription it reaches.
+        self.gauge = Gauge(settings.thresholds())
+        self.usage = server._usage_for(settings, topic.name)
 
 
 @dataclass
@@ -204,6 +219,7 @@ class SubscriptionState(Target):
             topic.settings,
         )
         self.topic = topic
+        self.charged_to = topic
         self.spec = spec
         self.record = record
         self.selector = Selector(spec.selector)
@@ -220,6 +236,7 @@ class ServerStats:
     dropped_after_redelivery_limit: int = 0
     expired: int = 0
     delivery_records: int = 0
+    dropped_over_system_limit: int = 0  # non-persistent sends over system_max_count / _size
     extra: dict[str, int] = field(default_factory=dict)
 
 
@@ -251,8 +268,37 @@ class JMSServer:
         maximum_message_size: int | None = None,
         compression_threshold: int = 1024,
         max_segment_bytes: int = 64 << 20,
+        messages_maximum: int = -1,
+        bytes_maximum: int = -1,
+        blocking_send_policy: str = "fifo",
+        system_max_count: int = -1,
+        system_max_size: int = -1,
+        bytes_threshold_high: int = -1,
+        bytes_threshold_low: int = -1,
+        messages_threshold_high: int = -1,
+        messages_threshold_low: int = -1,
     ) -> None:
         self.name = check_name("server", name)
+        # Checked before anything is opened: bad values change nothing.
+        server_quota = Quota("<server>", messages_maximum, bytes_maximum, True, blocking_send_policy)
+        thresholds = Thresholds(
+            bytes_threshold_high, bytes_threshold_low, messages_threshold_high, messages_threshold_low
+        )
+        for limit_name, limit in (("system_max_count", system_max_count), ("system_max_size", system_max_size)):
+            if isinstance(limit, bool) or not isinstance(limit, int):
+                raise TypeError(f"{limit_name} is an int, not {type(limit).__name__}")
+            if limit < -1:
+                raise InvalidArgumentError(f"{limit_name} must be -1 (no limit) or more, not {limit}")
+        self.system_max_count = system_max_count
+        self.system_max_size = system_max_size
+        # Destinations without a quota of their own share this one (WebLogic's
+        # JMS server quota; its policy is the server's blocking send policy).
+        self._server_usage = QuotaUsage(server_quota, "the server's quota")
+        self._quotas: dict[str, tuple[Quota, int | None]] = {}  # name -> (quota, its record)
+        self._shared_usages: dict[str, QuotaUsage] = {}
+        self._gauge = Gauge(thresholds)
+        self._by_pager_id: dict[int, Target] = {}
+        self._producers: weakref.WeakSet[MessageProducer] = weakref.WeakSet()  # for flow-control statistics
         if store is None and directory is None:
             raise InvalidArgumentError("a JMSServer needs a directory or a store")
         if store is not None and not isinstance(store, FileStore):
@@ -344,7 +390,10 @@ class JMSServer:
                     self._markers_of.setdefault(h, []).append(marker)
             else:
                 stale.append(handle)
-        known_collections: set[str] = {meta, self._collection("delivered")}
+        known_collections: set[str] = {meta, self._collection("delivered"), self._collection("quotas")}
+        for handle, body in store.scan(self._collection("quotas")):
+            quota = Quota(**json.loads(body))
+            self._quotas[quota.name] = (quota, handle)
         known_collections.add(self._collection("destinations"))
         known_collections.add(self._collection("subscriptions"))
         for handle, body in store.scan(self._collection("destinations")):
@@ -355,7 +404,7 @@ class JMSServer:
                 self._queues[data["name"]] = state
                 known_collections.add(state.collection or "")
             else:
-                self._topics[data["name"]] = TopicState(Topic(data["name"]), settings, handle)
+                self._topics[data["name"]] = TopicState(self, Topic(data["name"]), settings, handle)
         for handle, body in store.scan(self._collection("subscriptions")):
             data = json.loads(body)
             topic = self._topics.get(data["topic"])
@@ -400,6 +449,7 @@ class JMSServer:
                 if delivery_time > timestamp:
                     # A delayed message: waiting consumers must wake when it is due.
                     target.delay_until(delivery_time)
+                self._count_in(target, 1, len(body))
         # Objects of destinations whose deletion was interrupted.
         prefix = self._collection("")
         for collection in store.collections():
@@ -453,6 +503,7 @@ class JMSServer:
                 return state.destination  # type: ignore[no-any-return]
             config = DestinationSettings().updated(**settings)
             self._check_error_destination(config, name)
+            self._check_quota(config)
             record = self._store.put(
                 self._collection("destinations"),
                 json.dumps({"kind": kind, "name": name, "settings": config.to_json()}).encode(),
@@ -460,7 +511,7 @@ class JMSServer:
             if isinstance(destination, Queue):
                 table[name] = QueueState(self, destination, config, record)
             else:
-                table[name] = TopicState(destination, config, record)
+                table[name] = TopicState(self, destination, config, record)
             return destination
 
     def _check_error_destination(self, settings: DestinationSettings, own: str) -> None:
@@ -473,6 +524,7 @@ class JMSServer:
         if config.order != state.settings.order:
             raise InvalidArgumentError("a destination's order cannot change once created")
         self._check_error_destination(config, state.destination.name)
+        self._check_quota(config)
         assert state.record is not None
         self._store.update(
             state.record,
@@ -480,10 +532,168 @@ class JMSServer:
                 {"kind": state.destination.kind, "name": state.destination.name, "settings": config.to_json()}
             ).encode(),
         )
-        state.settings = config
+        previous, state.settings = state.settings, config
         if isinstance(state, TopicState):
             for sub in state.subscriptions:
                 sub.settings = config
+        if config.thresholds() != previous.thresholds():
+            state.gauge.set_thresholds(config.thresholds())
+        if config.quota != previous.quota:
+            self._switch_quota(state, config)
+
+    # ------------------------------------------------------------ quotas
+
+    def create_quota(
+        self,
+        name: str,
+        *,
+        messages_maximum: int = -1,
+        bytes_maximum: int = -1,
+        shared: bool = True,
+        policy: str = "fifo",
+    ) -> Quota:
+        """Creates (or changes) the quota resource ``name`` (seed 000, Table
+        12-2); it survives restarts. Destinations use it through their
+        ``quota`` setting. Changing its maximums applies at once to the
+        destinations using it."""
+        check_name("quota", name)
+        quota = Quota(name, messages_maximum, bytes_maximum, shared, policy)
+        with self._lock:
+            self._check_open()
+            old = self._quotas.get(name)
+            body = json.dumps(quota.to_json()).encode()
+            record: int | None
+            if old is None:
+                record = self._store.put(self._collection("quotas"), body)
+            else:
+                if old[0].shared != shared:
+                    raise InvalidArgumentError(f"quota {name!r}: shared cannot change once created")
+                record = old[1]
+                assert record is not None
+                self._store.update(record, body)
+            self._quotas[name] = (quota, record)
+            for usage in self._usages_of(name):
+                usage.quota = quota
+            return quota
+
+    def quotas(self) -> dict[str, Quota]:
+        with self._lock:
+            return {name: q for name, (q, _) in self._quotas.items()}
+
+    def set_quota(self, destination: Destination, quota: str | None) -> None:
+        """Makes ``destination`` use the quota resource ``quota`` (None: the
+        server's quota). Sends blocked on its previous quota fail with
+        ``ResourceAllocationError`` (seed 000, "Destination-Level Quota");
+        the messages it holds move to the new one."""
+        state = self._target_of(destination)
+        with self._lock:
+            self._configure(state, {"quota": quota})
+
+    def _check_quota(self, settings: DestinationSettings) -> None:
+        if settings.quota is not None and settings.quota not in self._quotas:
+            raise InvalidArgumentError(f"no quota {settings.quota!r} (create it with create_quota first)")
+
+    def _usage_for(self, settings: DestinationSettings, destination: str) -> QuotaUsage:
+        if settings.quota is None:
+            return self._server_usage
+        quota = self._quotas[settings.quota][0]
+        if not quota.shared:
+            return QuotaUsage(quota, f"quota {quota.name!r} of {destination!r}")
+        usage = self._shared_usages.get(quota.name)
+        if usage is None:
+            usage = self._shared_usages[quota.name] = QuotaUsage(quota, f"quota {quota.name!r}")
+        return usage
+
+    def _all_usages(self) -> list[QuotaUsage]:
+        states: list[QueueState | TopicState] = [*self._queues.values(), *self._topics.values()]
+        found = {id(u): u for u in [self._server_usage, *self._shared_usages.values(), *(s.usage for s in states)]}
+        return list(found.values())
+
+    def _usages_of(self, name: str) -> list[QuotaUsage]:
+        states: list[QueueState | TopicState] = [*self._queues.values(), *self._topics.values()]
+        found = {id(s.usage): s.usage for s in states if s.usage.quota.name == name}
+        shared = self._shared_usages.get(name)
+        if shared is not None:
+            found[id(shared)] = shared
+        return list(found.values())
+
+    def _switch_quota(self, state: QueueState | TopicState, config: DestinationSettings) -> None:
+        old = state.usage
+        new = self._usage_for(config, state.destination.name)
+        state.usage = new
+        gauge = state.gauge
+        old.release(gauge.messages, gauge.bytes)
+        new.add(gauge.messages, gauge.bytes)
+        old.fail_waiting(
+            state,
+            f"{state.destination!r} changed quota (to {config.quota or 'the server quota'!s}) "
+            "while this send waited for room",
+        )
+
+    # ------------------------------------------------------------ accounting
+
+    def _charge(self, state: QueueState | TopicState, copies: int, size: int, persistent: bool, timeout: float) -> bool:
+        """Room for a message of ``size`` encoded bytes going to ``copies``
+        targets of ``state``: the broker-wide limits, then the destination's
+        quota (waiting up to ``timeout`` s). False: a non-persistent message
+        over the broker-wide limits, dropped (seed 002); it raises
+        ``ResourceAllocationError`` for a persistent one, or a full quota."""
+        total = copies * size
+        gauge = self._gauge
+        if (self.system_max_count >= 0 and gauge.messages + copies > self.system_max_count) or (
+            self.system_max_size >= 0 and gauge.bytes + total > self.system_max_size
+        ):
+            if not persistent:
+                with self._lock:
+                    self._stats.dropped_over_system_limit += 1
+                return False
+            raise ResourceAllocationError(
+                f"the server holds {gauge.messages} messages and {gauge.bytes} bytes: "
+                f"{copies} more message(s) of {size} bytes would pass system_max_count {self.system_max_count} "
+                f"or system_max_size {self.system_max_size} (-1: no limit)"
+            )
+        state.usage.acquire(copies, total, timeout, state)
+        state.gauge.add(copies, total)
+        gauge.add(copies, total)
+        return True
+
+    def _held(self, targets: Iterable[Target], size: int) -> None:
+        for t in targets:
+            t.held_messages += 1
+            t.held_bytes += size
+
+    def _count_in(self, target: Target, messages: int, size: int) -> None:
+        """Counts messages already there (recovered, moved) without asking."""
+        state = target.charged_to
+        state.usage.add(messages, size)
+        state.gauge.add(messages, size)
+        self._gauge.add(messages, size)
+        target.held_messages += messages
+        target.held_bytes += size
+
+    def _uncharge(self, state: QueueState | TopicState, copies: int, total: int) -> None:
+        """A charged send did not happen (it failed, or its transaction rolled back)."""
+        state.usage.release(copies, total)
+        state.gauge.sub(copies, total)
+        self._gauge.sub(copies, total)
+
+    def _unsend(self, state: QueueState | TopicState, routes: list[tuple[Target, bool]], size: int) -> None:
+        """A charged send did not happen (it failed, or its transaction did not commit)."""
+        if not routes:
+            return
+        for target, _ in routes:
+            target.held_messages = max(0, target.held_messages - 1)
+            target.held_bytes = max(0, target.held_bytes - size)
+        self._uncharge(state, len(routes), len(routes) * size)
+
+    def _count_out(self, target: Target, messages: int, size: int) -> None:
+        """Messages left ``target`` for good (acknowledged, expired, moved, dropped)."""
+        target.held_messages = max(0, target.held_messages - messages)
+        target.held_bytes = max(0, target.held_bytes - size)
+        state = target.charged_to
+        state.usage.release(messages, size)
+        state.gauge.sub(messages, size)
+        self._gauge.sub(messages, size)
 
     def queue(self, name: str) -> Queue:
         """The existing queue ``name``."""
@@ -562,6 +772,7 @@ class JMSServer:
         """Removes a target's messages from the store and the pager."""
         target.deleted = True
         target.notify_all()
+        self._count_out(target, target.held_messages, target.held_bytes)
         if target.collection is not None:
             handles = list(self._store.handles(target.collection))
             for start in range(0, len(handles), 10_000):
@@ -852,6 +1063,9 @@ class JMSServer:
                 continue
             pager.remove(key)
             self._stats.expired += 1
+            target = self._by_pager_id.get(header["destination"])
+            if target is not None:
+                self._count_out(target, 1, header["body_size"])
             if header["store_handle"] is not None:
                 handles.append(header["store_handle"])
         if handles:
@@ -1007,15 +1221,32 @@ class JMSServer:
                 "moved_to_error_destination": s.moved_to_error_destination,
                 "dropped_after_redelivery_limit": s.dropped_after_redelivery_limit,
                 "delivery_records": s.delivery_records,
+                "dropped_over_system_limit": s.dropped_over_system_limit,
                 "connections": len(self._connections),
+                **self._gauge.statistics(),
+                "blocked_senders": sum(u.blocked_senders for u in self._all_usages()),
+                "flow_controlled_producers": sum(
+                    1 for p in list(self._producers) if p._flow is not None and p._flow.limit is not None
+                ),
+                "server_quota": self._server_usage.statistics(),
+                "quotas": {
+                    name: [u.statistics() for u in self._usages_of(name)] for name in sorted(self._quotas)
+                },
                 "queues": {
-                    n: {"messages": self._pager.count(q.pager_id), "consumers": q.consumers}
+                    n: {
+                        "messages": self._pager.count(q.pager_id),
+                        "consumers": q.consumers,
+                        "quota": q.settings.quota,
+                        **q.gauge.statistics(),
+                    }
                     for n, q in self._queues.items()
                 },
                 "topics": {
                     n: {
                         "subscriptions": len(t.subscriptions),
                         "messages": sum(self._pager.count(x.pager_id) for x in t.subscriptions),
+                        "quota": t.settings.quota,
+                        **t.gauge.statistics(),
                     }
                     for n, t in self._topics.items()
                 },

@@ -1,0 +1,313 @@
+"""Quotas, blocking senders, broker-wide limits and flow control on a
+running server (seed 000, "Defining Quota", "Blocking Senders During Quota
+Conditions", "Controlling the Flow of Messages"; seed 002 for the
+broker-wide limits). The policy objects alone are tested in
+test_jms_resources.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from jms_helpers import SOON, Servers, connect, receive_all, texts
+from jmsstore import (
+    AckMode,
+    DeliveryMode,
+    InvalidArgumentError,
+    JMSServer,
+    Message,
+    Queue,
+    ResourceAllocationError,
+    TextMessage,
+)
+
+
+def receive_some(server: JMSServer, queue: Queue, count: int) -> list[Message]:
+    """Receives and acknowledges (AUTO) ``count`` messages."""
+    with connect(server) as connection:
+        consumer = connection.create_session().create_consumer(queue)
+        got = [consumer.receive(SOON) for _ in range(count)]
+    assert all(m is not None for m in got)
+    return [m for m in got if m is not None]
+
+
+def _producer(server: JMSServer, destination: object, **factory: object) -> object:
+    connection = server.connection_factory(**factory).create_connection()
+    return connection.create_session().create_producer(destination)
+
+
+def test_a_full_server_quota_refuses_a_send_at_once_with_no_send_timeout(server: JMSServer, servers: Servers) -> None:
+    """Send Timeout 0: "you will receive a resource allocation exception
+    whenever sufficient space is not available"; nothing is stored."""
+    server = servers.restart(server, messages_maximum=3)
+    queue = server.create_queue("Q")
+    with server.connection_factory(send_timeout=0).create_connection() as connection:
+        producer = connection.create_session().create_producer(queue)
+        for i in range(3):
+            producer.send(TextMessage(f"m{i}"))
+        with pytest.raises(ResourceAllocationError, match="the server's quota is full"):
+            producer.send(TextMessage("over"))
+        with pytest.raises(ResourceAllocationError):
+            producer.send_async(TextMessage("over"))
+    assert server.message_count(queue) == 3
+    stats = server.statistics()
+    assert stats["server_quota"]["messages"] == 3
+    assert stats["queues"]["Q"]["messages_current"] == 3
+    # Room again once one is consumed.
+    assert texts(receive_some(server, queue, 1)) == ["m0"]
+    _producer(server, queue, send_timeout=0).send(TextMessage("fits"))  # type: ignore[attr-defined]
+    assert texts(receive_all(server, queue)) == ["m1", "m2", "fits"]
+
+
+def test_pending_messages_count_against_the_quota(server: JMSServer, servers: Servers) -> None:
+    """Table 12-2: messages in flight, unacknowledged or in an uncommitted
+    transaction count; a rollback gives their room back."""
+    server = servers.restart(server, messages_maximum=2)
+    queue = server.create_queue("Q")
+    with connect(server) as connection:
+        transacted = connection.create_session(transacted=True)
+        transacted.create_producer(queue).send(TextMessage("t"))  # uncommitted: counts
+        plain = server.connection_factory(send_timeout=0).create_connection()
+        producer = plain.create_session().create_producer(queue)
+        producer.send(TextMessage("a"))
+        with pytest.raises(ResourceAllocationError):
+            producer.send(TextMessage("b"))
+        transacted.rollback()
+        producer.send(TextMessage("b"))
+        # Received but not acknowledged (CLIENT): still counts.
+        client = connection.create_session(ack_mode=AckMode.CLIENT)
+        consumer = client.create_consumer(queue)
+        connection.start()
+        received = consumer.receive(SOON)
+        assert received is not None
+        with pytest.raises(ResourceAllocationError):
+            producer.send(TextMessage("c"))
+        received.acknowledge()
+        producer.send(TextMessage("c"))
+        plain.close()
+    assert texts(receive_all(server, queue)) == ["b", "c"]
+
+
+def test_a_blocked_sender_goes_on_when_room_appears(server: JMSServer, servers: Servers) -> None:
+    server = servers.restart(server, messages_maximum=1)
+    queue = server.create_queue("Q")
+    producer = _producer(server, queue, send_timeout=30_000)
+    producer.send(TextMessage("first"))  # type: ignore[attr-defined]
+    sent = threading.Event()
+
+    def send_second() -> None:
+        producer.send(TextMessage("second"))  # type: ignore[attr-defined]
+        sent.set()
+
+    sender = threading.Thread(target=send_second)
+    sender.start()
+    deadline = time.monotonic() + SOON
+    while server.statistics()["blocked_senders"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert server.statistics()["blocked_senders"] == 1
+    assert not sent.is_set()
+    assert texts(receive_some(server, queue, 1)) == ["first"]
+    sender.join(SOON)
+    assert sent.is_set()
+    assert texts(receive_all(server, queue)) == ["second"]
+
+
+def test_a_blocked_sender_times_out_with_resource_allocation_error(server: JMSServer, servers: Servers) -> None:
+    server = servers.restart(server, messages_maximum=1)
+    queue = server.create_queue("Q")
+    producer = _producer(server, queue, send_timeout=100)
+    producer.send(TextMessage("first"))  # type: ignore[attr-defined]
+    start = time.monotonic()
+    with pytest.raises(ResourceAllocationError, match=r"no room appeared within 0\.1 s"):
+        producer.send(TextMessage("second"))  # type: ignore[attr-defined]
+    assert time.monotonic() - start >= 0.09
+    assert server.message_count(queue) == 1
+
+
+def test_quota_resources_shared_or_per_destination(server: JMSServer) -> None:
+    """Quota Sharing: destinations referring to a shared quota compete for
+    it; an unshared quota gives each destination its own allowance. A
+    destination with its own quota does not use the server's."""
+    server.create_quota("pool", messages_maximum=2)
+    server.create_quota("each", messages_maximum=2, shared=False)
+    a, b = server.create_queue("A", quota="pool"), server.create_queue("B", quota="pool")
+    c, d = server.create_queue("C", quota="each"), server.create_queue("D", quota="each")
+    with server.connection_factory(send_timeout=0).create_connection() as connection:
+        session = connection.create_session()
+        session.create_producer(a).send(TextMessage("a"))
+        session.create_producer(b).send(TextMessage("b"))
+        with pytest.raises(ResourceAllocationError, match="quota 'pool' is full"):
+            session.create_producer(a).send(TextMessage("a2"))
+        for destination in (c, c, d, d):
+            session.create_producer(destination).send(TextMessage("x"))
+        with pytest.raises(ResourceAllocationError, match="quota 'each' of 'C'"):
+            session.create_producer(c).send(TextMessage("c3"))
+    stats = server.statistics()
+    assert [u["messages"] for u in stats["quotas"]["pool"]] == [2]
+    assert sorted(u["messages"] for u in stats["quotas"]["each"]) == [2, 2]
+    assert stats["server_quota"]["messages"] == 0
+
+
+def test_switching_quota_fails_the_sends_blocked_on_the_old_one(server: JMSServer) -> None:
+    """Seed 000: "if there are unsatisfied requests for quota when the quota
+    resource is changed, then those requests will fail with a
+    javax.jms.ResourceAllocationException"."""
+    server.create_quota("small", messages_maximum=1)
+    server.create_quota("large", messages_maximum=100)
+    queue = server.create_queue("Q", quota="small")
+    producer = _producer(server, queue, send_timeout=30_000)
+    producer.send(TextMessage("first"))  # type: ignore[attr-defined]
+    errors: list[BaseException] = []
+
+    def blocked() -> None:
+        try:
+            producer.send(TextMessage("blocked"))  # type: ignore[attr-defined]
+        except BaseException as e:
+            errors.append(e)
+
+    sender = threading.Thread(target=blocked)
+    sender.start()
+    deadline = time.monotonic() + SOON
+    while server.statistics()["blocked_senders"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    server.set_quota(queue, "large")
+    sender.join(SOON)
+    assert len(errors) == 1 and isinstance(errors[0], ResourceAllocationError)
+    assert "changed quota" in str(errors[0])
+    # The message it holds moved to the new quota, which has room.
+    stats = server.statistics()
+    assert [u["messages"] for u in stats["quotas"]["large"]] == [1]
+    assert [u["messages"] for u in stats["quotas"]["small"]] == [0]
+    producer.send(TextMessage("after"))  # type: ignore[attr-defined]
+    assert texts(receive_all(server, queue)) == ["first", "after"]
+
+
+def test_quotas_survive_a_restart_and_recovered_messages_count(server: JMSServer, servers: Servers) -> None:
+    server.create_quota("q1", messages_maximum=2, bytes_maximum=1 << 20, policy="preemptive")
+    queue = server.create_queue("Q", quota="q1")
+    producer = _producer(server, queue)
+    producer.send(TextMessage("a"))  # type: ignore[attr-defined]
+    producer.send(TextMessage("b"))  # type: ignore[attr-defined]
+    server = servers.restart(server)
+    assert server.quotas()["q1"].policy == "preemptive"
+    assert server.settings(queue).quota == "q1"
+    with pytest.raises(ResourceAllocationError):
+        _producer(server, queue, send_timeout=0).send(TextMessage("c"))  # type: ignore[attr-defined]
+    assert texts(receive_all(server, queue)) == ["a", "b"]
+
+
+def test_a_topic_message_counts_once_per_subscription(server: JMSServer) -> None:
+    topic = server.create_topic("T")
+    with connect(server, client_id="c") as connection:
+        session = connection.create_session()
+        session.create_durable_subscriber(topic, "s1").close()
+        session.create_durable_subscriber(topic, "s2").close()
+        session.create_producer(topic).send(TextMessage("m"))
+    stats = server.statistics()
+    assert stats["topics"]["T"]["messages_current"] == 2
+    assert stats["messages_current"] == 2
+
+
+def test_broker_wide_limits_reject_persistent_and_drop_non_persistent(server: JMSServer, servers: Servers) -> None:
+    """Seed 002: past imq.system.max_count "if a message is persistent then
+    the client runtime will throw an exception ... if the message is
+    non-persistent, the broker silently drops the message"."""
+    server = servers.restart(server, system_max_count=2)
+    queue = server.create_queue("Q")
+    with connect(server) as connection:
+        producer = connection.create_session().create_producer(queue)
+        producer.send(TextMessage("a"))
+        producer.send(TextMessage("b"), delivery_mode=DeliveryMode.NON_PERSISTENT)
+        with pytest.raises(ResourceAllocationError, match="system_max_count 2"):
+            producer.send(TextMessage("c"))
+        producer.send(TextMessage("dropped"), delivery_mode=DeliveryMode.NON_PERSISTENT)
+        assert producer.send_async(TextMessage("dropped too"), delivery_mode=DeliveryMode.NON_PERSISTENT).result(SOON)
+    stats = server.statistics()
+    assert stats["dropped_over_system_limit"] == 2
+    assert texts(receive_all(server, queue)) == ["a", "b"]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept += seconds
+        self.now += seconds
+
+
+def test_an_armed_destination_slows_its_producers(server: JMSServer) -> None:
+    """Table 12-4: past Messages Threshold High the destination is armed and
+    its producers send at Flow Maximum, then less; below the low threshold
+    it disarms and they climb back."""
+    queue = server.create_queue("Q", messages_threshold_high=3, messages_threshold_low=1)
+    clock = FakeClock()
+    factory = dict(flow_maximum=10, flow_minimum=1, flow_interval=10, flow_steps=5, clock=clock)
+    with server.connection_factory(**factory).create_connection() as connection:  # type: ignore[arg-type]
+        producer = connection.create_session().create_producer(queue)
+        for _ in range(4):
+            producer.send(TextMessage("m"))
+        assert clock.slept == 0  # not armed while sending these
+        assert server.statistics()["queues"]["Q"]["flow_control_armed"]
+        for _ in range(3):
+            producer.send(TextMessage("m"))
+        assert clock.slept == pytest.approx(0.2)  # 10 messages/s: 0.1 s apart
+        assert server.statistics()["flow_controlled_producers"] == 1
+        clock.now += 2.0  # one flow step later, still armed: 10 * (1/10) ** (1/5)
+        producer.send(TextMessage("m"))
+        assert producer._flow.limit == pytest.approx(10 * 0.1**0.2)  # type: ignore[union-attr]
+    assert len(receive_all(server, queue)) == 8
+    assert not server.statistics()["queues"]["Q"]["flow_control_armed"]
+
+
+def test_flow_control_can_be_turned_off(server: JMSServer, servers: Servers) -> None:
+    server = servers.restart(server, messages_threshold_high=0)
+    queue = server.create_queue("Q")
+    clock = FakeClock()
+    with server.connection_factory(flow_control_enabled=False, clock=clock).create_connection() as connection:
+        producer = connection.create_session().create_producer(queue)
+        for _ in range(5):
+            producer.send(TextMessage("m"))
+    assert clock.slept == 0
+    assert server.statistics()["flow_control_armed"]
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"messages_maximum": -2}, InvalidArgumentError),
+        ({"blocking_send_policy": "lifo"}, InvalidArgumentError),
+        ({"system_max_size": "big"}, TypeError),
+        ({"messages_threshold_high": 5, "messages_threshold_low": 9}, InvalidArgumentError),
+    ],
+)
+def test_bad_server_limits_are_refused_before_anything_opens(
+    server_dir: object, options: dict[str, object], error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        JMSServer(server_dir, **options)  # type: ignore[arg-type]
+
+
+def test_bad_quota_settings_change_nothing(server: JMSServer) -> None:
+    with pytest.raises(InvalidArgumentError, match="no quota 'missing'"):
+        server.create_queue("Q", quota="missing")
+    assert server.destinations() == []
+    queue = server.create_queue("Q")
+    with pytest.raises(InvalidArgumentError, match="no quota 'missing'"):
+        server.set_quota(queue, "missing")
+    assert server.settings(queue).quota is None
+    with pytest.raises(InvalidArgumentError, match="policy"):
+        server.create_quota("q", policy="lifo")
+    assert server.quotas() == {}
+    server.create_quota("q", messages_maximum=1)
+    with pytest.raises(InvalidArgumentError, match="shared"):
+        server.create_quota("q", shared=False)
+    with pytest.raises(InvalidArgumentError):
+        server.connection_factory(flow_minimum=10, flow_maximum=5)
+    with pytest.raises(TypeError):
+        server.connection_factory(send_timeout=1.5)
