@@ -16,6 +16,7 @@ from jmsstore.broker.resources import (
     QuotaUsage,
     Thresholds,
     expired_message_log,
+    gauge,
     parse_logging_policy,
 )
 
@@ -97,16 +98,34 @@ def test_a_flow_controlled_producer_paces_its_sends() -> None:
 
 
 def test_thresholds_arm_above_high_and_disarm_below_low() -> None:
-    t = Thresholds(messages_threshold_high=10, messages_threshold_low=5)
-    assert not t.next_armed(False, 10, 0)
-    assert t.next_armed(False, 11, 0)
-    assert t.next_armed(True, 7, 0)  # between: stays armed
-    assert not t.next_armed(True, 4, 0)
-    assert not t.next_armed(False, 7, 0)  # between: stays disarmed
-    both = Thresholds(bytes_threshold_high=1000, bytes_threshold_low=100, messages_threshold_high=10)
-    assert both.next_armed(False, 1, 1001)
-    assert both.next_armed(True, 1, 500)
-    assert not both.next_armed(True, 1, 99)
+    """Table 12-4: armed above the high threshold, disarmed below the low
+    one, unchanged in between; with both kinds set, disarmed only once below
+    both."""
+    g = gauge(Thresholds(messages_threshold_high=10, messages_threshold_low=5))
+    g.add(10, 0)
+    assert not g.armed
+    g.add(1, 0)
+    assert g.armed
+    g.sub(4, 0)  # 7: between
+    assert g.armed
+    g.sub(3, 0)  # 4: below low
+    assert not g.armed
+    g.add(3, 0)  # 7: between, stays disarmed
+    assert not g.armed
+    both = gauge(Thresholds(bytes_threshold_high=1000, bytes_threshold_low=100, messages_threshold_high=10))
+    both.add(1, 1001)
+    assert both.armed
+    both.sub(0, 501)
+    assert both.armed
+    both.sub(0, 401)  # 99 bytes, 1 message (below its high threshold, no low one)
+    assert not both.armed
+    stats = both.statistics()
+    assert (stats["messages_current"], stats["bytes_current"], stats["bytes_high"], stats["messages_received"]) == (
+        1,
+        99,
+        1001,
+        1,
+    )
 
 
 def test_bad_thresholds_are_refused() -> None:
@@ -141,7 +160,7 @@ def test_a_full_quota_refuses_at_once_without_a_timeout() -> None:
     assert (usage.messages, usage.bytes) == (2, 20)
     usage.release(1, 10)
     usage.acquire(1, 10, 0)
-    assert usage.messages_high == 2
+    assert usage.statistics()["messages_high"] == 2
 
 
 def test_a_request_that_can_never_fit_fails_at_once() -> None:

@@ -26,17 +26,19 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
+from jmsstore._native import Account
 from jmsstore.errors import InvalidArgumentError, ResourceAllocationError
 
 __all__ = [
     "Clock",
     "FlowControl",
-    "Gauge",
     "Quota",
     "QuotaUsage",
     "SystemClock",
     "Thresholds",
     "expired_message_log",
+    "gauge",
+    "set_thresholds",
 ]
 
 POLICIES = ("fifo", "preemptive")
@@ -92,36 +94,47 @@ class _Waiter:
 
 
 class QuotaUsage:
-    """What one quota allowance holds, and the senders blocked on it."""
+    """What one quota allowance holds, and the senders blocked on it. The
+    counts are native (``Account``: no Python lock per send or
+    acknowledgement); senders that must wait do so on a condition here."""
 
     def __init__(self, quota: Quota, label: str) -> None:
-        self.quota = quota
+        self._quota = quota
         self.label = label  # for messages: "quota 'q1'" or "the server's quota"
-        self.messages = 0
-        self.bytes = 0
-        self.messages_high = 0
-        self.bytes_high = 0
+        self._account = Account(quota.messages_maximum, quota.bytes_maximum)
         self._waiting: deque[_Waiter] = deque()
         self._cond = threading.Condition()
 
-    def _fits(self, messages: int, size: int) -> bool:
-        q = self.quota
-        return (q.messages_maximum < 0 or self.messages + messages <= q.messages_maximum) and (
-            q.bytes_maximum < 0 or self.bytes + size <= q.bytes_maximum
-        )
+    @property
+    def quota(self) -> Quota:
+        return self._quota
 
-    def _take(self, messages: int, size: int) -> None:
-        self.messages += messages
-        self.bytes += size
-        self.messages_high = max(self.messages_high, self.messages)
-        self.bytes_high = max(self.bytes_high, self.bytes)
+    @quota.setter
+    def quota(self, quota: Quota) -> None:
+        """New maximums apply at once; senders waiting look again."""
+        self._quota = quota
+        self._account.set_maximums(quota.messages_maximum, quota.bytes_maximum)
+        with self._cond:
+            self._cond.notify_all()
+
+    @property
+    def messages(self) -> int:
+        return self._account.messages
+
+    @property
+    def bytes(self) -> int:
+        return self._account.bytes
 
     def acquire(self, messages: int, size: int, timeout: float, owner: object = None) -> None:
         """Takes room for ``messages`` messages of ``size`` bytes in all,
         waiting up to ``timeout`` seconds (0: not at all) for it to appear.
         ``ResourceAllocationError`` if there is none by then, or at once if
         the request can never fit."""
-        q = self.quota
+        q = self._quota
+        preemptive = q.policy == "preemptive"
+        # FIFO: nobody passes a sender waiting before it.
+        if self._account.try_add(messages, size, preemptive):
+            return
         if (q.messages_maximum >= 0 and messages > q.messages_maximum) or (
             q.bytes_maximum >= 0 and size > q.bytes_maximum
         ):
@@ -129,23 +142,20 @@ class QuotaUsage:
                 f"{messages} message(s) of {size} bytes can never fit {self.label} "
                 f"(messages maximum {q.messages_maximum}, bytes maximum {q.bytes_maximum})"
             )
+        if timeout <= 0:
+            raise ResourceAllocationError(self._full(messages, size))
         with self._cond:
-            # FIFO: nobody passes a sender waiting before it.
-            if self._fits(messages, size) and (q.policy == "preemptive" or not self._waiting):
-                self._take(messages, size)
-                return
-            if timeout <= 0:
-                raise ResourceAllocationError(self._full(messages, size))
             waiter = _Waiter(messages, size, owner)
             self._waiting.append(waiter)
+            self._account.waiting(1)
             deadline = time.monotonic() + timeout
             try:
                 while True:
                     if waiter.failed is not None:
                         raise ResourceAllocationError(waiter.failed)
-                    first = self._waiting[0] is waiter
-                    if self._fits(messages, size) and (q.policy == "preemptive" or first):
-                        self._take(messages, size)
+                    turn = self._quota.policy == "preemptive" or self._waiting[0] is waiter
+                    # Looked at again once registered: room freed just before is not missed.
+                    if turn and self._account.try_add(messages, size, True):
                         return
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
@@ -154,13 +164,13 @@ class QuotaUsage:
                         )
                     self._cond.wait(remaining)
             finally:
-                if waiter in self._waiting:
-                    self._waiting.remove(waiter)
+                self._waiting.remove(waiter)
+                self._account.waiting(-1)
                 # The next one in line may fit now (or the one behind a timed-out head).
                 self._cond.notify_all()
 
     def _full(self, messages: int, size: int) -> str:
-        q = self.quota
+        q = self._quota
         return (
             f"{self.label} is full: {self.messages} of {q.messages_maximum} messages and "
             f"{self.bytes} of {q.bytes_maximum} bytes held, {messages} message(s) of {size} bytes wanted "
@@ -169,15 +179,12 @@ class QuotaUsage:
 
     def add(self, messages: int, size: int) -> None:
         """Counts messages in without asking (recovery, a moved message)."""
-        with self._cond:
-            self._take(messages, size)
+        self._account.add(messages, size)
 
     def release(self, messages: int, size: int) -> None:
         """Messages went away: their room goes to the senders waiting."""
-        with self._cond:
-            self.messages = max(0, self.messages - messages)
-            self.bytes = max(0, self.bytes - size)
-            if self._waiting:
+        if self._account.sub(messages, size):
+            with self._cond:
                 self._cond.notify_all()
 
     def fail_waiting(self, owner: object, why: str) -> int:
@@ -195,28 +202,28 @@ class QuotaUsage:
 
     @property
     def blocked_senders(self) -> int:
-        with self._cond:
-            return len(self._waiting)
+        return len(self._waiting)
 
     def statistics(self) -> dict[str, Any]:
-        with self._cond:
-            return {
-                "quota": self.quota.name,
-                "messages_maximum": self.quota.messages_maximum,
-                "bytes_maximum": self.quota.bytes_maximum,
-                "messages": self.messages,
-                "bytes": self.bytes,
-                "messages_high": self.messages_high,
-                "bytes_high": self.bytes_high,
-                "blocked_senders": len(self._waiting),
-            }
+        counts = self._account.statistics()
+        return {
+            "quota": self._quota.name,
+            "messages_maximum": self._quota.messages_maximum,
+            "bytes_maximum": self._quota.bytes_maximum,
+            "messages": counts["messages_current"],
+            "bytes": counts["bytes_current"],
+            "messages_high": counts["messages_high"],
+            "bytes_high": counts["bytes_high"],
+            "blocked_senders": len(self._waiting),
+        }
 
 
 @dataclass(frozen=True)
 class Thresholds:
     """Flow-control thresholds of a server or destination (Table 12-4):
     above a high threshold it is armed, below the low one disarmed again
-    (in between it stays as it was). -1: not set."""
+    (in between it stays as it was; an unset low threshold means the high
+    one). -1: not set. The arming itself is counted natively (``Account``)."""
 
     bytes_threshold_high: int = UNLIMITED
     bytes_threshold_low: int = UNLIMITED
@@ -235,27 +242,6 @@ class Thresholds:
     @property
     def enabled(self) -> bool:
         return self.bytes_threshold_high >= 0 or self.messages_threshold_high >= 0
-
-    def next_armed(self, armed: bool, messages: int, size: int) -> bool:
-        """Whether it is armed after the count became ``messages`` / ``size`` bytes."""
-        over = (self.messages_threshold_high >= 0 and messages > self.messages_threshold_high) or (
-            self.bytes_threshold_high >= 0 and size > self.bytes_threshold_high
-        )
-        if over:
-            return True
-        if not armed:
-            return False
-
-        # Disarmed once below every low threshold that is set (an unset low means the high one).
-        def below(value: int, low: int, high: int) -> bool:
-            if high < 0:
-                return True
-            return value < (low if low >= 0 else high)
-
-        return not (
-            below(messages, self.messages_threshold_low, self.messages_threshold_high)
-            and below(size, self.bytes_threshold_low, self.bytes_threshold_high)
-        )
 
 
 class Clock(Protocol):
@@ -429,56 +415,19 @@ def expired_message_log(
     return "\n".join(lines)
 
 
-class Gauge:
-    """The counts of a server or destination: messages and bytes held now
-    (pending ones included: in flight, delayed, unacknowledged, in an
-    uncommitted transaction), their high-water marks, the totals received,
-    and whether its flow-control thresholds are armed."""
+def gauge(thresholds: Thresholds | None = None) -> Account:
+    """The counts of a server or destination (native, see ``Account``):
+    messages and bytes held now (pending ones included: in flight,
+    delayed, unacknowledged, in an uncommitted transaction), high-water
+    marks, totals received, and whether its flow-control thresholds are
+    armed."""
+    account = Account()
+    if thresholds is not None:
+        set_thresholds(account, thresholds)
+    return account
 
-    def __init__(self, thresholds: Thresholds | None = None) -> None:
-        self.thresholds = thresholds if thresholds is not None else Thresholds()
-        self.messages = 0
-        self.bytes = 0
-        self.messages_high = 0
-        self.bytes_high = 0
-        self.messages_received = 0
-        self.bytes_received = 0
-        self.armed = False
-        self._lock = threading.Lock()
 
-    def add(self, messages: int, size: int) -> None:
-        with self._lock:
-            self.messages += messages
-            self.bytes += size
-            self.messages_received += messages
-            self.bytes_received += size
-            if self.messages > self.messages_high:
-                self.messages_high = self.messages
-            if self.bytes > self.bytes_high:
-                self.bytes_high = self.bytes
-            if self.thresholds.enabled:
-                self.armed = self.thresholds.next_armed(self.armed, self.messages, self.bytes)
-
-    def sub(self, messages: int, size: int) -> None:
-        with self._lock:
-            self.messages = max(0, self.messages - messages)
-            self.bytes = max(0, self.bytes - size)
-            if self.armed:
-                self.armed = self.thresholds.next_armed(self.armed, self.messages, self.bytes)
-
-    def set_thresholds(self, thresholds: Thresholds) -> None:
-        with self._lock:
-            self.thresholds = thresholds
-            self.armed = thresholds.enabled and thresholds.next_armed(False, self.messages, self.bytes)
-
-    def statistics(self) -> dict[str, Any]:
-        with self._lock:
-            return {
-                "messages_current": self.messages,
-                "bytes_current": self.bytes,
-                "messages_high": self.messages_high,
-                "bytes_high": self.bytes_high,
-                "messages_received": self.messages_received,
-                "bytes_received": self.bytes_received,
-                "flow_control_armed": self.armed,
-            }
+def set_thresholds(account: Account, t: Thresholds) -> None:
+    account.set_thresholds(
+        t.bytes_threshold_high, t.bytes_threshold_low, t.messages_threshold_high, t.messages_threshold_low
+    )

@@ -48,7 +48,7 @@ from jmsstore.broker.destination import (
     check_name,
 )
 from jmsstore.broker.message import DeliveryMode, Message, encode, peek_header
-from jmsstore.broker.resources import Gauge, Quota, QuotaUsage, Thresholds
+from jmsstore.broker.resources import Quota, QuotaUsage, Thresholds, gauge, set_thresholds
 from jmsstore.errors import (
     IllegalStateError,
     InvalidArgumentError,
@@ -161,7 +161,7 @@ class QueueState(Target):
         )
         self.destination = queue
         self.record = record
-        self.gauge = Gauge(settings.thresholds())
+        self.gauge = gauge(settings.thresholds())
         self.usage = server._usage_for(settings, queue.name)
         self.charged_to: QueueState | TopicState = self
 
@@ -174,7 +174,7 @@ class TopicState:
         self.subscriptions: list[SubscriptionState] = []
         self.deleted = False
         # Its subscriptions' messages count here: a message is one per subscription it reaches.
-        self.gauge = Gauge(settings.thresholds())
+        self.gauge = gauge(settings.thresholds())
         self.usage = server._usage_for(settings, topic.name)
 
 
@@ -296,7 +296,7 @@ class JMSServer:
         self._server_usage = QuotaUsage(server_quota, "the server's quota")
         self._quotas: dict[str, tuple[Quota, int | None]] = {}  # name -> (quota, its record)
         self._shared_usages: dict[str, QuotaUsage] = {}
-        self._gauge = Gauge(thresholds)
+        self._gauge = gauge(thresholds)
         self._by_pager_id: dict[int, Target] = {}
         self._producers: weakref.WeakSet[MessageProducer] = weakref.WeakSet()  # for flow-control statistics
         if store is None and directory is None:
@@ -537,7 +537,7 @@ class JMSServer:
             for sub in state.subscriptions:
                 sub.settings = config
         if config.thresholds() != previous.thresholds():
-            state.gauge.set_thresholds(config.thresholds())
+            set_thresholds(state.gauge, config.thresholds())
         if config.quota != previous.quota:
             self._switch_quota(state, config)
 
@@ -621,9 +621,9 @@ class JMSServer:
         old = state.usage
         new = self._usage_for(config, state.destination.name)
         state.usage = new
-        gauge = state.gauge
-        old.release(gauge.messages, gauge.bytes)
-        new.add(gauge.messages, gauge.bytes)
+        held = state.gauge
+        old.release(held.messages, held.bytes)
+        new.add(held.messages, held.bytes)
         old.fail_waiting(
             state,
             f"{state.destination!r} changed quota (to {config.quota or 'the server quota'!s}) "
@@ -639,22 +639,22 @@ class JMSServer:
         over the broker-wide limits, dropped (seed 002); it raises
         ``ResourceAllocationError`` for a persistent one, or a full quota."""
         total = copies * size
-        gauge = self._gauge
-        if (self.system_max_count >= 0 and gauge.messages + copies > self.system_max_count) or (
-            self.system_max_size >= 0 and gauge.bytes + total > self.system_max_size
+        server = self._gauge
+        if (self.system_max_count >= 0 and server.messages + copies > self.system_max_count) or (
+            self.system_max_size >= 0 and server.bytes + total > self.system_max_size
         ):
             if not persistent:
                 with self._lock:
                     self._stats.dropped_over_system_limit += 1
                 return False
             raise ResourceAllocationError(
-                f"the server holds {gauge.messages} messages and {gauge.bytes} bytes: "
+                f"the server holds {server.messages} messages and {server.bytes} bytes: "
                 f"{copies} more message(s) of {size} bytes would pass system_max_count {self.system_max_count} "
                 f"or system_max_size {self.system_max_size} (-1: no limit)"
             )
         state.usage.acquire(copies, total, timeout, state)
         state.gauge.add(copies, total)
-        gauge.add(copies, total)
+        server.add(copies, total)
         return True
 
     def _held(self, targets: Iterable[Target], size: int) -> None:

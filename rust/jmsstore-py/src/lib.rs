@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod account;
 mod codec;
 mod completion;
 mod errors;
@@ -29,6 +30,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::NativeBatch>()?;
     m.add_class::<pager::NativePager>()?;
     m.add_class::<wake::Signal>()?;
+    m.add_class::<account::Account>()?;
     m.add_class::<wake::Doorbell>()?;
     m.add_class::<inspect::Record>()?;
     m.add_class::<inspect::Damage>()?;
