@@ -79,7 +79,7 @@ impl Account {
 #[pymethods]
 impl Account {
     #[new]
-    #[pyo3(signature = (messages_maximum=-1, bytes_maximum=-1))]
+    #[pyo3(signature = (messages_maximum=-1, bytes_maximum=-1), text_signature = "(messages_maximum=-1, bytes_maximum=-1)")]
     fn new(messages_maximum: i64, bytes_maximum: i64) -> Self {
         Account {
             counts: Mutex::new(Counts {
