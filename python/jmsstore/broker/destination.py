@@ -12,7 +12,7 @@ import re
 from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from jmsstore.broker.resources import Thresholds
+from jmsstore.broker.resources import Thresholds, parse_logging_policy
 from jmsstore.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -82,6 +82,9 @@ class TemporaryQueue(Queue):
         self._server._delete_temporary_queue(self)
 
 
+EXPIRATION_POLICIES = ("discard", "log", "redirect")
+
+
 @dataclass(frozen=True)
 class DestinationSettings:
     """Per-destination settings (WebLogic's destination overrides).
@@ -97,6 +100,11 @@ class DestinationSettings:
     - ``bytes_threshold_high`` / ``_low``, ``messages_threshold_high`` /
       ``_low``: flow control arms above high and disarms below low (-1: not
       set; seed 000, Table 12-4).
+    - ``expiration_policy``: what happens to an expired message: ``discard``
+      (removed), ``log`` (removed, and logged on the ``jmsstore.expiration``
+      logger in WebLogic's ``<ExpiredJMSMessage ...>`` format with the
+      fields of ``expiration_logging_policy``, e.g. ``"%header%, Name"``)
+      or ``redirect`` (moved to ``error_destination``, without expiration).
     """
 
     order: str = "priority"
@@ -108,6 +116,8 @@ class DestinationSettings:
     bytes_threshold_low: int = -1
     messages_threshold_high: int = -1
     messages_threshold_low: int = -1
+    expiration_policy: str = "discard"
+    expiration_logging_policy: str | None = None
 
     def thresholds(self) -> Thresholds:
         return Thresholds(
@@ -147,4 +157,11 @@ class DestinationSettings:
         if self.quota is not None:
             check_name("quota", self.quota)
         self.thresholds()  # checks them
+        if self.expiration_policy not in EXPIRATION_POLICIES:
+            raise InvalidArgumentError(
+                f"expiration_policy must be one of {', '.join(EXPIRATION_POLICIES)}, not {self.expiration_policy!r}"
+            )
+        if self.expiration_policy == "redirect" and self.error_destination is None:
+            raise InvalidArgumentError("expiration_policy 'redirect' needs an error_destination")
+        parse_logging_policy(self.expiration_logging_policy)  # checks it
         return self

@@ -28,6 +28,7 @@ import contextlib
 import heapq
 import itertools
 import json
+import logging
 import os
 import struct
 import threading
@@ -47,13 +48,22 @@ from jmsstore.broker.destination import (
     Topic,
     check_name,
 )
-from jmsstore.broker.message import DeliveryMode, Message, encode, peek_header
-from jmsstore.broker.resources import Quota, QuotaUsage, Thresholds, gauge, set_thresholds
+from jmsstore.broker.message import DeliveryMode, Message, decode, encode, peek_header
+from jmsstore.broker.resources import (
+    Quota,
+    QuotaUsage,
+    Thresholds,
+    expired_message_log,
+    gauge,
+    parse_logging_policy,
+    set_thresholds,
+)
 from jmsstore.errors import (
     IllegalStateError,
     InvalidArgumentError,
     InvalidClientIDError,
     InvalidDestinationError,
+    JmsStoreError,
     MessageTooLargeError,
     ResourceAllocationError,
     UnknownHandleError,
@@ -67,6 +77,10 @@ if TYPE_CHECKING:
     from jmsstore.broker.connection import Connection, ConnectionFactory, MessageProducer
 
 __all__ = ["JMSServer"]
+
+log = logging.getLogger(__name__)
+# Expired messages under the "log" expiration policy (seed 000's <ExpiredJMSMessage> lines).
+expiry_log = logging.getLogger("jmsstore.expiration")
 
 _MARKER_ENTRY = struct.Struct("<QI")
 
@@ -163,6 +177,7 @@ class QueueState(Target):
         self.record = record
         self.gauge = gauge(settings.thresholds())
         self.usage = server._usage_for(settings, queue.name)
+        self.messages_expired = 0
         self.charged_to: QueueState | TopicState = self
 
 
@@ -176,6 +191,7 @@ class TopicState:
         # Its subscriptions' messages count here: a message is one per subscription it reaches.
         self.gauge = gauge(settings.thresholds())
         self.usage = server._usage_for(settings, topic.name)
+        self.messages_expired = 0
 
 
 @dataclass
@@ -237,6 +253,7 @@ class ServerStats:
     expired: int = 0
     delivery_records: int = 0
     dropped_over_system_limit: int = 0  # non-persistent sends over system_max_count / _size
+    expired_redirected: int = 0  # expired messages moved to their error destination
     extra: dict[str, int] = field(default_factory=dict)
 
 
@@ -277,6 +294,7 @@ class JMSServer:
         bytes_threshold_low: int = -1,
         messages_threshold_high: int = -1,
         messages_threshold_low: int = -1,
+        expiration_scan_interval: float = 30.0,
     ) -> None:
         self.name = check_name("server", name)
         # Checked before anything is opened: bad values change nothing.
@@ -291,6 +309,14 @@ class JMSServer:
                 raise InvalidArgumentError(f"{limit_name} must be -1 (no limit) or more, not {limit}")
         self.system_max_count = system_max_count
         self.system_max_size = system_max_size
+        scan = expiration_scan_interval
+        if isinstance(scan, bool) or not isinstance(scan, (int, float)):
+            raise TypeError(f"expiration_scan_interval is a number of seconds, not {type(scan).__name__}")
+        if not 0 <= scan <= 1 << 31:  # (NaN fails this too)
+            raise InvalidArgumentError(
+                f"expiration_scan_interval must be 0 (passive expiry only) or more seconds, not {scan}"
+            )
+        self.expiration_scan_interval = float(expiration_scan_interval)
         # Destinations without a quota of their own share this one (WebLogic's
         # JMS server quota; its policy is the server's blocking send policy).
         self._server_usage = QuotaUsage(server_quota, "the server's quota")
@@ -349,6 +375,12 @@ class JMSServer:
             self._temp_counter = itertools.count(1)
             self._last_expiry_sweep = 0
             self._recover()
+            self._expiry_lock = threading.Lock()
+            self._scanner_stop = threading.Event()
+            self._scanner: threading.Thread | None = None
+            if self.expiration_scan_interval > 0:
+                self._scanner = threading.Thread(target=self._scan_expired, name="jmsstore-expiry", daemon=True)
+                self._scanner.start()
         except BaseException:
             if self._owns_store:
                 store.close()
@@ -1051,28 +1083,93 @@ class JMSServer:
     # ------------------------------------------------------------ expiry
 
     def _sweep_expired(self, now: int) -> None:
-        """Removes expired messages that are not being delivered (at most once a second)."""
-        if now - self._last_expiry_sweep < 1000:
+        """Passive expiry: a consumer looking for messages removes the expired
+        ones (at most every 100 ms), whether or not active scanning is on."""
+        if now - self._last_expiry_sweep < 100:
             return
         self._last_expiry_sweep = now
-        pager = self._pager._native
-        handles: list[int] = []
-        for key in pager.expired(now, 10_000):
-            header = pager.header(key)
-            if header["reserved"]:
-                continue
-            pager.remove(key)
-            self._stats.expired += 1
-            target = self._by_pager_id.get(header["destination"])
-            if target is not None:
-                self._count_out(target, 1, header["body_size"])
-            if header["store_handle"] is not None:
-                handles.append(header["store_handle"])
-        if handles:
-            with self._store.transaction() as txn:
-                for h in handles:
-                    txn.delete(h)
-                self._settle(handles, txn)
+        self._expire(now)
+
+    def _scan_expired(self) -> None:
+        """Active expiry (seed 000, "Tuning Active Message Expiration"): every
+        ``expiration_scan_interval`` seconds."""
+        while not self._scanner_stop.wait(self.expiration_scan_interval):
+            try:
+                self._expire(now_ms())
+            except JmsStoreError:
+                if self._closed:
+                    return
+                log.exception("scanning for expired messages")
+
+    def _expire(self, now: int) -> None:
+        """Removes expired messages not being delivered, as their
+        destination's ``expiration_policy`` says."""
+        with self._expiry_lock:
+            pager = self._pager._native
+            deletes: list[int] = []
+            for key in pager.expired(now, 10_000):
+                header = pager.header(key)
+                if header["reserved"]:
+                    continue  # handed to a consumer: it counts as delivered
+                target = self._by_pager_id.get(header["destination"])
+                policy = target.settings.expiration_policy if target is not None else "discard"
+                body = pager.body(key) if policy != "discard" else b""
+                pager.remove(key)
+                self._stats.expired += 1
+                handle = header["store_handle"]
+                if target is not None:
+                    self._count_out(target, 1, header["body_size"])
+                    target.charged_to.messages_expired += 1
+                    if policy == "log":
+                        self._log_expired(body, target.settings)
+                    elif policy == "redirect" and self._redirect_expired(target, body, handle):
+                        continue  # its store record went in the move
+                if handle is not None:
+                    deletes.append(handle)
+            if deletes:
+                with self._store.transaction() as txn:
+                    for h in deletes:
+                        txn.delete(h)
+                    self._settle(deletes, txn)
+
+    def _log_expired(self, body: bytes, settings: DestinationSettings) -> None:
+        message = decode(body)
+        headers = message.selector_headers()
+        headers["JMSDestination"] = str(message.destination) if message.destination is not None else None
+        headers["JMSReplyTo"] = str(message.reply_to) if message.reply_to is not None else None
+        expiry_log.info(
+            expired_message_log(
+                message.message_id or "",
+                headers,
+                message._properties,
+                parse_logging_policy(settings.expiration_logging_policy),
+            )
+        )
+
+    def _redirect_expired(self, target: Target, body: bytes, handle: int | None) -> bool:
+        """Moves an expired message to its destination's error destination,
+        without an expiration (it would expire there at once); False if that
+        destination is gone (the message is discarded)."""
+        error = target.settings.error_destination
+        state: QueueState | TopicState | None = None
+        if error is not None:
+            state = self._queues.get(error) or self._topics.get(error)
+        if state is None:
+            return False
+        message = decode(body)
+        message.expiration = 0
+        data = encode(message)
+        routes = self._routes(state, message)
+        with self._store.transaction() as txn:
+            handles = self._write(routes, data, txn)
+            if handle is not None:
+                txn.delete(handle)
+                self._settle([handle], txn)
+        for t, _ in routes:
+            self._count_in(t, 1, len(data))
+        self._publish(routes, handles, message, data, count=False)
+        self._stats.expired_redirected += 1
+        return True
 
     # ------------------------------------------------------------ subscriptions
 
@@ -1222,6 +1319,7 @@ class JMSServer:
                 "dropped_after_redelivery_limit": s.dropped_after_redelivery_limit,
                 "delivery_records": s.delivery_records,
                 "dropped_over_system_limit": s.dropped_over_system_limit,
+                "expired_redirected": s.expired_redirected,
                 "connections": len(self._connections),
                 **self._gauge.statistics(),
                 "blocked_senders": sum(u.blocked_senders for u in self._all_usages()),
@@ -1237,6 +1335,7 @@ class JMSServer:
                         "messages": self._pager.count(q.pager_id),
                         "consumers": q.consumers,
                         "quota": q.settings.quota,
+                        "messages_expired": q.messages_expired,
                         **q.gauge.statistics(),
                     }
                     for n, q in self._queues.items()
@@ -1246,6 +1345,7 @@ class JMSServer:
                         "subscriptions": len(t.subscriptions),
                         "messages": sum(self._pager.count(x.pager_id) for x in t.subscriptions),
                         "quota": t.settings.quota,
+                        "messages_expired": t.messages_expired,
                         **t.gauge.statistics(),
                     }
                     for n, t in self._topics.items()
@@ -1272,6 +1372,9 @@ class JMSServer:
             connections = list(self._connections)
         for conn in connections:
             conn.close()
+        self._scanner_stop.set()
+        if self._scanner is not None:
+            self._scanner.join()
         with self._lock:
             self._closed = True
             self._pager.close()
