@@ -61,6 +61,7 @@ def test_all_lists_every_error_class() -> None:
         "UnsupportedFormatError",
         "JMSError",
         "IllegalStateError",
+        "DestinationPausedError",
         "InvalidDestinationError",
         "InvalidClientIDError",
         "MessageFormatError",
@@ -107,8 +108,11 @@ def test_specific_parents() -> None:
     assert JMSError.__mro__[1] is JmsStoreError
     assert MessageTooLargeError.__mro__[1] is ResourceAllocationError
     for name in JMS_ERROR_NAMES:
-        if name not in ("JMSError", "MessageTooLargeError"):
+        if name not in ("JMSError", "MessageTooLargeError", "DestinationPausedError"):
             assert getattr(jmsstore.errors, name).__mro__[1] is JMSError, name
+    from jmsstore.errors import DestinationPausedError, IllegalStateError
+
+    assert DestinationPausedError.__mro__[1] is IllegalStateError
 
 
 @pytest.mark.parametrize("name", ["StoreError", "UnknownHandleError", "CorruptionError"])

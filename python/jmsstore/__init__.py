@@ -31,6 +31,7 @@ from jmsstore.broker import (
 )
 from jmsstore.errors import (
     CorruptionError,
+    DestinationPausedError,
     IllegalStateError,
     InvalidArgumentError,
     InvalidClientIDError,
@@ -63,6 +64,7 @@ __all__ = [
     "CorruptionError",
     "DeliveryMode",
     "Destination",
+    "DestinationPausedError",
     "DestinationSettings",
     "FileStore",
     "IllegalStateError",

@@ -47,6 +47,11 @@ class IllegalStateError(JMSError):
     """The object is closed, or the call is not allowed in its current state."""
 
 
+class DestinationPausedError(IllegalStateError):
+    """Production is paused on the destination or its server (WebLogic's
+    runtime pause): sends fail until it is resumed."""
+
+
 class InvalidDestinationError(JMSError):
     """The destination does not exist (or no longer exists), or is not usable here."""
 
@@ -76,6 +81,7 @@ class TransactionRolledBackError(JMSError):
 
 
 __all__ += [
+    "DestinationPausedError",
     "IllegalStateError",
     "InvalidClientIDError",
     "InvalidDestinationError",

@@ -55,6 +55,7 @@ from jmsstore.broker.server import (
     now_ms,
 )
 from jmsstore.errors import (
+    DestinationPausedError,
     IllegalStateError,
     InvalidArgumentError,
     InvalidDestinationError,
@@ -999,6 +1000,8 @@ class MessageProducer:
         )
         server = self._session._server
         state = server._target_of(target)
+        if server._production_paused(state):
+            raise DestinationPausedError(f"production is paused on {target!r}")
         data = server._stamp(message, target, mode, prio, ttl, delay)
         routes = server._routes(state, message, self._session._connection)
         if not self._admit(state, routes, data, mode == DeliveryMode.PERSISTENT):
@@ -1208,6 +1211,13 @@ class MessageConsumer:
                 started = connection._wait_started(step if deadline is None else min(deadline, step))
                 if not started and deadline is not None and time.monotonic() >= deadline:
                     return None
+                continue
+            server = self._session._server
+            if server._consumption_paused(self._target.charged_to):
+                remaining = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
+                if remaining <= 0:
+                    return None
+                server._wait_resumed(self._target.charged_to, remaining)
                 continue
             if self._buffer:
                 d = self._buffer.popleft()

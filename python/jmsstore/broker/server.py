@@ -178,6 +178,8 @@ class QueueState(Target):
         self.gauge = gauge(settings.thresholds())
         self.usage = server._usage_for(settings, queue.name)
         self.messages_expired = 0
+        self.paused: set[str] = set()  # of "production", "insertion", "consumption"
+        self.held_insertions: list[tuple[list[tuple[Target, bool]], list[int | None], Message, bytes]] = []
         self.charged_to: QueueState | TopicState = self
 
 
@@ -192,6 +194,8 @@ class TopicState:
         self.gauge = gauge(settings.thresholds())
         self.usage = server._usage_for(settings, topic.name)
         self.messages_expired = 0
+        self.paused: set[str] = set()
+        self.held_insertions: list[tuple[list[tuple[Target, bool]], list[int | None], Message, bytes]] = []
 
 
 @dataclass
@@ -323,6 +327,8 @@ class JMSServer:
         self._quotas: dict[str, tuple[Quota, int | None]] = {}  # name -> (quota, its record)
         self._shared_usages: dict[str, QuotaUsage] = {}
         self._gauge = gauge(thresholds)
+        self._paused: set[str] = set()  # paused server-wide
+        self._resumed = threading.Condition()  # consumers waiting out a consumption pause
         self._by_pager_id: dict[int, Target] = {}
         self._producers: weakref.WeakSet[MessageProducer] = weakref.WeakSet()  # for flow-control statistics
         if store is None and directory is None:
@@ -620,6 +626,77 @@ class JMSServer:
         state = self._target_of(destination)
         with self._lock:
             self._configure(state, {"quota": quota})
+
+    # ------------------------------------------------------------ pause and resume
+
+    def pause_production(self, destination: Destination | None = None) -> None:
+        """Sends to ``destination`` (None: to every destination of the server)
+        fail with ``DestinationPausedError`` until production resumes
+        (WebLogic's runtime pause, seed 000 "Pause Destinations for Planned
+        Down Time"). Pauses are not stored: a restart resumes everything."""
+        self._pause("production", destination, True)
+
+    def resume_production(self, destination: Destination | None = None) -> None:
+        self._pause("production", destination, False)
+
+    def pause_insertion(self, destination: Destination | None = None) -> None:
+        """Messages sent or committed to ``destination`` are stored but not
+        made available until insertion resumes (then in the order they came)."""
+        self._pause("insertion", destination, True)
+
+    def resume_insertion(self, destination: Destination | None = None) -> None:
+        self._pause("insertion", destination, False)
+
+    def pause_consumption(self, destination: Destination | None = None) -> None:
+        """Consumers of ``destination`` receive nothing until consumption
+        resumes; messages keep arriving."""
+        self._pause("consumption", destination, True)
+
+    def resume_consumption(self, destination: Destination | None = None) -> None:
+        self._pause("consumption", destination, False)
+
+    def paused(self, destination: Destination | None = None) -> list[str]:
+        """What is paused on ``destination`` (None: server-wide), sorted."""
+        with self._lock:
+            states = self._paused if destination is None else self._target_of(destination).paused
+            return sorted(states)
+
+    def _pause(self, what: str, destination: Destination | None, pause: bool) -> None:
+        with self._lock:
+            self._check_open()
+            states: list[QueueState | TopicState]
+            if destination is None:
+                states, scope = [*self._queues.values(), *self._topics.values()], self._paused
+            else:
+                one = self._target_of(destination)
+                states, scope = [one], one.paused
+            if pause:
+                scope.add(what)
+                return
+            scope.discard(what)
+            if what == "insertion":
+                for state in states:
+                    if not self._insertion_paused(state):
+                        held, state.held_insertions = state.held_insertions, []
+                        for routes, handles, message, data in held:
+                            self._publish(routes, handles, message, data, count=False)
+        if what == "consumption":
+            with self._resumed:
+                self._resumed.notify_all()
+
+    def _production_paused(self, state: QueueState | TopicState) -> bool:
+        return "production" in self._paused or "production" in state.paused
+
+    def _insertion_paused(self, state: QueueState | TopicState) -> bool:
+        return "insertion" in self._paused or "insertion" in state.paused
+
+    def _consumption_paused(self, state: QueueState | TopicState) -> bool:
+        return "consumption" in self._paused or "consumption" in state.paused
+
+    def _wait_resumed(self, state: QueueState | TopicState, timeout: float) -> None:
+        with self._resumed:
+            if self._consumption_paused(state):
+                self._resumed.wait(timeout)
 
     def _check_quota(self, settings: DestinationSettings) -> None:
         if settings.quota is not None and settings.quota not in self._quotas:
@@ -936,7 +1013,14 @@ class JMSServer:
         count: bool = True,
     ) -> None:
         """Makes a message already stored (``handles``) visible to consumers
-        (``count``: as a send, in the statistics)."""
+        (``count``: as a send, in the statistics); held back while insertion
+        is paused."""
+        if routes and self._insertion_paused(routes[0][0].charged_to):
+            with self._lock:
+                routes[0][0].charged_to.held_insertions.append((routes, handles, message, data))
+            if count:
+                self._stats.sent += 1
+            return
         self._delayed(routes, message)
         live = [(t, h) for (t, _), h in zip(routes, handles, strict=True)]
         gone = _native.publish(
@@ -955,6 +1039,11 @@ class JMSServer:
         every copy is visible, when this returns."""
         if not any(s for _, s in routes):  # nothing to wait for: publish holding the GIL
             self._publish(routes, [None] * len(routes), message, data)
+            return
+        if self._insertion_paused(routes[0][0].charged_to):
+            with self._store.transaction() as txn:
+                handles = self._write(routes, data, txn)
+            self._publish(routes, handles, message, data)  # held until insertion resumes
             return
         self._delayed(routes, message)
         _native.send(
@@ -989,6 +1078,22 @@ class JMSServer:
             native_routes = [t.route if s else t.unstored_route for t, s in routes if not t.deleted]
         if not stored or native_routes is None:
             self._publish(routes, [None] * len(routes), message, data, count=False)
+            if durable is not None:
+                durable.set()
+            if completed is not None:
+                completed(None, None)
+            return
+        if self._insertion_paused(routes[0][0].charged_to):
+            # Durable now, visible when insertion resumes.
+            try:
+                with self._store.transaction() as txn:
+                    handles = self._write(routes, data, txn)
+            except JmsStoreError as e:
+                self._stats.sent -= 1
+                if completed is not None:
+                    completed(None, e)
+                raise
+            self._publish(routes, handles, message, data, count=False)
             if durable is not None:
                 durable.set()
             if completed is not None:
@@ -1320,6 +1425,7 @@ class JMSServer:
                 "delivery_records": s.delivery_records,
                 "dropped_over_system_limit": s.dropped_over_system_limit,
                 "expired_redirected": s.expired_redirected,
+                "paused": sorted(self._paused),
                 "connections": len(self._connections),
                 **self._gauge.statistics(),
                 "blocked_senders": sum(u.blocked_senders for u in self._all_usages()),
@@ -1335,6 +1441,8 @@ class JMSServer:
                         "messages": self._pager.count(q.pager_id),
                         "consumers": q.consumers,
                         "quota": q.settings.quota,
+                        "paused": sorted(q.paused),
+                        "held_by_insertion_pause": len(q.held_insertions),
                         "messages_expired": q.messages_expired,
                         **q.gauge.statistics(),
                     }
@@ -1345,6 +1453,8 @@ class JMSServer:
                         "subscriptions": len(t.subscriptions),
                         "messages": sum(self._pager.count(x.pager_id) for x in t.subscriptions),
                         "quota": t.settings.quota,
+                        "paused": sorted(t.paused),
+                        "held_by_insertion_pause": len(t.held_insertions),
                         "messages_expired": t.messages_expired,
                         **t.gauge.statistics(),
                     }
