@@ -105,6 +105,10 @@ class DestinationSettings:
       logger in WebLogic's ``<ExpiredJMSMessage ...>`` format with the
       fields of ``expiration_logging_policy``, e.g. ``"%header%, Name"``)
       or ``redirect`` (moved to ``error_destination``, without expiration).
+    - ``messages_limit_override`` (topics): the most messages a subscription
+      keeps; at the limit its head message is deleted for a new one, unless
+      every message it holds is immune (handed to a consumer, or in a
+      transaction): then the new one is accepted over the limit. -1: none.
     """
 
     order: str = "priority"
@@ -118,6 +122,7 @@ class DestinationSettings:
     messages_threshold_low: int = -1
     expiration_policy: str = "discard"
     expiration_logging_policy: str | None = None
+    messages_limit_override: int = -1
 
     def thresholds(self) -> Thresholds:
         return Thresholds(
@@ -164,4 +169,9 @@ class DestinationSettings:
         if self.expiration_policy == "redirect" and self.error_destination is None:
             raise InvalidArgumentError("expiration_policy 'redirect' needs an error_destination")
         parse_logging_policy(self.expiration_logging_policy)  # checks it
+        limit = self.messages_limit_override
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise TypeError(f"messages_limit_override is an int, not {type(limit).__name__}")
+        if limit != -1 and not 1 <= limit <= 1 << 40:
+            raise InvalidArgumentError(f"messages_limit_override must be -1 (no limit) or 1 or more, not {limit}")
         return self

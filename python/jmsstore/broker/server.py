@@ -240,6 +240,7 @@ class SubscriptionState(Target):
         )
         self.topic = topic
         self.charged_to = topic
+        self.limit_deleted = 0  # WebLogic's SubscriptionLimitDeletedCount
         self.spec = spec
         self.record = record
         self.selector = Selector(spec.selector)
@@ -542,6 +543,7 @@ class JMSServer:
             config = DestinationSettings().updated(**settings)
             self._check_error_destination(config, name)
             self._check_quota(config)
+            self._check_kind(config, kind)
             record = self._store.put(
                 self._collection("destinations"),
                 json.dumps({"kind": kind, "name": name, "settings": config.to_json()}).encode(),
@@ -563,6 +565,7 @@ class JMSServer:
             raise InvalidArgumentError("a destination's order cannot change once created")
         self._check_error_destination(config, state.destination.name)
         self._check_quota(config)
+        self._check_kind(config, state.destination.kind)
         assert state.record is not None
         self._store.update(
             state.record,
@@ -698,6 +701,11 @@ class JMSServer:
             if self._consumption_paused(state):
                 self._resumed.wait(timeout)
 
+    @staticmethod
+    def _check_kind(settings: DestinationSettings, kind: str) -> None:
+        if kind != "topic" and settings.messages_limit_override != -1:
+            raise InvalidArgumentError("messages_limit_override is a topic setting (a limit per subscription)")
+
     def _check_quota(self, settings: DestinationSettings) -> None:
         if settings.quota is not None and settings.quota not in self._quotas:
             raise InvalidArgumentError(f"no quota {settings.quota!r} (create it with create_quota first)")
@@ -785,6 +793,42 @@ class JMSServer:
         state.usage.release(copies, total)
         state.gauge.sub(copies, total)
         self._gauge.sub(copies, total)
+
+    def _make_room(self, routes: list[tuple[Target, bool]]) -> None:
+        """Subscription message limits (seed 000): a subscription at its
+        topic's ``messages_limit_override`` deletes its head message for the
+        new one. Messages handed to a consumer (awaiting acknowledgement, or
+        received in a transaction) are immune; if all are, the new message
+        is accepted over the limit."""
+        if not routes:
+            return
+        first = routes[0][0]
+        if not isinstance(first, SubscriptionState):
+            return
+        limit = first.topic.settings.messages_limit_override
+        if limit < 0:
+            return
+        pager = self._pager._native
+        now = now_ms()
+        deletes: list[int] = []
+        for target, _ in routes:
+            while pager.count(target.pager_id) >= limit:
+                # Reserved as it is found: no consumer can take it meanwhile.
+                key = pager.next(target.pager_id, now, True)
+                if key is None:
+                    break  # every message is immune
+                header = pager.header(key)
+                pager.remove(key)
+                self._count_out(target, 1, header["body_size"])
+                assert isinstance(target, SubscriptionState)
+                target.limit_deleted += 1
+                if header["store_handle"] is not None:
+                    deletes.append(header["store_handle"])
+        if deletes:
+            with self._store.transaction() as txn:
+                for h in deletes:
+                    txn.delete(h)
+                self._settle(deletes, txn)
 
     def _unsend(self, state: QueueState | TopicState, routes: list[tuple[Target, bool]], size: int) -> None:
         """A charged send did not happen (it failed, or its transaction did not commit)."""
@@ -1021,6 +1065,7 @@ class JMSServer:
             if count:
                 self._stats.sent += 1
             return
+        self._make_room(routes)
         self._delayed(routes, message)
         live = [(t, h) for (t, _), h in zip(routes, handles, strict=True)]
         gone = _native.publish(
@@ -1045,6 +1090,7 @@ class JMSServer:
                 handles = self._write(routes, data, txn)
             self._publish(routes, handles, message, data)  # held until insertion resumes
             return
+        self._make_room(routes)
         self._delayed(routes, message)
         _native.send(
             self._store._native_store(),
@@ -1099,6 +1145,7 @@ class JMSServer:
             if completed is not None:
                 completed(None, None)
             return
+        self._make_room(routes)
         if message.delivery_time > message.timestamp:
             self._delayed(routes, message)
         _native.send_async(
@@ -1376,7 +1423,15 @@ class JMSServer:
         """Every durable subscription with its pending message count."""
         with self._lock:
             subs = list(self._durable.values()) + [s for s in self._shared.values() if s.spec.durable]
-            return [dict(s.spec.to_json(), messages=self._pager.count(s.pager_id), active=s.consumers) for s in subs]
+            return [
+                dict(
+                    s.spec.to_json(),
+                    messages=self._pager.count(s.pager_id),
+                    active=s.consumers,
+                    subscription_limit_deleted_count=s.limit_deleted,
+                )
+                for s in subs
+            ]
 
     # ------------------------------------------------------------ temporary queues
 
@@ -1455,6 +1510,7 @@ class JMSServer:
                         "quota": t.settings.quota,
                         "paused": sorted(t.paused),
                         "held_by_insertion_pause": len(t.held_insertions),
+                        "subscription_limit_deleted_count": sum(x.limit_deleted for x in t.subscriptions),
                         "messages_expired": t.messages_expired,
                         **t.gauge.statistics(),
                     }
