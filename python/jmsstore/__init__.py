@@ -30,6 +30,7 @@ from jmsstore.broker import (
     Topic,
 )
 from jmsstore.errors import (
+    ConfigError,
     CorruptionError,
     DestinationPausedError,
     IllegalStateError,
@@ -59,6 +60,7 @@ from jmsstore.store import FileStore, Transaction
 __all__ = [
     "AckMode",
     "BytesMessage",
+    "ConfigError",
     "Connection",
     "ConnectionFactory",
     "CorruptionError",

@@ -47,6 +47,20 @@ class IllegalStateError(JMSError):
     """The object is closed, or the call is not allowed in its current state."""
 
 
+class ConfigError(JmsStoreError):
+    """A configuration file is wrong: ``path``, ``key`` (dotted, "" for the
+    whole file) and ``reason`` say where and why."""
+
+    def __init__(self, path: str, key: str, reason: str) -> None:
+        super().__init__(f"{path}: {key}: {reason}" if key else f"{path}: {reason}")
+        self.path = path
+        self.key = key
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
+        return (ConfigError, (self.path, self.key, self.reason))
+
+
 class DestinationPausedError(IllegalStateError):
     """Production is paused on the destination or its server (WebLogic's
     runtime pause): sends fail until it is resumed."""
@@ -81,6 +95,7 @@ class TransactionRolledBackError(JMSError):
 
 
 __all__ += [
+    "ConfigError",
     "DestinationPausedError",
     "IllegalStateError",
     "InvalidClientIDError",

@@ -329,6 +329,8 @@ class JMSServer:
         self._shared_usages: dict[str, QuotaUsage] = {}
         self._gauge = gauge(thresholds)
         self._paused: set[str] = set()  # paused server-wide
+        # Named connection factories of a configuration file (from_config).
+        self.connection_factories: dict[str, ConnectionFactory] = {}
         self._resumed = threading.Condition()  # consumers waiting out a consumption pause
         self._by_pager_id: dict[int, Target] = {}
         self._producers: weakref.WeakSet[MessageProducer] = weakref.WeakSet()  # for flow-control statistics
@@ -392,6 +394,17 @@ class JMSServer:
             if self._owns_store:
                 store.close()
             raise
+
+    @classmethod
+    def from_config(cls, path: str | os.PathLike[str], name: str | None = None) -> JMSServer:
+        """Opens the server ``name`` (the only one if None) of a TOML
+        configuration file, creating its quotas and destinations and its
+        named ``connection_factories``; see :mod:`jmsstore.broker.config`.
+        A wrong file is a ``ConfigError`` naming the file, key and reason,
+        raised before anything is opened or changed."""
+        from jmsstore.broker.config import open_server
+
+        return open_server(path, name)
 
     # ------------------------------------------------------------ naming
 

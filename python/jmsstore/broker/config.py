@@ -1,0 +1,363 @@
+"""JMS servers from a TOML file: stores, servers, quotas, templates,
+destinations, error destinations and connection factories.
+
+```toml
+[stores.main]                    # optional: a store shared by servers
+directory = "data/store"         # relative to this file
+sync_policy = "direct-write"
+
+[servers.jms1]
+directory = "data/jms1"          # the server's home (or: store = "main")
+messages_maximum = 100000        # the server's quota; any JMSServer option
+blocking_send_policy = "fifo"
+
+[servers.jms1.quotas.orders]     # quota resources (create_quota)
+messages_maximum = 1000
+policy = "preemptive"
+
+[servers.jms1.templates.standard] # default settings, inherited by destinations
+redelivery_limit = 5
+error_destination = "DLQ"
+
+[servers.jms1.queues.orders]     # destinations: template, then own settings
+template = "standard"
+quota = "orders"
+
+[servers.jms1.queues.DLQ]
+
+[servers.jms1.topics.prices]
+messages_limit_override = 1000
+
+[servers.jms1.connection_factories.default]
+messages_maximum = 10
+send_timeout = 10
+```
+
+Everything is checked before anything is opened or changed: an unknown
+key, a bad value or a reference to something not defined is a
+``ConfigError`` naming the file, the key and the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jmsstore.broker.destination import DestinationSettings, check_name
+from jmsstore.broker.resources import Quota
+from jmsstore.errors import ConfigError, JmsStoreError
+from jmsstore.store import FileStore
+
+if TYPE_CHECKING:
+    from jmsstore.broker.connection import ConnectionFactory
+    from jmsstore.broker.server import JMSServer
+
+__all__ = ["ServerConfig", "load", "open_all", "open_server"]
+
+STORE_KEYS = {
+    "directory": str,
+    "sync_policy": str,
+    "codec": str,
+    "compression_threshold": int,
+    "max_segment_bytes": int,
+    "preallocate": bool,
+    "compaction_threshold": float,
+}
+SERVER_KEYS = {
+    "directory": str,
+    "store": str,
+    "message_buffer_size": int,
+    "paging_directory": str,
+    "store_codec": str,
+    "paging_codec": str,
+    "sync_policy": str,
+    "maximum_message_size": int,
+    "compression_threshold": int,
+    "max_segment_bytes": int,
+    "messages_maximum": int,
+    "bytes_maximum": int,
+    "blocking_send_policy": str,
+    "system_max_count": int,
+    "system_max_size": int,
+    "bytes_threshold_high": int,
+    "bytes_threshold_low": int,
+    "messages_threshold_high": int,
+    "messages_threshold_low": int,
+    "expiration_scan_interval": float,
+}
+SERVER_TABLES = ("quotas", "templates", "queues", "topics", "connection_factories")
+QUOTA_KEYS = {"messages_maximum": int, "bytes_maximum": int, "shared": bool, "policy": str}
+FACTORY_KEYS = {
+    "client_id": str,
+    "messages_maximum": int,
+    "send_timeout": int,
+    "flow_control_enabled": bool,
+    "flow_maximum": int,
+    "flow_minimum": int,
+    "flow_interval": int,
+    "flow_steps": int,
+}
+SETTING_KEYS = {f.name for f in fields(DestinationSettings)}
+
+
+class ServerConfig:
+    """One server's checked configuration."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.options: dict[str, Any] = {}
+        self.store: str | None = None
+        self.quotas: dict[str, Quota] = {}
+        self.queues: dict[str, DestinationSettings] = {}
+        self.topics: dict[str, DestinationSettings] = {}
+        self.connection_factories: dict[str, dict[str, Any]] = {}
+
+
+class _Checker:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, key: str, reason: str) -> ConfigError:
+        return ConfigError(str(self.path), key, reason)
+
+    def table(self, value: object, key: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(key, f"must be a table, not {type(value).__name__}")
+        return value
+
+    def typed(self, table: dict[str, Any], key: str, known: dict[str, type]) -> dict[str, Any]:
+        """The table's values, each of the type ``known`` gives its key."""
+        out: dict[str, Any] = {}
+        for name, value in table.items():
+            where = f"{key}.{name}"
+            if name not in known:
+                raise self.fail(where, f"unknown key (known: {', '.join(sorted(known))})")
+            want = known[name]
+            ok = isinstance(value, want) and not (want is int and isinstance(value, bool))
+            if want is float and isinstance(value, int) and not isinstance(value, bool):
+                ok, value = True, float(value)
+            if not ok:
+                raise self.fail(where, f"must be {want.__name__}, not {type(value).__name__} ({value!r})")
+            out[name] = value
+        return out
+
+    def name(self, value: str, key: str, what: str) -> str:
+        try:
+            return check_name(what, value)
+        except JmsStoreError as e:
+            raise self.fail(key, str(e)) from None
+
+
+def load(path: str | os.PathLike[str]) -> tuple[dict[str, dict[str, Any]], dict[str, ServerConfig]]:
+    """Reads and checks a configuration: (stores by name, servers by name).
+    Relative directories are made relative to the file."""
+    file = Path(path)
+    check = _Checker(file)
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise check.fail("", f"cannot read it: {e}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise check.fail("", f"not valid TOML: {e}") from None
+    base = file.parent
+    for key in data:
+        if key not in ("stores", "servers"):
+            raise check.fail(key, "unknown table (known: servers, stores)")
+    stores: dict[str, dict[str, Any]] = {}
+    for name, table in check.table(data.get("stores", {}), "stores").items():
+        key = f"stores.{name}"
+        options = check.typed(check.table(table, key), key, STORE_KEYS)
+        if "directory" not in options:
+            raise check.fail(key, "a store needs a directory")
+        options["directory"] = str(base / options["directory"])
+        stores[name] = options
+    servers: dict[str, ServerConfig] = {}
+    for name, table in check.table(data.get("servers", {}), "servers").items():
+        servers[name] = _server(check, base, name, check.table(table, f"servers.{name}"), stores)
+    if not servers:
+        raise check.fail("servers", "defines no server")
+    return stores, servers
+
+
+def _server(
+    check: _Checker, base: Path, name: str, table: dict[str, Any], stores: dict[str, dict[str, Any]]
+) -> ServerConfig:
+    key = f"servers.{name}"
+    config = ServerConfig(check.name(name, key, "server"))
+    plain = {k: v for k, v in table.items() if k not in SERVER_TABLES}
+    options = check.typed(plain, key, SERVER_KEYS)
+    store = options.pop("store", None)
+    if store is not None:
+        if store not in stores:
+            raise check.fail(f"{key}.store", f"no store {store!r} (defined: {', '.join(sorted(stores)) or 'none'})")
+        if "directory" in options:
+            raise check.fail(f"{key}.store", "a server has either a directory or a store, not both")
+        config.store = store
+    elif "directory" not in options:
+        raise check.fail(key, "a server needs a directory (or a store)")
+    for path_key in ("directory", "paging_directory"):
+        if path_key in options:
+            options[path_key] = str(base / options[path_key])
+    config.options = options
+    for quota_name, quota_table in check.table(table.get("quotas", {}), f"{key}.quotas").items():
+        where = f"{key}.quotas.{quota_name}"
+        values = check.typed(check.table(quota_table, where), where, QUOTA_KEYS)
+        try:
+            config.quotas[quota_name] = Quota(check.name(quota_name, where, "quota"), **values)
+        except (JmsStoreError, TypeError) as e:
+            raise check.fail(where, str(e)) from None
+    templates: dict[str, dict[str, Any]] = {}
+    for template, template_table in check.table(table.get("templates", {}), f"{key}.templates").items():
+        where = f"{key}.templates.{template}"
+        templates[template] = _settings_table(check, check.table(template_table, where), where, template=False)
+    for kind in ("queues", "topics"):
+        into = config.queues if kind == "queues" else config.topics
+        for dest, dest_table in check.table(table.get(kind, {}), f"{key}.{kind}").items():
+            where = f"{key}.{kind}.{dest}"
+            check.name(dest, where, "destination")
+            values = _settings_table(check, check.table(dest_table, where), where, template=True)
+            template = values.pop("template", None)
+            merged: dict[str, Any] = {}
+            if template is not None:
+                if template not in templates:
+                    raise check.fail(f"{where}.template", f"no template {template!r}")
+                merged.update(templates[template])
+            merged.update(values)  # the destination's own settings override its template's
+            try:
+                settings = DestinationSettings().updated(**merged)
+            except (JmsStoreError, TypeError) as e:
+                raise check.fail(where, str(e)) from None
+            if settings.quota is not None and settings.quota not in config.quotas:
+                raise check.fail(f"{where}.quota", f"no quota {settings.quota!r} in {key}.quotas")
+            if kind == "queues" and settings.messages_limit_override != -1:
+                raise check.fail(f"{where}.messages_limit_override", "a topic setting")
+            into[dest] = settings
+    for dest, settings in [*config.queues.items(), *config.topics.items()]:
+        error = settings.error_destination
+        if error is not None and error not in config.queues and error not in config.topics:
+            kind = "queues" if dest in config.queues else "topics"
+            raise check.fail(f"{key}.{kind}.{dest}.error_destination", f"no destination {error!r} in this server")
+    factories = check.table(table.get("connection_factories", {}), f"{key}.connection_factories")
+    for factory, factory_table in factories.items():
+        where = f"{key}.connection_factories.{factory}"
+        config.connection_factories[factory] = check.typed(check.table(factory_table, where), where, FACTORY_KEYS)
+    return config
+
+
+def _settings_table(check: _Checker, table: dict[str, Any], where: str, *, template: bool) -> dict[str, Any]:
+    known = SETTING_KEYS | ({"template"} if template else set())
+    for name in table:
+        if name not in known:
+            raise check.fail(f"{where}.{name}", f"unknown setting (known: {', '.join(sorted(known))})")
+    return dict(table)
+
+
+def open_server(path: str | os.PathLike[str], name: str | None = None, *, store: FileStore | None = None) -> JMSServer:
+    """Opens (creating what is missing) the server ``name`` of the file (the
+    only one if None), with its quotas, destinations and connection
+    factories (``server.connection_factories``)."""
+    from jmsstore.broker.server import JMSServer
+
+    stores, servers = load(path)
+    check = _Checker(Path(path))
+    if name is None:
+        if len(servers) != 1:
+            raise check.fail("servers", f"defines {len(servers)} servers: say which ({', '.join(sorted(servers))})")
+        name = next(iter(servers))
+    if name not in servers:
+        raise check.fail("servers", f"no server {name!r} (defined: {', '.join(sorted(servers))})")
+    config = servers[name]
+    owned: FileStore | None = None
+    if config.store is not None and store is None:
+        options = {k: v for k, v in stores[config.store].items() if k != "directory"}
+        owned = store = FileStore(stores[config.store]["directory"], **options)
+    try:
+        server = JMSServer(name=config.name, store=store, **config.options)
+    except BaseException:
+        if owned is not None:
+            owned.close()
+        raise
+    if owned is not None:
+        server._owns_store = True  # closing the server closes the store it was opened with
+    try:
+        _precheck(server, config, check)
+        _apply(server, config)
+    except BaseException:
+        server.close()
+        raise
+    return server
+
+
+def open_all(path: str | os.PathLike[str]) -> dict[str, JMSServer]:
+    """Opens every server of the file; servers naming the same store share one."""
+    stores, servers = load(path)
+    opened_stores: dict[str, FileStore] = {}
+    opened: dict[str, JMSServer] = {}
+    try:
+        for name, config in servers.items():
+            shared = None
+            if config.store is not None:
+                if config.store not in opened_stores:
+                    options = {k: v for k, v in stores[config.store].items() if k != "directory"}
+                    opened_stores[config.store] = FileStore(stores[config.store]["directory"], **options)
+                shared = opened_stores[config.store]
+            opened[name] = open_server(path, name, store=shared)
+    except BaseException:
+        for server in opened.values():
+            server.close()
+        for s in opened_stores.values():
+            s.close()
+        raise
+    return opened
+
+
+def _apply(server: JMSServer, config: ServerConfig) -> None:
+    for quota in config.quotas.values():
+        server.create_quota(
+            quota.name,
+            messages_maximum=quota.messages_maximum,
+            bytes_maximum=quota.bytes_maximum,
+            shared=quota.shared,
+            policy=quota.policy,
+        )
+    # Error destinations may come later in the file: every destination
+    # first, then the settings that refer to others.
+    later: list[tuple[Any, DestinationSettings]] = []
+    for kind, table in (("queue", config.queues), ("topic", config.topics)):
+        create = server.create_queue if kind == "queue" else server.create_topic
+        for dest_name, settings in table.items():
+            first = settings.updated(error_destination=None, expiration_policy="discard")
+            later.append((create(dest_name, **first.to_json()), settings))
+    for destination, settings in later:
+        server._configure(
+            server._target_of(destination),
+            {"error_destination": settings.error_destination, "expiration_policy": settings.expiration_policy},
+        )
+    factories: dict[str, ConnectionFactory] = {
+        name: server.connection_factory(**options) for name, options in config.connection_factories.items()
+    }
+    server.connection_factories = factories
+
+
+def _precheck(server: JMSServer, config: ServerConfig, check: _Checker) -> None:
+    """What the file asks that the server's stored state refuses, found
+    before anything changes."""
+    key = f"servers.{config.name}"
+    stored = server.quotas()
+    for name, quota in config.quotas.items():
+        if name in stored and stored[name].shared != quota.shared:
+            raise check.fail(f"{key}.quotas.{name}.shared", "differs from the stored quota's (it cannot change)")
+    kinds = {d.name: d for d in server.destinations()}
+    for kind, table in (("queue", config.queues), ("topic", config.topics)):
+        for name, settings in table.items():
+            existing = kinds.get(name)
+            if existing is None:
+                continue
+            where = f"{key}.{kind}s.{name}"
+            if existing.kind != kind:
+                raise check.fail(where, f"is a {existing.kind} in the server's store")
+            if server.settings(existing).order != settings.order:
+                raise check.fail(f"{where}.order", "differs from the stored destination's (it cannot change)")
