@@ -253,3 +253,45 @@ def test_demo(tmp_path: Path, cli: Cli) -> None:
         # Everything was consumed after the restart; the subscription stays.
         assert server.recovered["messages"] == 0
         assert [s["name"] for s in server.durable_subscriptions()] == ["audit-trail"]
+
+
+def test_server_stats_json_and_text(tmp_path: Path, cli: Cli) -> None:
+    """``jmsstore stats DIR``: the statistics of a JMS server on its home directory."""
+    from jmsstore import JMSServer, TextMessage
+
+    home = tmp_path / "srv"
+    with JMSServer(home, messages_maximum=100) as server:
+        queue = server.create_queue("orders")
+        with server.connection_factory().create_connection() as connection:
+            producer = connection.create_session().create_producer(queue)
+            for i in range(3):
+                producer.send(TextMessage(f"m{i}"))
+    proc = cli("stats", str(home), "--json")
+    assert_clean_exit(proc, 0)
+    data = json.loads(proc.stdout)
+    assert data["queues"]["orders"]["messages_current"] == 3
+    assert data["server_quota"]["messages"] == 3 and data["server_quota"]["messages_maximum"] == -1
+    proc = cli("stats", str(home))
+    assert_clean_exit(proc, 0)
+    assert "queue orders" in proc.stdout and "messages_current" in proc.stdout
+
+
+def test_server_stats_from_a_config_file(tmp_path: Path, cli: Cli) -> None:
+    config = tmp_path / "jms.toml"
+    config.write_text("[servers.s]\ndirectory = 'home'\n[servers.s.topics.prices]\nmessages_limit_override = 5\n")
+    proc = cli("stats", "--config", str(config), "--json")
+    assert_clean_exit(proc, 0)
+    assert json.loads(proc.stdout)["topics"]["prices"]["subscriptions"] == 0
+
+
+def test_server_stats_bad_input(tmp_path: Path, cli: Cli) -> None:
+    proc = cli("stats", str(tmp_path / "nothing"))
+    assert_clean_exit(proc, 2)
+    assert "holds no JMS server" in proc.stderr
+    assert not (tmp_path / "nothing").exists()
+    config = tmp_path / "bad.toml"
+    config.write_text("[servers.s]\ncolour = 'red'\n")
+    proc = cli("stats", "--config", str(config))
+    assert_clean_exit(proc, 2)
+    assert "ConfigError" in proc.stderr and "servers.s.colour" in proc.stderr
+    assert_clean_exit(cli("stats"), 2)  # neither a directory nor --config

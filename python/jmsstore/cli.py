@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -173,6 +174,38 @@ def stats(path: str, as_json: bool, show_progress: bool) -> int:
     return 0
 
 
+def server_stats(directory: str | None, name: str | None, config: str | None, as_json: bool) -> int:
+    """A JMS server's statistics (``JMSServer.statistics()``): the server is
+    opened (recovering its destinations and messages) and closed again."""
+    from jmsstore.broker import JMSServer
+
+    if config is not None:
+        server = JMSServer.from_config(config, name)  # name None: the file's only server
+    else:
+        assert directory is not None
+        if not os.path.isdir(os.path.join(directory, "store")):
+            print(f"jmsstore: {directory} holds no JMS server (no store directory in it)", file=sys.stderr)
+            return 2
+        server = JMSServer(directory, name=name or "jms1", expiration_scan_interval=0)
+    with server:
+        data = server.statistics()
+    if as_json:
+        _print_json(data)
+        return 0
+    scalars = {k: v for k, v in data.items() if not isinstance(v, (dict, list))}
+    _print_table(f"server {data['name']}", scalars)
+    for kind in ("queues", "topics"):
+        for dest, figures in sorted(data[kind].items()):
+            _print_table(f"{kind[:-1]} {dest}", figures)
+    for sub in data["durable_subscriptions"]:
+        _print_table(f"durable subscription {sub['client_id']}/{sub['name']}", sub)
+    _print_table("server quota", data["server_quota"])
+    for quota, usages in sorted(data["quotas"].items()):
+        for usage in usages:
+            _print_table(f"quota {quota}", usage)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="jmsstore", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -193,6 +226,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.add_argument("--collection", help="only this collection")
             p.add_argument("--bodies", action="store_true", help="include bodies")
 
+    stats_cmd = commands.add_parser("stats", help="a JMS server's statistics (destinations, quotas, subscriptions)")
+    stats_cmd.add_argument("directory", nargs="?", help="the server's home directory")
+    stats_cmd.add_argument("--name", help="the server's name (default jms1; with --config: the file's only one)")
+    stats_cmd.add_argument("--config", help="a TOML configuration file to open the server from instead")
+    stats_cmd.add_argument("--json", action="store_true", help="machine-readable output")
+
     demo_cmd = commands.add_parser("demo", help="write to a store, reopen it, show recovery and statistics")
     demo_cmd.add_argument("--dir", help="store directory (default: $JMSSTORE_DEMO_DIR or ~/.local/share/jmsstore/demo)")
     demo_cmd.add_argument("--messages", type=int, default=20000)
@@ -204,6 +243,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from jmsstore.demo import run_demo
 
             return run_demo(args.dir, messages=args.messages, threads=args.threads)
+        if args.command == "stats":
+            if (args.directory is None) == (args.config is None):
+                parser.error("stats needs a server directory or --config FILE (one of them)")
+            return server_stats(args.directory, args.name, args.config, args.json)
         show = not args.no_progress
         if args.action == "verify":
             return verify(args.path, args.json, show)
