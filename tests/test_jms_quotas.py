@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from jms_helpers import SOON, Servers, connect, receive_all, texts
+from jms_helpers import SOON, Servers, connect, drain, receive_all, texts
 from jmsstore import (
     AckMode,
     DeliveryMode,
@@ -207,6 +207,14 @@ def test_a_topic_message_counts_once_per_subscription(server: JMSServer) -> None
     stats = server.statistics()
     assert stats["topics"]["T"]["messages_current"] == 2
     assert stats["messages_current"] == 2
+    # Each durable subscription has its own counts.
+    for sub in stats["durable_subscriptions"]:
+        assert (sub["messages_current"], sub["messages_high"], sub["messages_received"]) == (1, 1, 1)
+        assert sub["bytes_current"] == sub["bytes_received"] > 0
+    with connect(server, client_id="c") as connection:
+        drain(connection.create_session().create_durable_subscriber(topic, "s1"))
+    [s1] = [s for s in server.durable_subscriptions() if s["name"] == "s1"]
+    assert (s1["messages_current"], s1["messages_high"], s1["messages_received"]) == (0, 1, 1)
 
 
 def test_broker_wide_limits_reject_persistent_and_drop_non_persistent(server: JMSServer, servers: Servers) -> None:
@@ -311,3 +319,20 @@ def test_bad_quota_settings_change_nothing(server: JMSServer) -> None:
         server.connection_factory(flow_minimum=10, flow_maximum=5)
     with pytest.raises(TypeError):
         server.connection_factory(send_timeout=1.5)
+
+
+def test_statistics_show_paged_messages(server: JMSServer, servers: Servers) -> None:
+    """A destination's paged count: messages whose bodies went out of memory
+    (the server's message_buffer_size is far below the backlog)."""
+    server = servers.restart(server, message_buffer_size=8 << 10)
+    queue = server.create_queue("Q")
+    with connect(server) as connection:
+        producer = connection.create_session().create_producer(queue)
+        for i in range(40):
+            producer.send(TextMessage(f"{i:04d}" + "x" * 1020))
+    stats = server.statistics()
+    paged = stats["queues"]["Q"]["messages_paged"]
+    assert 0 < paged < 40
+    assert paged == stats["pager"]["messages"] - stats["pager"]["resident_messages"]
+    assert len(receive_all(server, queue)) == 40
+    assert server.statistics()["queues"]["Q"]["messages_paged"] == 0

@@ -138,8 +138,7 @@ class Target:
         self.lock = threading.Lock()
         # Messages it holds (counted from the send, pending ones included), for
         # the quota and counts of what it is charged to when it goes.
-        self.held_messages = 0
-        self.held_bytes = 0
+        self.held = gauge()
 
     def notify(self) -> None:
         """A message became available: wake the listener sessions and one idle
@@ -789,8 +788,7 @@ class JMSServer:
 
     def _held(self, targets: Iterable[Target], size: int) -> None:
         for t in targets:
-            t.held_messages += 1
-            t.held_bytes += size
+            t.held.add(1, size)
 
     def _count_in(self, target: Target, messages: int, size: int) -> None:
         """Counts messages already there (recovered, moved) without asking."""
@@ -798,8 +796,7 @@ class JMSServer:
         state.usage.add(messages, size)
         state.gauge.add(messages, size)
         self._gauge.add(messages, size)
-        target.held_messages += messages
-        target.held_bytes += size
+        target.held.add(messages, size)
 
     def _uncharge(self, state: QueueState | TopicState, copies: int, total: int) -> None:
         """A charged send did not happen (it failed, or its transaction rolled back)."""
@@ -848,14 +845,12 @@ class JMSServer:
         if not routes:
             return
         for target, _ in routes:
-            target.held_messages = max(0, target.held_messages - 1)
-            target.held_bytes = max(0, target.held_bytes - size)
+            target.held.sub(1, size)
         self._uncharge(state, len(routes), len(routes) * size)
 
     def _count_out(self, target: Target, messages: int, size: int) -> None:
         """Messages left ``target`` for good (acknowledged, expired, moved, dropped)."""
-        target.held_messages = max(0, target.held_messages - messages)
-        target.held_bytes = max(0, target.held_bytes - size)
+        target.held.sub(messages, size)
         state = target.charged_to
         state.usage.release(messages, size)
         state.gauge.sub(messages, size)
@@ -938,7 +933,7 @@ class JMSServer:
         """Removes a target's messages from the store and the pager."""
         target.deleted = True
         target.notify_all()
-        self._count_out(target, target.held_messages, target.held_bytes)
+        self._count_out(target, target.held.messages, target.held.bytes)
         if target.collection is not None:
             handles = list(self._store.handles(target.collection))
             for start in range(0, len(handles), 10_000):
@@ -1442,6 +1437,8 @@ class JMSServer:
                     messages=self._pager.count(s.pager_id),
                     active=s.consumers,
                     subscription_limit_deleted_count=s.limit_deleted,
+                    messages_paged=self._paged(s),
+                    **{k: v for k, v in s.held.statistics().items() if k != "flow_control_armed"},
                 )
                 for s in subs
             ]
@@ -1509,6 +1506,7 @@ class JMSServer:
                         "messages": self._pager.count(q.pager_id),
                         "consumers": q.consumers,
                         "quota": q.settings.quota,
+                        "messages_paged": self._paged(q),
                         "paused": sorted(q.paused),
                         "held_by_insertion_pause": len(q.held_insertions),
                         "messages_expired": q.messages_expired,
@@ -1521,6 +1519,7 @@ class JMSServer:
                         "subscriptions": len(t.subscriptions),
                         "messages": sum(self._pager.count(x.pager_id) for x in t.subscriptions),
                         "quota": t.settings.quota,
+                        "messages_paged": sum(self._paged(x) for x in t.subscriptions),
                         "paused": sorted(t.paused),
                         "held_by_insertion_pause": len(t.held_insertions),
                         "subscription_limit_deleted_count": sum(x.limit_deleted for x in t.subscriptions),
@@ -1533,6 +1532,11 @@ class JMSServer:
                 "store": self._store.stats(),
                 "pager": self._pager.stats(),
             }
+
+    def _paged(self, target: Target) -> int:
+        """A target's messages whose bodies are not in memory (paged out, or only in the store)."""
+        messages, resident, _ = self._pager._native.residency(target.pager_id)
+        return messages - resident
 
     @property
     def store(self) -> FileStore:

@@ -271,6 +271,11 @@ impl NativePager {
         Ok(self.pager.browse(destination, after, limit)?)
     }
 
+    /// (messages, resident messages, resident bytes) of a destination.
+    fn residency(&self, destination: u32) -> PyResult2<(usize, usize, u64)> {
+        Ok(self.pager.residency(destination)?)
+    }
+
     fn count(&self, destination: u32) -> PyResult2<usize> {
         Ok(self.pager.count(destination)?)
     }

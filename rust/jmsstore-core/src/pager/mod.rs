@@ -1118,6 +1118,15 @@ impl Pager {
         Ok(open(&self.inner)?.destination(destination)?.all.len())
     }
 
+    /// A destination's messages, and how many of them (with how many
+    /// bytes) have their bodies in memory; the rest are paged out (or only
+    /// in the store).
+    pub fn residency(&self, destination: u32) -> Result<(usize, usize, u64)> {
+        let inner = open(&self.inner)?;
+        let dest = inner.destination(destination)?;
+        Ok((dest.all.len(), dest.resident.len(), dest.resident_bytes))
+    }
+
     /// A destination's name.
     pub fn destination_name(&self, destination: u32) -> Result<String> {
         Ok(open(&self.inner)?.destination(destination)?.name.clone())
