@@ -1000,7 +1000,7 @@ class MessageProducer:
         )
         server = self._session._server
         state = server._target_of(target)
-        if server._production_paused(state):
+        if (server._paused or state.paused) and server._production_paused(state):
             raise DestinationPausedError(f"production is paused on {target!r}")
         data = server._stamp(message, target, mode, prio, ttl, delay)
         routes = server._routes(state, message, self._session._connection)
@@ -1017,14 +1017,23 @@ class MessageProducer:
         limits, dropped."""
         server = self._session._server
         flow = self._flow
-        if flow is not None:
+        # Cheap when nothing is armed and the producer is not limited: the common case.
+        if flow is not None and (flow.limit is not None or state.gauge.armed or server._gauge.armed):
             gauge, server_gauge = state.gauge, server._gauge
             flow.before_send(lambda: server_gauge.armed or gauge.armed)
         if not routes:
             return True
-        if not server._charge(state, len(routes), len(data), persistent, self._send_timeout):
+        size = len(data)
+        copies = len(routes)
+        usage = state.usage
+        # The fast path of _charge: no broker-wide limits, and room in the quota now.
+        if not server._system_limited and usage._account.try_add(copies, copies * size, usage.preemptive):
+            state.gauge.add(copies, copies * size)
+            server._gauge.add(copies, copies * size)
+        elif not server._charge(state, copies, size, persistent, self._send_timeout):
             return False
-        server._held((t for t, _ in routes), len(data))
+        for target, _ in routes:
+            target.held.add(1, size)
         return True
 
     def send(

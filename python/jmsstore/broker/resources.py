@@ -100,6 +100,7 @@ class QuotaUsage:
 
     def __init__(self, quota: Quota, label: str) -> None:
         self._quota = quota
+        self.preemptive = quota.policy == "preemptive"
         self.label = label  # for messages: "quota 'q1'" or "the server's quota"
         self._account = Account(quota.messages_maximum, quota.bytes_maximum)
         self._waiting: deque[_Waiter] = deque()
@@ -113,6 +114,7 @@ class QuotaUsage:
     def quota(self, quota: Quota) -> None:
         """New maximums apply at once; senders waiting look again."""
         self._quota = quota
+        self.preemptive = quota.policy == "preemptive"
         self._account.set_maximums(quota.messages_maximum, quota.bytes_maximum)
         with self._cond:
             self._cond.notify_all()
@@ -184,8 +186,11 @@ class QuotaUsage:
     def release(self, messages: int, size: int) -> None:
         """Messages went away: their room goes to the senders waiting."""
         if self._account.sub(messages, size):
-            with self._cond:
-                self._cond.notify_all()
+            self.wake_waiting()
+
+    def wake_waiting(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
 
     def fail_waiting(self, owner: object, why: str) -> int:
         """Lets the senders waiting for ``owner`` go with ``why`` as their

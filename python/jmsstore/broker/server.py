@@ -313,6 +313,7 @@ class JMSServer:
                 raise InvalidArgumentError(f"{limit_name} must be -1 (no limit) or more, not {limit}")
         self.system_max_count = system_max_count
         self.system_max_size = system_max_size
+        self._system_limited = system_max_count >= 0 or system_max_size >= 0
         scan = expiration_scan_interval
         if isinstance(scan, bool) or not isinstance(scan, (int, float)):
             raise TypeError(f"expiration_scan_interval is a number of seconds, not {type(scan).__name__}")
@@ -699,6 +700,11 @@ class JMSServer:
             with self._resumed:
                 self._resumed.notify_all()
 
+    def _held_back(self, routes: list[tuple[Target, bool]]) -> bool:
+        """Whether insertion is paused where ``routes`` lead (cheap when nothing is paused)."""
+        state = routes[0][0].charged_to
+        return bool(self._paused or state.paused) and self._insertion_paused(state)
+
     def _production_paused(self, state: QueueState | TopicState) -> bool:
         return "production" in self._paused or "production" in state.paused
 
@@ -852,7 +858,9 @@ class JMSServer:
         """Messages left ``target`` for good (acknowledged, expired, moved, dropped)."""
         target.held.sub(messages, size)
         state = target.charged_to
-        state.usage.release(messages, size)
+        usage = state.usage
+        if usage._account.sub(messages, size):  # (QuotaUsage.release, inline: once per acknowledgement)
+            usage.wake_waiting()
         state.gauge.sub(messages, size)
         self._gauge.sub(messages, size)
 
@@ -1067,7 +1075,7 @@ class JMSServer:
         """Makes a message already stored (``handles``) visible to consumers
         (``count``: as a send, in the statistics); held back while insertion
         is paused."""
-        if routes and self._insertion_paused(routes[0][0].charged_to):
+        if routes and self._held_back(routes):
             with self._lock:
                 routes[0][0].charged_to.held_insertions.append((routes, handles, message, data))
             if count:
@@ -1093,7 +1101,7 @@ class JMSServer:
         if not any(s for _, s in routes):  # nothing to wait for: publish holding the GIL
             self._publish(routes, [None] * len(routes), message, data)
             return
-        if self._insertion_paused(routes[0][0].charged_to):
+        if self._held_back(routes):
             with self._store.transaction() as txn:
                 handles = self._write(routes, data, txn)
             self._publish(routes, handles, message, data)  # held until insertion resumes
@@ -1137,7 +1145,7 @@ class JMSServer:
             if completed is not None:
                 completed(None, None)
             return
-        if self._insertion_paused(routes[0][0].charged_to):
+        if self._held_back(routes):
             # Durable now, visible when insertion resumes.
             try:
                 with self._store.transaction() as txn:
