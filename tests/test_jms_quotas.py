@@ -68,6 +68,7 @@ def test_pending_messages_count_against_the_quota(server: JMSServer, servers: Se
     with connect(server) as connection:
         transacted = connection.create_session(transacted=True)
         transacted.create_producer(queue).send(TextMessage("t"))  # uncommitted: counts
+        assert server.statistics()["queues"]["Q"]["messages_pending"] == 1
         plain = server.connection_factory(send_timeout=0).create_connection()
         producer = plain.create_session().create_producer(queue)
         producer.send(TextMessage("a"))
@@ -83,7 +84,12 @@ def test_pending_messages_count_against_the_quota(server: JMSServer, servers: Se
         assert received is not None
         with pytest.raises(ResourceAllocationError):
             producer.send(TextMessage("c"))
+        stats = server.statistics()
+        # Both are in the consumer's hands (received, or prefetched): pending.
+        assert (stats["messages_current"], stats["messages_pending"]) == (2, 2)
+        assert stats["queues"]["Q"]["messages_pending"] == 2
         received.acknowledge()
+        assert server.statistics()["queues"]["Q"]["messages_pending"] == 1
         producer.send(TextMessage("c"))
         plain.close()
     assert texts(receive_all(server, queue)) == ["b", "c"]

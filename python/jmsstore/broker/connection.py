@@ -504,6 +504,7 @@ class Session:
                 for d in deliveries:
                     remove(d.key)
                     count_out(d.target, 1, len(d.body))
+                    d.target.pending.sub(1, len(d.body))
                     if d.handle is not None:
                         backlog.append(d)
                 due = len(backlog) >= self._connection._factory.messages_maximum
@@ -521,6 +522,7 @@ class Session:
         for d in deliveries:
             remove(d.key)
             self._server._count_out(d.target, 1, len(d.body))
+            d.target.pending.sub(1, len(d.body))
         self._server._stats.acknowledged += len(deliveries)
 
     def _flush_acks(self) -> None:
@@ -558,6 +560,7 @@ class Session:
             target = d.target
             if target.deleted:
                 continue
+            target.pending.sub(1, len(d.body))
             if redelivered:
                 settings = target.settings
                 if 0 <= settings.redelivery_limit < d.redelivery_count + 1:
@@ -595,6 +598,7 @@ class Session:
             txn.rollback()
         server._pager._native.remove(d.key)
         server._count_out(d.target, 1, len(d.body))
+        d.target.pending.sub(1, len(d.body))
         if routes:
             for target, _ in routes:
                 server._count_in(target, 1, len(d.body))
@@ -665,14 +669,19 @@ class Session:
             txn.rollback()
             for state, routes, _, data in sends:
                 server._unsend(state, routes, len(data))
+                for target, _ in routes:
+                    target.pending.sub(1, len(data))
             self._release(acks, redelivered=True)
             raise TransactionRolledBackError(f"commit failed, the transaction was rolled back: {e}") from e
         remove = server._pager._native.remove
         for d in acks:
             remove(d.key)
             server._count_out(d.target, 1, len(d.body))
+            d.target.pending.sub(1, len(d.body))
         server._stats.acknowledged += len(acks)
         for (_, routes, message, data), stored in zip(sends, written, strict=True):
+            for target, _ in routes:
+                target.pending.sub(1, len(data))
             server._publish(routes, stored, message, data)
 
     def rollback(self) -> None:
@@ -686,6 +695,8 @@ class Session:
         server = self._server
         for state, routes, _, data in sends:
             server._unsend(state, routes, len(data))
+            for target, _ in routes:
+                target.pending.sub(1, len(data))
         for consumer in self._consumers:
             consumer._return_prefetched()
         self._release(acks, redelivered=True)
@@ -866,6 +877,7 @@ class SendFuture(Future[Message]):
         self._on_completion = on_completion
         self._stats = stats
         self._armed = False
+        self._undo: Callable[[], None] | None = None  # takes a failed send's charge back
         self._durable = Signal()  # set natively (by the store), or by _completed with a listener
 
     @property
@@ -885,6 +897,8 @@ class SendFuture(Future[Message]):
                 self._exception = error
                 if self._stats is not None:
                     self._stats.sent -= 1  # counted when sent
+                if self._undo is not None:
+                    self._undo()  # its quota room and counts
             self._state = _FINISHED
             for waiter in self._armed_waiters or ():
                 if error is None:
@@ -1059,6 +1073,8 @@ class MessageProducer:
         state, routes, data = prepared
         session = self._session
         if session.transacted:
+            for target, _ in routes:
+                target.pending.add(1, len(data))
             with session._lock:
                 session._sends.append((state, routes, message, data))
             return
@@ -1096,11 +1112,14 @@ class MessageProducer:
             # Dropped (non-persistent, over the broker-wide limits), or in a transaction.
             if prepared is not None:
                 state, routes, data = prepared
+                for target, _ in routes:
+                    target.pending.add(1, len(data))
                 with session._lock:
                     session._sends.append((state, routes, message, data))
             threading.Thread(target=future._completed, args=(None, None), daemon=True).start()
             return future
         state, routes, data = prepared
+        future._undo = lambda: server._unsend(state, routes, len(data))
         try:
             if on_completion is None:
                 # Told natively, success or failure: nothing runs in Python.
@@ -1192,6 +1211,7 @@ class MessageConsumer:
         if len(items) == self._limit:
             target.notify()  # there may be more: pass the wake-up on to another idle consumer
         deliveries = [Delivery(target, key, count, handle, body) for key, count, handle, body in items]
+        target.pending.add(len(deliveries), sum(len(d.body) for d in deliveries))
         stored = [d for d in deliveries if d.handle is not None]
         if stored:
             marker = server._mark([d.handle for d in stored], [d.redelivery_count + 1 for d in stored])  # type: ignore[misc]

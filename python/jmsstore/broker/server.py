@@ -139,6 +139,9 @@ class Target:
         # Messages it holds (counted from the send, pending ones included), for
         # the quota and counts of what it is charged to when it goes.
         self.held = gauge()
+        # Of those, the pending ones: handed to a consumer and not yet
+        # acknowledged, or sent in a transaction not yet committed.
+        self.pending = gauge()
 
     def notify(self) -> None:
         """A message became available: wake the listener sessions and one idle
@@ -942,6 +945,7 @@ class JMSServer:
         target.deleted = True
         target.notify_all()
         self._count_out(target, target.held.messages, target.held.bytes)
+        target.pending.sub(target.pending.messages, target.pending.bytes)
         if target.collection is not None:
             handles = list(self._store.handles(target.collection))
             for start in range(0, len(handles), 10_000):
@@ -1446,6 +1450,8 @@ class JMSServer:
                     active=s.consumers,
                     subscription_limit_deleted_count=s.limit_deleted,
                     messages_paged=self._paged(s),
+                    messages_pending=s.pending.messages,
+                    bytes_pending=s.pending.bytes,
                     **{k: v for k, v in s.held.statistics().items() if k != "flow_control_armed"},
                 )
                 for s in subs
@@ -1501,6 +1507,8 @@ class JMSServer:
                 "paused": sorted(self._paused),
                 "connections": len(self._connections),
                 **self._gauge.statistics(),
+                "messages_pending": sum(t.pending.messages for t in self._by_pager_id.values() if not t.deleted),
+                "bytes_pending": sum(t.pending.bytes for t in self._by_pager_id.values() if not t.deleted),
                 "blocked_senders": sum(u.blocked_senders for u in self._all_usages()),
                 "flow_controlled_producers": sum(
                     1 for p in list(self._producers) if p._flow is not None and p._flow.limit is not None
@@ -1514,6 +1522,8 @@ class JMSServer:
                         "messages": self._pager.count(q.pager_id),
                         "consumers": q.consumers,
                         "quota": q.settings.quota,
+                        "messages_pending": q.pending.messages,
+                        "bytes_pending": q.pending.bytes,
                         "messages_paged": self._paged(q),
                         "paused": sorted(q.paused),
                         "held_by_insertion_pause": len(q.held_insertions),
@@ -1527,6 +1537,8 @@ class JMSServer:
                         "subscriptions": len(t.subscriptions),
                         "messages": sum(self._pager.count(x.pager_id) for x in t.subscriptions),
                         "quota": t.settings.quota,
+                        "messages_pending": sum(x.pending.messages for x in t.subscriptions),
+                        "bytes_pending": sum(x.pending.bytes for x in t.subscriptions),
                         "messages_paged": sum(self._paged(x) for x in t.subscriptions),
                         "paused": sorted(t.paused),
                         "held_by_insertion_pause": len(t.held_insertions),
