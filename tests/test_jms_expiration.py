@@ -114,6 +114,18 @@ def test_the_redirect_policy_moves_expired_messages_to_the_error_destination(
         assert texts(drain(connection.create_session().create_consumer(errors))) == ["later"]
 
 
+def test_expiry_is_counted_per_durable_subscription(server: JMSServer, servers: Servers) -> None:
+    server = servers.restart(server, expiration_scan_interval=0.05)
+    topic = server.create_topic("T")
+    with connect(server, "c", start=False) as connection:
+        connection.create_session().create_durable_subscriber(topic, "s").close()
+    _send_expiring(server, topic, "old")
+    _wait_for(lambda: server.statistics()["expired"] == 1, "the scan removed it")
+    [sub] = server.durable_subscriptions()
+    assert (sub["messages_expired"], sub["messages_current"]) == (1, 0)
+    assert server.statistics()["topics"]["T"]["messages_expired"] == 1
+
+
 @pytest.mark.parametrize(
     ("settings", "match"),
     [

@@ -112,6 +112,7 @@ def test_a_blocked_sender_goes_on_when_room_appears(server: JMSServer, servers: 
     while server.statistics()["blocked_senders"] == 0 and time.monotonic() < deadline:
         time.sleep(0.005)
     assert server.statistics()["blocked_senders"] == 1
+    assert server.statistics()["queues"]["Q"]["blocked_senders"] == 1
     assert not sent.is_set()
     assert texts(receive_some(server, queue, 1)) == ["first"]
     sender.join(SOON)
@@ -272,6 +273,7 @@ def test_an_armed_destination_slows_its_producers(server: JMSServer) -> None:
             producer.send(TextMessage("m"))
         assert clock.slept == pytest.approx(0.2)  # 10 messages/s: 0.1 s apart
         assert server.statistics()["flow_controlled_producers"] == 1
+        assert server.statistics()["queues"]["Q"]["flow_controlled_producers"] == 1
         clock.now += 2.0  # one flow step later, still armed: 10 * (1/10) ** (1/5)
         producer.send(TextMessage("m"))
         assert producer._flow.limit == pytest.approx(10 * 0.1**0.2)  # type: ignore[union-attr]

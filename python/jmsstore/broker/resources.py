@@ -209,6 +209,10 @@ class QuotaUsage:
     def blocked_senders(self) -> int:
         return len(self._waiting)
 
+    def blocked_for(self, owner: object) -> int:
+        """Senders waiting for room for ``owner`` (a destination)."""
+        return sum(1 for w in list(self._waiting) if w.owner is owner)
+
     def statistics(self) -> dict[str, Any]:
         counts = self._account.statistics()
         return {

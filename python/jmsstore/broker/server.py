@@ -142,6 +142,7 @@ class Target:
         # Of those, the pending ones: handed to a consumer and not yet
         # acknowledged, or sent in a transaction not yet committed.
         self.pending = gauge()
+        self.expired = 0  # messages that expired here
 
     def notify(self) -> None:
         """A message became available: wake the listener sessions and one idle
@@ -1291,6 +1292,7 @@ class JMSServer:
                 handle = header["store_handle"]
                 if target is not None:
                     self._count_out(target, 1, header["body_size"])
+                    target.expired += 1
                     target.charged_to.messages_expired += 1
                     if policy == "log":
                         self._log_expired(body, target.settings)
@@ -1452,6 +1454,7 @@ class JMSServer:
                     messages_paged=self._paged(s),
                     messages_pending=s.pending.messages,
                     bytes_pending=s.pending.bytes,
+                    messages_expired=s.expired,
                     **{k: v for k, v in s.held.statistics().items() if k != "flow_control_armed"},
                 )
                 for s in subs
@@ -1524,6 +1527,8 @@ class JMSServer:
                         "quota": q.settings.quota,
                         "messages_pending": q.pending.messages,
                         "bytes_pending": q.pending.bytes,
+                        "blocked_senders": q.usage.blocked_for(q),
+                        "flow_controlled_producers": self._flow_controlled(q),
                         "messages_paged": self._paged(q),
                         "paused": sorted(q.paused),
                         "held_by_insertion_pause": len(q.held_insertions),
@@ -1537,6 +1542,8 @@ class JMSServer:
                         "subscriptions": len(t.subscriptions),
                         "messages": sum(self._pager.count(x.pager_id) for x in t.subscriptions),
                         "quota": t.settings.quota,
+                        "blocked_senders": t.usage.blocked_for(t),
+                        "flow_controlled_producers": self._flow_controlled(t),
                         "messages_pending": sum(x.pending.messages for x in t.subscriptions),
                         "bytes_pending": sum(x.pending.bytes for x in t.subscriptions),
                         "messages_paged": sum(self._paged(x) for x in t.subscriptions),
@@ -1552,6 +1559,14 @@ class JMSServer:
                 "store": self._store.stats(),
                 "pager": self._pager.stats(),
             }
+
+    def _flow_controlled(self, state: QueueState | TopicState) -> int:
+        """Producers of ``state``'s destination whose flow is limited now."""
+        return sum(
+            1
+            for p in list(self._producers)
+            if p.destination == state.destination and p._flow is not None and p._flow.limit is not None
+        )
 
     def _paged(self, target: Target) -> int:
         """A target's messages whose bodies are not in memory (paged out, or only in the store)."""
