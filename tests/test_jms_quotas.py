@@ -344,3 +344,77 @@ def test_statistics_show_paged_messages(server: JMSServer, servers: Servers) -> 
     assert paged == stats["pager"]["messages"] - stats["pager"]["resident_messages"]
     assert len(receive_all(server, queue)) == 40
     assert server.statistics()["queues"]["Q"]["messages_paged"] == 0
+
+
+def test_counts_return_to_zero_after_a_mixed_workload(server: JMSServer, servers: Servers) -> None:
+    """Every way a message comes and goes keeps the counts right: once
+    everything is consumed, the server, its destinations, subscriptions and
+    quotas hold nothing and nothing is pending."""
+    server = servers.restart(server, messages_maximum=10_000)
+    server.create_quota("q", messages_maximum=10_000, shared=False)
+    dlq = server.create_queue("DLQ")
+    queue = server.create_queue("Q", quota="q", redelivery_limit=1, error_destination="DLQ")
+    topic = server.create_topic("T", messages_limit_override=3)
+    with connect(server, "mix") as connection:
+        session = connection.create_session()
+        session.create_durable_subscriber(topic, "d").close()
+        producer = session.create_producer(None)
+        for i in range(10):
+            producer.send(TextMessage(f"s{i}"), destination=queue)
+            producer.send_async(TextMessage(f"a{i}"), destination=queue).result(SOON)
+            producer.send(TextMessage(f"t{i}"), destination=topic)
+            producer.send(TextMessage(f"n{i}"), destination=queue, delivery_mode=DeliveryMode.NON_PERSISTENT)
+        transacted = connection.create_session(transacted=True)
+        transacted.create_producer(queue).send(TextMessage("rolled back"))
+        transacted.rollback()
+        transacted.create_producer(queue).send(TextMessage("committed"))
+        transacted.commit()
+        # CLIENT: receive some, recover twice (past the redelivery limit: to the DLQ), acknowledge the rest.
+        client = connection.create_session(ack_mode=AckMode.CLIENT)
+        consumer = client.create_consumer(queue)
+        for _ in range(2):
+            assert consumer.receive(SOON) is not None
+            client.recover()
+        consumer.close()
+        stats = server.statistics()
+        assert (stats["queues"]["Q"]["messages_current"], stats["queues"]["DLQ"]["messages_current"]) == (30, 1)
+        assert stats["topics"]["T"]["messages_current"] == 3  # the subscription limit
+    for destination in (queue, dlq):
+        receive_all(server, destination)
+    with connect(server, "mix") as connection:
+        drain(connection.create_session().create_durable_subscriber(topic, "d"))
+    stats = server.statistics()
+    assert (stats["messages_current"], stats["bytes_current"], stats["messages_pending"]) == (0, 0, 0)
+    for kind in ("queues", "topics"):
+        for name, figures in stats[kind].items():
+            assert (figures["messages_current"], figures["messages_pending"]) == (0, 0), (kind, name)
+    assert stats["durable_subscriptions"][0]["messages_current"] == 0
+    assert all(u["messages"] == 0 for u in stats["quotas"]["q"]) and stats["server_quota"]["messages"] == 0
+
+
+@pytest.mark.parametrize("policy", ["fifo", "preemptive"])
+def test_the_servers_blocking_send_policy(server: JMSServer, servers: Servers, policy: str) -> None:
+    """Seed 000, "Specifying a Blocking Send Policy on JMS Servers": with a
+    large send waiting, a small one that fits waits behind it (FIFO) or goes
+    first (preemptive)."""
+    server = servers.restart(server, bytes_maximum=4000, blocking_send_policy=policy)
+    queue = server.create_queue("Q")
+    filler = _producer(server, queue, send_timeout=0)
+    filler.send(TextMessage("f" * 3000))  # type: ignore[attr-defined]
+    big = _producer(server, queue, send_timeout=30_000)
+    waiting = threading.Thread(target=lambda: big.send(TextMessage("b" * 2000)))  # type: ignore[attr-defined]
+    waiting.start()
+    deadline = time.monotonic() + SOON
+    while server.statistics()["blocked_senders"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    small = _producer(server, queue, send_timeout=0)
+    if policy == "fifo":
+        with pytest.raises(ResourceAllocationError):
+            small.send(TextMessage("s"))  # type: ignore[attr-defined]
+    else:
+        small.send(TextMessage("s"))  # type: ignore[attr-defined]
+    receive_some(server, queue, 1)  # the filler goes: room for the big one
+    waiting.join(SOON)
+    assert not waiting.is_alive()
+    expected = ["b" * 2000] if policy == "fifo" else ["s", "b" * 2000]
+    assert texts(receive_all(server, queue)) == expected
