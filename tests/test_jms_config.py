@@ -158,6 +158,29 @@ store = "main"
         ("[servers.s]\nstore = 'nowhere'\n", "servers.s.store", "no store 'nowhere'"),
         ("[brokers.s]\n", "brokers", "unknown table"),
         ("[servers.s\n", "", "not valid TOML"),
+        ("[servers.s]\ndirectory = 'd'\nblocking_send_policy = 'lifo'\n", "servers.s", "policy"),
+        ("[servers.s]\ndirectory = 'd'\nsystem_max_count = -5\n", "servers.s.system_max_count", "-1"),
+        ("[servers.s]\ndirectory = 'd'\nmessage_buffer_size = 0\n", "servers.s.message_buffer_size", "more than 0"),
+        (
+            "[servers.s]\ndirectory = 'd'\n[servers.s.connection_factories.f]\nflow_minimum = 10\nflow_maximum = 5\n",
+            "servers.s.connection_factories.f",
+            "flow_minimum",
+        ),
+        (
+            "[servers.s]\ndirectory = 'd'\n[servers.s.queues.x]\n[servers.s.topics.x]\n",
+            "servers.s.topics.x",
+            "also a queue",
+        ),
+        (
+            "[servers.s]\ndirectory = 'd'\n[servers.s.templates.unused]\nredelivery_limit = -7\n",
+            "servers.s.templates.unused",
+            "redelivery_limit",
+        ),
+        (
+            "[servers.s]\ndirectory = 'd'\nsync_policy = 'sometimes'\n",
+            "servers.s.sync_policy",
+            "must be one of",
+        ),
         ("", "servers", "defines no server"),
     ],
 )

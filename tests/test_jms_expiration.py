@@ -9,7 +9,7 @@ import time
 
 import pytest
 from jms_helpers import NOTHING, SOON, Servers, connect, drain, receive_all, texts
-from jmsstore import InvalidArgumentError, JMSServer, TextMessage
+from jmsstore import AckMode, InvalidArgumentError, JMSServer, TextMessage
 
 TTL = 30  # ms: the messages of these tests expire almost at once
 
@@ -75,6 +75,27 @@ def test_the_log_policy_logs_the_seed_format(
         "</ExpiredJMSMessage>",
     ]
     assert server.message_count(queue) == 0
+
+
+def test_the_log_policy_shows_where_it_expired_and_its_delivery_state(
+    server: JMSServer, servers: Servers, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = servers.restart(server, expiration_scan_interval=0)
+    queue = server.create_queue("Q", expiration_policy="log", expiration_logging_policy="%header%")
+    with connect(server) as connection:
+        session = connection.create_session(ack_mode=AckMode.CLIENT)
+        session.create_producer(queue).send(TextMessage("m"), time_to_live=300)
+        consumer = session.create_consumer(queue)
+        assert consumer.receive(SOON) is not None
+        session.recover()  # back, redelivered
+        consumer.close()
+    time.sleep(0.4)
+    with caplog.at_level(logging.INFO, logger="jmsstore.expiration"):
+        server._expire(int(time.time() * 1000))
+    [record] = [r for r in caplog.records if r.name == "jmsstore.expiration"]
+    headers = record.getMessage().splitlines()[1]
+    assert "JMSDestination='queue://Q'" in headers, headers
+    assert "JMSRedelivered='true'" in headers
 
 
 def test_the_log_policy_with_no_fields_logs_the_message_id_only(

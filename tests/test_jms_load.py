@@ -106,7 +106,7 @@ def test_producers_faster_than_consumers_against_a_quota(tmp_path: Path) -> None
     assert not wrong_errors, wrong_errors[:3]
     assert sum(timeouts) > 0  # the producers did outrun the consumer
     assert held_max <= QUOTA and statistics["messages_high"] <= QUOTA  # bounded by the quota
-    assert rss_max - rss_before < 200 * 1024  # and so is memory (headroom for allocator noise)
+    assert rss_max - rss_before < 48 * 1024  # and so is memory (headroom for allocator and thread stacks)
     # Every send that returned was received exactly once; nothing else was.
     assert len(received) == len(set(received))
     assert set(received) == sent

@@ -390,6 +390,24 @@ def test_counts_return_to_zero_after_a_mixed_workload(server: JMSServer, servers
             assert (figures["messages_current"], figures["messages_pending"]) == (0, 0), (kind, name)
     assert stats["durable_subscriptions"][0]["messages_current"] == 0
     assert all(u["messages"] == 0 for u in stats["quotas"]["q"]) and stats["server_quota"]["messages"] == 0
+    assert server._count_underflows() == 0  # nothing was counted out twice on the way
+
+
+def test_a_rollback_after_its_subscription_went_counts_nothing_twice(server: JMSServer) -> None:
+    """A transaction's send to a non-durable subscription that closed before
+    the rollback: the subscription's drop took its counts already."""
+    topic = server.create_topic("T")
+    queue = server.create_queue("Q")
+    with connect(server) as connection:
+        subscriber = connection.create_session().create_consumer(topic)
+        transacted = connection.create_session(transacted=True)
+        transacted.create_producer(topic).send(TextMessage("t"))
+        transacted.create_producer(queue).send(TextMessage("q"))
+        subscriber.close()
+        transacted.rollback()
+    stats = server.statistics()
+    assert (stats["messages_current"], stats["messages_pending"], stats["server_quota"]["messages"]) == (0, 0, 0)
+    assert server._count_underflows() == 0
 
 
 @pytest.mark.parametrize("policy", ["fifo", "preemptive"])

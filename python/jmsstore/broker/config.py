@@ -46,13 +46,14 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jmsstore._native import codecs
+from jmsstore.broker.connection import ConnectionFactory
 from jmsstore.broker.destination import DestinationSettings, check_name
-from jmsstore.broker.resources import Quota
-from jmsstore.errors import ConfigError, JmsStoreError
+from jmsstore.broker.resources import Quota, Thresholds
+from jmsstore.errors import ConfigError, JmsStoreError, StoreLockedError
 from jmsstore.store import FileStore
 
 if TYPE_CHECKING:
-    from jmsstore.broker.connection import ConnectionFactory
     from jmsstore.broker.server import JMSServer
 
 __all__ = ["ServerConfig", "load", "open_all", "open_server"]
@@ -172,6 +173,7 @@ def load(path: str | os.PathLike[str]) -> tuple[dict[str, dict[str, Any]], dict[
         options = check.typed(check.table(table, key), key, STORE_KEYS)
         if "directory" not in options:
             raise check.fail(key, "a store needs a directory")
+        _check_store_values(check, key, options)
         options["directory"] = str(base / options["directory"])
         stores[name] = options
     servers: dict[str, ServerConfig] = {}
@@ -201,6 +203,7 @@ def _server(
     for path_key in ("directory", "paging_directory"):
         if path_key in options:
             options[path_key] = str(base / options[path_key])
+    _check_server_values(check, key, options)
     config.options = options
     for quota_name, quota_table in check.table(table.get("quotas", {}), f"{key}.quotas").items():
         where = f"{key}.quotas.{quota_name}"
@@ -213,6 +216,12 @@ def _server(
     for template, template_table in check.table(table.get("templates", {}), f"{key}.templates").items():
         where = f"{key}.templates.{template}"
         templates[template] = _settings_table(check, check.table(template_table, where), where, template=False)
+        try:  # checked on its own too, used or not
+            checked = DestinationSettings().updated(**templates[template])
+        except (JmsStoreError, TypeError) as e:
+            raise check.fail(where, str(e)) from None
+        if checked.quota is not None and checked.quota not in config.quotas:
+            raise check.fail(f"{where}.quota", f"no quota {checked.quota!r} in {key}.quotas")
     for kind in ("queues", "topics"):
         into = config.queues if kind == "queues" else config.topics
         for dest, dest_table in check.table(table.get(kind, {}), f"{key}.{kind}").items():
@@ -235,6 +244,14 @@ def _server(
             if kind == "queues" and settings.messages_limit_override != -1:
                 raise check.fail(f"{where}.messages_limit_override", "a topic setting")
             into[dest] = settings
+    for dest in config.queues.keys() & config.topics.keys():
+        raise check.fail(f"{key}.topics.{dest}", f"{dest!r} is also a queue of this server")
+    for template, values in templates.items():
+        error = values.get("error_destination")
+        if error is not None and error not in config.queues and error not in config.topics:
+            raise check.fail(
+                f"{key}.templates.{template}.error_destination", f"no destination {error!r} in this server"
+            )
     for dest, settings in [*config.queues.items(), *config.topics.items()]:
         error = settings.error_destination
         if error is not None and error not in config.queues and error not in config.topics:
@@ -243,8 +260,56 @@ def _server(
     factories = check.table(table.get("connection_factories", {}), f"{key}.connection_factories")
     for factory, factory_table in factories.items():
         where = f"{key}.connection_factories.{factory}"
-        config.connection_factories[factory] = check.typed(check.table(factory_table, where), where, FACTORY_KEYS)
+        options = check.typed(check.table(factory_table, where), where, FACTORY_KEYS)
+        try:  # its values, checked as a factory would (no server needed for that)
+            ConnectionFactory(None, **options)  # type: ignore[arg-type]
+        except (JmsStoreError, TypeError) as e:
+            raise check.fail(where, str(e)) from None
+        config.connection_factories[factory] = options
     return config
+
+
+def _check_server_values(check: _Checker, key: str, options: dict[str, Any]) -> None:
+    """What JMSServer checks of its own values, before anything is opened."""
+    try:
+        Quota(
+            "<server>",
+            options.get("messages_maximum", -1),
+            options.get("bytes_maximum", -1),
+            True,
+            options.get("blocking_send_policy", "fifo"),
+        )
+        Thresholds(
+            options.get("bytes_threshold_high", -1),
+            options.get("bytes_threshold_low", -1),
+            options.get("messages_threshold_high", -1),
+            options.get("messages_threshold_low", -1),
+        )
+    except (JmsStoreError, TypeError) as e:
+        raise check.fail(key, str(e)) from None
+    for name in ("system_max_count", "system_max_size"):
+        if options.get(name, -1) < -1:
+            raise check.fail(f"{key}.{name}", "must be -1 (no limit) or more")
+    scan = options.get("expiration_scan_interval", 30.0)
+    if not 0 <= scan <= 1 << 31:
+        raise check.fail(f"{key}.expiration_scan_interval", "must be 0 (passive expiry only) or more seconds")
+    for name in ("message_buffer_size", "maximum_message_size", "max_segment_bytes"):
+        if name in options and options[name] <= 0:
+            raise check.fail(f"{key}.{name}", "must be more than 0")
+    _check_store_values(check, key, options)
+
+
+SYNC_POLICIES = ("direct-write", "cache-flush", "disabled")
+
+
+def _check_store_values(check: _Checker, key: str, options: dict[str, Any]) -> None:
+    """The store options the native layer would refuse only after creating directories."""
+    if options.get("sync_policy", "direct-write") not in SYNC_POLICIES:
+        raise check.fail(f"{key}.sync_policy", f"must be one of {', '.join(SYNC_POLICIES)}")
+    known = codecs()
+    for name in ("codec", "store_codec", "paging_codec"):
+        if name in options and options[name] not in known:
+            raise check.fail(f"{key}.{name}", f"unknown codec (known: {', '.join(known)})")
 
 
 def _settings_table(check: _Checker, table: dict[str, Any], where: str, *, template: bool) -> dict[str, Any]:
@@ -276,6 +341,12 @@ def open_server(path: str | os.PathLike[str], name: str | None = None, *, store:
         owned = store = FileStore(stores[config.store]["directory"], **options)
     try:
         server = JMSServer(name=config.name, store=store, **config.options)
+    except (JmsStoreError, TypeError) as e:
+        if owned is not None:
+            owned.close()
+        if isinstance(e, (ConfigError, StoreLockedError)):
+            raise
+        raise check.fail(f"servers.{name}", str(e)) from None
     except BaseException:
         if owned is not None:
             owned.close()

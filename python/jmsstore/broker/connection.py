@@ -597,8 +597,7 @@ class Session:
         else:
             txn.rollback()
         server._pager._native.remove(d.key)
-        server._count_out(d.target, 1, len(d.body))
-        d.target.pending.sub(1, len(d.body))
+        server._count_out(d.target, 1, len(d.body))  # (no longer pending: _release took it off)
         if routes:
             for target, _ in routes:
                 server._count_in(target, 1, len(d.body))
@@ -669,8 +668,7 @@ class Session:
             txn.rollback()
             for state, routes, _, data in sends:
                 server._unsend(state, routes, len(data))
-                for target, _ in routes:
-                    target.pending.sub(1, len(data))
+                _unpend(routes, len(data))
             self._release(acks, redelivered=True)
             raise TransactionRolledBackError(f"commit failed, the transaction was rolled back: {e}") from e
         remove = server._pager._native.remove
@@ -680,8 +678,7 @@ class Session:
             d.target.pending.sub(1, len(d.body))
         server._stats.acknowledged += len(acks)
         for (_, routes, message, data), stored in zip(sends, written, strict=True):
-            for target, _ in routes:
-                target.pending.sub(1, len(data))
+            _unpend(routes, len(data))
             server._publish(routes, stored, message, data)
 
     def rollback(self) -> None:
@@ -695,8 +692,7 @@ class Session:
         server = self._server
         for state, routes, _, data in sends:
             server._unsend(state, routes, len(data))
-            for target, _ in routes:
-                target.pending.sub(1, len(data))
+            _unpend(routes, len(data))
         for consumer in self._consumers:
             consumer._return_prefetched()
         self._release(acks, redelivered=True)
@@ -838,6 +834,14 @@ class _ArmingList(list[Any]):
         self._future._arm()
 
 
+def _unpend(routes: list[tuple[Target, bool]], size: int) -> None:
+    """A transaction's send is no longer pending (committed, or rolled back);
+    a target dropped meanwhile took its counts already."""
+    for target, _ in routes:
+        if not target.deleted:
+            target.pending.sub(1, size)
+
+
 class SendFuture(Future[Message]):
     """The future of an asynchronous send (a ``concurrent.futures.Future``).
 
@@ -897,8 +901,9 @@ class SendFuture(Future[Message]):
                 self._exception = error
                 if self._stats is not None:
                     self._stats.sent -= 1  # counted when sent
-                if self._undo is not None:
-                    self._undo()  # its quota room and counts
+                undo, self._undo = self._undo, None
+                if undo is not None:
+                    undo()  # its quota room and counts, once
             self._state = _FINISHED
             for waiter in self._armed_waiters or ():
                 if error is None:

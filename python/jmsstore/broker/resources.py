@@ -349,7 +349,8 @@ def _logged(value: object) -> str:
         text = value.hex()
     else:
         text = str(value)
-    if len(text) > _VALUE_LIMIT:
+    # "All string values are limited to 32 characters in length."
+    if isinstance(value, str) and len(text) > _VALUE_LIMIT:
         text = text[:_CUT_TO] + " ..."
     return f"'{text}'"
 

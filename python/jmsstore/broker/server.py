@@ -85,6 +85,11 @@ expiry_log = logging.getLogger("jmsstore.expiration")
 _MARKER_ENTRY = struct.Struct("<QI")
 
 
+def _destination_text(destination: Destination) -> str:
+    """A destination as logs show it: ``queue://orders``, ``topic://prices``."""
+    return f"{destination.kind}://{destination.name}"
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -332,6 +337,8 @@ class JMSServer:
         self._quotas: dict[str, tuple[Quota, int | None]] = {}  # name -> (quota, its record)
         self._shared_usages: dict[str, QuotaUsage] = {}
         self._gauge = gauge(thresholds)
+        # The broker-wide limits are its maximums: checked and taken in one native step.
+        self._gauge.set_maximums(system_max_count, system_max_size)
         self._paused: set[str] = set()  # paused server-wide
         # Named connection factories of a configuration file (from_config).
         self.connection_factories: dict[str, ConnectionFactory] = {}
@@ -779,21 +786,26 @@ class JMSServer:
         ``ResourceAllocationError`` for a persistent one, or a full quota."""
         total = copies * size
         server = self._gauge
-        if (self.system_max_count >= 0 and server.messages + copies > self.system_max_count) or (
-            self.system_max_size >= 0 and server.bytes + total > self.system_max_size
-        ):
-            if not persistent:
-                with self._lock:
-                    self._stats.dropped_over_system_limit += 1
-                return False
-            raise ResourceAllocationError(
-                f"the server holds {server.messages} messages and {server.bytes} bytes: "
-                f"{copies} more message(s) of {size} bytes would pass system_max_count {self.system_max_count} "
-                f"or system_max_size {self.system_max_size} (-1: no limit)"
-            )
-        state.usage.acquire(copies, total, timeout, state)
+        if not self._system_limited:
+            state.usage.acquire(copies, total, timeout, state)
+            server.add(copies, total)
+        else:
+            if not server.try_add(copies, total, True):
+                if not persistent:
+                    with self._lock:
+                        self._stats.dropped_over_system_limit += 1
+                    return False
+                raise ResourceAllocationError(
+                    f"the server holds {server.messages} messages and {server.bytes} bytes: "
+                    f"{copies} more message(s) of {size} bytes would pass system_max_count {self.system_max_count} "
+                    f"or system_max_size {self.system_max_size} (-1: no limit)"
+                )
+            try:
+                state.usage.acquire(copies, total, timeout, state)
+            except BaseException:
+                server.sub(copies, total)
+                raise
         state.gauge.add(copies, total)
-        server.add(copies, total)
         return True
 
     def _held(self, targets: Iterable[Target], size: int) -> None:
@@ -852,11 +864,12 @@ class JMSServer:
 
     def _unsend(self, state: QueueState | TopicState, routes: list[tuple[Target, bool]], size: int) -> None:
         """A charged send did not happen (it failed, or its transaction did not commit)."""
-        if not routes:
+        live = [t for t, _ in routes if not t.deleted]  # a dropped target's counts went with it
+        if not live:
             return
-        for target, _ in routes:
+        for target in live:
             target.held.sub(1, size)
-        self._uncharge(state, len(routes), len(routes) * size)
+        self._uncharge(state, len(live), len(live) * size)
 
     def _count_out(self, target: Target, messages: int, size: int) -> None:
         """Messages left ``target`` for good (acknowledged, expired, moved, dropped)."""
@@ -1081,11 +1094,14 @@ class JMSServer:
         (``count``: as a send, in the statistics); held back while insertion
         is paused."""
         if routes and self._held_back(routes):
-            with self._lock:
-                routes[0][0].charged_to.held_insertions.append((routes, handles, message, data))
-            if count:
-                self._stats.sent += 1
-            return
+            with self._lock:  # decided again under the lock: a resume may be draining them
+                held = self._held_back(routes)
+                if held:
+                    routes[0][0].charged_to.held_insertions.append((routes, handles, message, data))
+            if held:
+                if count:
+                    self._stats.sent += 1
+                return
         self._make_room(routes)
         self._delayed(routes, message)
         live = [(t, h) for (t, _), h in zip(routes, handles, strict=True)]
@@ -1155,11 +1171,9 @@ class JMSServer:
             try:
                 with self._store.transaction() as txn:
                     handles = self._write(routes, data, txn)
-            except JmsStoreError as e:
+            except JmsStoreError:
                 self._stats.sent -= 1
-                if completed is not None:
-                    completed(None, e)
-                raise
+                raise  # the caller takes the charge back
             self._publish(routes, handles, message, data, count=False)
             if durable is not None:
                 durable.set()
@@ -1295,7 +1309,7 @@ class JMSServer:
                     target.expired += 1
                     target.charged_to.messages_expired += 1
                     if policy == "log":
-                        self._log_expired(body, target.settings)
+                        self._log_expired(body, target, header["redelivery_count"] > 0)
                     elif policy == "redirect" and self._redirect_expired(target, body, handle):
                         continue  # its store record went in the move
                 if handle is not None:
@@ -1306,11 +1320,15 @@ class JMSServer:
                         txn.delete(h)
                     self._settle(deletes, txn)
 
-    def _log_expired(self, body: bytes, settings: DestinationSettings) -> None:
+    def _log_expired(self, body: bytes, target: Target, redelivered: bool) -> None:
+        settings = target.settings
         message = decode(body)
         headers = message.selector_headers()
-        headers["JMSDestination"] = str(message.destination) if message.destination is not None else None
-        headers["JMSReplyTo"] = str(message.reply_to) if message.reply_to is not None else None
+        # Where it expired (the encoded message does not carry it), and the
+        # delivery state the pager keeps.
+        headers["JMSDestination"] = _destination_text(target.charged_to.destination)
+        headers["JMSRedelivered"] = redelivered
+        headers["JMSReplyTo"] = _destination_text(message.reply_to) if message.reply_to is not None else None
         expiry_log.info(
             expired_message_log(
                 message.message_id or "",
@@ -1567,6 +1585,14 @@ class JMSServer:
             for p in list(self._producers)
             if p.destination == state.destination and p._flow is not None and p._flow.limit is not None
         )
+
+    def _count_underflows(self) -> int:
+        """Counts taken below zero anywhere (a message counted out twice): 0 unless there is a bug."""
+        states: list[QueueState | TopicState] = [*self._queues.values(), *self._topics.values()]
+        targets = list(self._by_pager_id.values())
+        accounts = [self._gauge, *(s.gauge for s in states), *(u._account for u in self._all_usages())]
+        accounts += [a for t in targets for a in (t.held, t.pending)]
+        return sum(a.underflows for a in accounts)
 
     def _paged(self, target: Target) -> int:
         """A target's messages whose bodies are not in memory (paged out, or only in the store)."""

@@ -28,6 +28,9 @@ struct Counts {
     /// Senders blocked for room (they wait in Python; counted here so that
     /// a FIFO quota lets nobody pass them).
     waiting: i64,
+    /// Subtractions that would have gone below zero (clamped): each one is a
+    /// message counted out twice somewhere; tests look for them.
+    underflows: i64,
 }
 
 impl Counts {
@@ -114,6 +117,9 @@ impl Account {
     /// Counts messages out; whether senders wait for room.
     fn sub(&self, messages: i64, bytes: i64) -> bool {
         let mut c = self.counts();
+        if c.messages < messages || c.bytes < bytes {
+            c.underflows += 1;
+        }
         c.messages = (c.messages - messages).max(0);
         c.bytes = (c.bytes - bytes).max(0);
         c.rearm();
@@ -160,6 +166,11 @@ impl Account {
     #[getter]
     fn bytes(&self) -> i64 {
         self.counts().bytes
+    }
+
+    #[getter]
+    fn underflows(&self) -> i64 {
+        self.counts().underflows
     }
 
     fn statistics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
