@@ -436,3 +436,27 @@ def test_the_servers_blocking_send_policy(server: JMSServer, servers: Servers, p
     assert not waiting.is_alive()
     expected = ["b" * 2000] if policy == "fifo" else ["s", "b" * 2000]
     assert texts(receive_all(server, queue)) == expected
+
+
+def test_the_servers_limits_change_at_runtime_or_not_at_all(server: JMSServer) -> None:
+    queue = server.create_queue("Q")
+    producer = _producer(server, queue, send_timeout=0)
+    producer.send(TextMessage("a"))  # type: ignore[attr-defined]
+    server.set_limits(messages_maximum=1)
+    with pytest.raises(ResourceAllocationError, match="the server's quota is full"):
+        producer.send(TextMessage("b"))  # type: ignore[attr-defined]
+    before = server.statistics()["server_quota"]
+    with pytest.raises(InvalidArgumentError, match="policy"):
+        server.set_limits(messages_maximum=50, blocking_send_policy="lifo")
+    with pytest.raises(InvalidArgumentError, match="system_max_count"):
+        server.set_limits(messages_maximum=50, system_max_count=-3)
+    with pytest.raises(InvalidArgumentError, match="unknown server limit"):
+        server.set_limits(messages_maximum=50, colour=1)
+    assert server.statistics()["server_quota"] == before  # nothing applied
+    server.set_limits(messages_maximum=-1, system_max_count=1, messages_threshold_high=0)
+    with pytest.raises(ResourceAllocationError, match="system_max_count 1"):
+        producer.send(TextMessage("c"))  # type: ignore[attr-defined]
+    assert server.statistics()["flow_control_armed"]
+    server.set_limits(system_max_count=-1)
+    producer.send(TextMessage("d"))  # type: ignore[attr-defined]
+    assert texts(receive_all(server, queue)) == ["a", "d"]

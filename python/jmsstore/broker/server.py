@@ -337,6 +337,7 @@ class JMSServer:
         self._quotas: dict[str, tuple[Quota, int | None]] = {}  # name -> (quota, its record)
         self._shared_usages: dict[str, QuotaUsage] = {}
         self._gauge = gauge(thresholds)
+        self._gauge_thresholds = thresholds
         # The broker-wide limits are its maximums: checked and taken in one native step.
         self._gauge.set_maximums(system_max_count, system_max_size)
         self._paused: set[str] = set()  # paused server-wide
@@ -653,6 +654,59 @@ class JMSServer:
         state = self._target_of(destination)
         with self._lock:
             self._configure(state, {"quota": quota})
+
+    def set_limits(self, **limits: Any) -> None:
+        """Changes the server's own limits at runtime: ``messages_maximum``,
+        ``bytes_maximum`` and ``blocking_send_policy`` (its quota),
+        ``system_max_count`` / ``system_max_size`` (broker-wide limits) and
+        the four flow-control thresholds. All are checked first: a bad value
+        changes nothing. Not stored: the constructor's values come back at
+        the next start (WebLogic's runtime MBean changes are the same)."""
+        known = {
+            "messages_maximum",
+            "bytes_maximum",
+            "blocking_send_policy",
+            "system_max_count",
+            "system_max_size",
+            "bytes_threshold_high",
+            "bytes_threshold_low",
+            "messages_threshold_high",
+            "messages_threshold_low",
+        }
+        unknown = set(limits) - known
+        if unknown:
+            raise InvalidArgumentError(f"unknown server limit(s): {', '.join(sorted(unknown))}")
+        with self._lock:
+            self._check_open()
+            current = self._server_usage.quota
+            quota = Quota(
+                "<server>",
+                limits.get("messages_maximum", current.messages_maximum),
+                limits.get("bytes_maximum", current.bytes_maximum),
+                True,
+                limits.get("blocking_send_policy", current.policy),
+            )
+            old = self._gauge_thresholds
+            thresholds = Thresholds(
+                limits.get("bytes_threshold_high", old.bytes_threshold_high),
+                limits.get("bytes_threshold_low", old.bytes_threshold_low),
+                limits.get("messages_threshold_high", old.messages_threshold_high),
+                limits.get("messages_threshold_low", old.messages_threshold_low),
+            )
+            count = limits.get("system_max_count", self.system_max_count)
+            size = limits.get("system_max_size", self.system_max_size)
+            for name, value in (("system_max_count", count), ("system_max_size", size)):
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise TypeError(f"{name} is an int, not {type(value).__name__}")
+                if value < -1:
+                    raise InvalidArgumentError(f"{name} must be -1 (no limit) or more, not {value}")
+            # Checked: now applied, all of it.
+            self._server_usage.quota = quota
+            self._gauge_thresholds = thresholds
+            set_thresholds(self._gauge, thresholds)
+            self.system_max_count, self.system_max_size = count, size
+            self._system_limited = count >= 0 or size >= 0
+            self._gauge.set_maximums(count, size)
 
     # ------------------------------------------------------------ pause and resume
 
@@ -1525,6 +1579,9 @@ class JMSServer:
                 "delivery_records": s.delivery_records,
                 "dropped_over_system_limit": s.dropped_over_system_limit,
                 "expired_redirected": s.expired_redirected,
+                "subscription_limit_deleted_count": sum(
+                    x.limit_deleted for t in self._topics.values() for x in t.subscriptions
+                ),
                 "paused": sorted(self._paused),
                 "connections": len(self._connections),
                 **self._gauge.statistics(),
