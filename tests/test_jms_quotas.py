@@ -32,6 +32,13 @@ def receive_some(server: JMSServer, queue: Queue, count: int) -> list[Message]:
     return [m for m in got if m is not None]
 
 
+def _wait_until_blocked(server: JMSServer) -> None:
+    """Until a sender waits for room (or SOON has passed)."""
+    deadline = time.monotonic() + SOON
+    while server.statistics()["blocked_senders"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
 def _producer(server: JMSServer, destination: object, **factory: object) -> object:
     connection = server.connection_factory(**factory).create_connection()
     return connection.create_session().create_producer(destination)
@@ -108,9 +115,7 @@ def test_a_blocked_sender_goes_on_when_room_appears(server: JMSServer, servers: 
 
     sender = threading.Thread(target=send_second)
     sender.start()
-    deadline = time.monotonic() + SOON
-    while server.statistics()["blocked_senders"] == 0 and time.monotonic() < deadline:
-        time.sleep(0.005)
+    _wait_until_blocked(server)
     assert server.statistics()["blocked_senders"] == 1
     assert server.statistics()["queues"]["Q"]["blocked_senders"] == 1
     assert not sent.is_set()
@@ -175,9 +180,7 @@ def test_switching_quota_fails_the_sends_blocked_on_the_old_one(server: JMSServe
 
     sender = threading.Thread(target=blocked)
     sender.start()
-    deadline = time.monotonic() + SOON
-    while server.statistics()["blocked_senders"] == 0 and time.monotonic() < deadline:
-        time.sleep(0.005)
+    _wait_until_blocked(server)
     server.set_quota(queue, "large")
     sender.join(SOON)
     assert len(errors) == 1 and isinstance(errors[0], ResourceAllocationError)
@@ -422,9 +425,7 @@ def test_the_servers_blocking_send_policy(server: JMSServer, servers: Servers, p
     big = _producer(server, queue, send_timeout=30_000)
     waiting = threading.Thread(target=lambda: big.send(TextMessage("b" * 2000)))  # type: ignore[attr-defined]
     waiting.start()
-    deadline = time.monotonic() + SOON
-    while server.statistics()["blocked_senders"] == 0 and time.monotonic() < deadline:
-        time.sleep(0.005)
+    _wait_until_blocked(server)
     small = _producer(server, queue, send_timeout=0)
     if policy == "fifo":
         with pytest.raises(ResourceAllocationError):
