@@ -39,9 +39,11 @@ __all__ = [
     "UnknownHandleError",
     "UnsupportedFormatError",
     "__version__",
+    "charge",
     "codecs",
     "compress",
     "decompress",
+    "discharge",
     "live",
     "publish",
     "raw_write_limit",
@@ -284,3 +286,22 @@ class Account:
     @property
     def underflows(self) -> int: ...
     def statistics(self) -> dict[str, Any]: ...
+
+def charge(
+    quota: Account,
+    destination: Account,
+    server: Account,
+    target: Account,
+    messages: int,
+    bytes: int,
+    pass_waiting: bool,
+) -> bool: ...
+def discharge(
+    target: Account,
+    pending: Account | None,
+    quota: Account,
+    destination: Account,
+    server: Account,
+    messages: int,
+    bytes: int,
+) -> bool: ...

@@ -31,6 +31,7 @@ from concurrent.futures._base import FINISHED as _FINISHED
 from concurrent.futures._base import RUNNING as _RUNNING
 from typing import Any
 
+from jmsstore import _native
 from jmsstore._args import integer
 from jmsstore._native import Signal
 from jmsstore.broker.destination import Destination, Queue, TemporaryQueue, Topic, check_name
@@ -503,8 +504,7 @@ class Session:
                 backlog = self._ack_backlog
                 for d in deliveries:
                     remove(d.key)
-                    count_out(d.target, 1, len(d.body))
-                    d.target.pending.sub(1, len(d.body))
+                    count_out(d.target, 1, len(d.body), True)
                     if d.handle is not None:
                         backlog.append(d)
                 due = len(backlog) >= self._connection._factory.messages_maximum
@@ -521,8 +521,7 @@ class Session:
         remove = self._server._pager._native.remove
         for d in deliveries:
             remove(d.key)
-            self._server._count_out(d.target, 1, len(d.body))
-            d.target.pending.sub(1, len(d.body))
+            self._server._count_out(d.target, 1, len(d.body), True)
         self._server._stats.acknowledged += len(deliveries)
 
     def _flush_acks(self) -> None:
@@ -674,8 +673,7 @@ class Session:
         remove = server._pager._native.remove
         for d in acks:
             remove(d.key)
-            server._count_out(d.target, 1, len(d.body))
-            d.target.pending.sub(1, len(d.body))
+            server._count_out(d.target, 1, len(d.body), True)
         server._stats.acknowledged += len(acks)
         for (_, routes, message, data), stored in zip(sends, written, strict=True):
             _unpend(routes, len(data))
@@ -1045,11 +1043,17 @@ class MessageProducer:
         size = len(data)
         copies = len(routes)
         usage = state.usage
-        # The fast path of _charge: no broker-wide limits, and room in the quota now.
-        if not server._system_limited and usage._account.try_add(copies, copies * size, usage.preemptive):
-            state.gauge.add(copies, copies * size)
-            server._gauge.add(copies, copies * size)
-        elif not server._charge(state, copies, size, persistent, self._send_timeout):
+        # The fast path of _charge, in one native call: one target, no
+        # broker-wide limits, and room in the quota now.
+        if (
+            copies == 1
+            and not server._system_limited
+            and _native.charge(
+                usage._account, state.gauge, server._gauge, routes[0][0].held, 1, size, usage.preemptive
+            )
+        ):
+            return True
+        if not server._charge(state, copies, size, persistent, self._send_timeout):
             return False
         for target, _ in routes:
             target.held.add(1, size)

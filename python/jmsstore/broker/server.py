@@ -148,6 +148,8 @@ class Target:
         # acknowledged, or sent in a transaction not yet committed.
         self.pending = gauge()
         self.expired = 0  # messages that expired here
+        # The most messages it keeps: a subscription's topic's messages_limit_override (-1: no limit).
+        self.subscription_limit = settings.messages_limit_override if isinstance(self, SubscriptionState) else -1
 
     def notify(self) -> None:
         """A message became available: wake the listener sessions and one idle
@@ -602,6 +604,7 @@ class JMSServer:
         if isinstance(state, TopicState):
             for sub in state.subscriptions:
                 sub.settings = config
+                sub.subscription_limit = config.messages_limit_override
         if config.thresholds() != previous.thresholds():
             set_thresholds(state.gauge, config.thresholds())
         if config.quota != previous.quota:
@@ -925,15 +928,16 @@ class JMSServer:
             target.held.sub(1, size)
         self._uncharge(state, len(live), len(live) * size)
 
-    def _count_out(self, target: Target, messages: int, size: int) -> None:
-        """Messages left ``target`` for good (acknowledged, expired, moved, dropped)."""
-        target.held.sub(messages, size)
+    def _count_out(self, target: Target, messages: int, size: int, pending: bool = False) -> None:
+        """Messages left ``target`` for good (acknowledged, expired, moved,
+        dropped); ``pending``: they were in a consumer's hands. One native
+        call (this runs once per acknowledgement)."""
         state = target.charged_to
         usage = state.usage
-        if usage._account.sub(messages, size):  # (QuotaUsage.release, inline: once per acknowledgement)
+        if _native.discharge(
+            target.held, target.pending if pending else None, usage._account, state.gauge, self._gauge, messages, size
+        ):
             usage.wake_waiting()
-        state.gauge.sub(messages, size)
-        self._gauge.sub(messages, size)
 
     def queue(self, name: str) -> Queue:
         """The existing queue ``name``."""
@@ -1147,7 +1151,7 @@ class JMSServer:
         """Makes a message already stored (``handles``) visible to consumers
         (``count``: as a send, in the statistics); held back while insertion
         is paused."""
-        if routes and self._held_back(routes):
+        if routes and (self._paused or routes[0][0].charged_to.paused) and self._held_back(routes):
             with self._lock:  # decided again under the lock: a resume may be draining them
                 held = self._held_back(routes)
                 if held:
@@ -1156,7 +1160,8 @@ class JMSServer:
                 if count:
                     self._stats.sent += 1
                 return
-        self._make_room(routes)
+        if routes and routes[0][0].subscription_limit >= 0:
+            self._make_room(routes)
         self._delayed(routes, message)
         live = [(t, h) for (t, _), h in zip(routes, handles, strict=True)]
         gone = _native.publish(
@@ -1181,7 +1186,8 @@ class JMSServer:
                 handles = self._write(routes, data, txn)
             self._publish(routes, handles, message, data)  # held until insertion resumes
             return
-        self._make_room(routes)
+        if routes[0][0].subscription_limit >= 0:
+            self._make_room(routes)
         self._delayed(routes, message)
         _native.send(
             self._store._native_store(),
@@ -1234,7 +1240,8 @@ class JMSServer:
             if completed is not None:
                 completed(None, None)
             return
-        self._make_room(routes)
+        if routes[0][0].subscription_limit >= 0:
+            self._make_room(routes)
         if message.delivery_time > message.timestamp:
             self._delayed(routes, message)
         _native.send_async(

@@ -186,3 +186,50 @@ impl Account {
         Ok(d)
     }
 }
+
+/// A send's counts in one call (the common case: one target): room in
+/// `quota` (unless blocked senders wait, or `pass_waiting`), then the
+/// destination's, the server's and the target's counts. False (nothing
+/// counted) if the quota has no room now.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub fn charge(
+    quota: &Account,
+    destination: &Account,
+    server: &Account,
+    target: &Account,
+    messages: i64,
+    bytes: i64,
+    pass_waiting: bool,
+) -> bool {
+    if !quota.try_add(messages, bytes, pass_waiting) {
+        return false;
+    }
+    for account in [destination, server, target] {
+        account.counts().add(messages, bytes);
+    }
+    true
+}
+
+/// An acknowledged (or otherwise gone) message's counts in one call: out of
+/// its target (and its pending count, if `pending`), quota, destination and
+/// server. Returns whether senders wait for room in the quota.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub fn discharge(
+    target: &Account,
+    pending: Option<&Account>,
+    quota: &Account,
+    destination: &Account,
+    server: &Account,
+    messages: i64,
+    bytes: i64,
+) -> bool {
+    target.sub(messages, bytes);
+    if let Some(pending) = pending {
+        pending.sub(messages, bytes);
+    }
+    destination.sub(messages, bytes);
+    server.sub(messages, bytes);
+    quota.sub(messages, bytes)
+}

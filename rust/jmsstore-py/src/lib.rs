@@ -37,6 +37,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(inspect::segments, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::read_segment, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::live, m)?)?;
+    m.add_function(wrap_pyfunction!(account::charge, m)?)?;
+    m.add_function(wrap_pyfunction!(account::discharge, m)?)?;
     m.add_function(wrap_pyfunction!(publish::send, m)?)?;
     m.add_function(wrap_pyfunction!(publish::send_async, m)?)?;
     m.add_function(wrap_pyfunction!(publish::publish, m)?)?;
