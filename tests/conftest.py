@@ -165,3 +165,26 @@ def cli() -> Callable[..., subprocess.CompletedProcess[str]]:
 # The JMS conformance suite's fixtures (server, servers, restart, server_dir) live in
 # tests/jms_helpers.py with its plain helpers.
 pytest_plugins = ["jms_helpers"]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local[2] Spark session for the whole run: UI off, the running
+    interpreter for Python workers, quiet logging; the jmsstore data source registered."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from jmsstore_spark import register
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("jmsstore-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()
