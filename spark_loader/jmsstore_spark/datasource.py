@@ -26,6 +26,8 @@ from jmsstore.errors import JmsStoreError
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from jmsstore_spark.messages import MESSAGES_SCHEMA, MessagesReader
+
 __all__ = ["RECORDS_SCHEMA", "JmsStoreDataSource", "register"]
 
 RECORDS_SCHEMA = (
@@ -55,7 +57,7 @@ _ARROW_RECORDS = pa.schema(
     ]
 )
 
-VIEWS = ("records",)
+VIEWS = ("records", "messages")
 BATCH_ROWS = 4096
 
 
@@ -174,8 +176,9 @@ def _record_row(store: str, item: Any) -> dict[str, Any]:
 
 
 class JmsStoreDataSource(DataSource):
-    """Format ``jmsstore``: options ``view`` (``records``), ``path`` (or
-    ``load(path)``), ``partition_bytes``."""
+    """Format ``jmsstore``: options ``view`` (``records``, or ``messages``:
+    see :mod:`jmsstore_spark.messages`), ``path`` (or ``load(path)``),
+    ``partition_bytes`` (records)."""
 
     @classmethod
     def name(cls) -> str:
@@ -188,8 +191,7 @@ class JmsStoreDataSource(DataSource):
         return view
 
     def schema(self) -> StructType | str:
-        self._view()
-        return RECORDS_SCHEMA
+        return RECORDS_SCHEMA if self._view() == "records" else MESSAGES_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
         self._view()
@@ -199,4 +201,6 @@ class JmsStoreDataSource(DataSource):
         partition_bytes = int(self.options.get("partition_bytes", 64 << 20))
         if partition_bytes <= 0:
             raise ValueError(f"partition_bytes must be more than 0, not {partition_bytes}")
+        if self._view() == "messages":
+            return MessagesReader(store_paths(spec))
         return RecordsReader(store_paths(spec), partition_bytes)

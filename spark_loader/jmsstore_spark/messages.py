@@ -1,0 +1,229 @@
+"""The ``messages`` view: the live JMS messages of a store, as a JMSServer
+opened on it would find them (what recovery keeps), with their
+destination, headers, properties, body and delivery state.
+
+The driver reads the live-object list (``inspect.live``, which takes no
+lock and changes nothing) and the broker's small metadata records
+(durable subscriptions, delivery records); each task then decodes the
+messages of one segment.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import struct
+from collections import defaultdict
+from typing import Any
+
+import pyarrow as pa
+from jmsstore import _native, inspect
+from jmsstore.broker.message import BytesMessage, MapMessage, Message, StreamMessage, TextMessage, decode
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+MESSAGES_SCHEMA = (
+    "store string, server string, destination string, destination_type string, subscription string, "
+    "client_id string, handle long, segment long, offset long, message_id string, body_type string, "
+    "delivery_mode string, priority int, timestamp long, expiration long, delivery_time long, "
+    "correlation_id string, jms_type string, reply_to string, redelivered boolean, delivery_count int, "
+    "properties string, text string, body binary, entries string, encoded binary"
+)
+
+ARROW_MESSAGES = pa.schema(
+    [
+        ("store", pa.string()),
+        ("server", pa.string()),
+        ("destination", pa.string()),
+        ("destination_type", pa.string()),
+        ("subscription", pa.string()),
+        ("client_id", pa.string()),
+        ("handle", pa.int64()),
+        ("segment", pa.int64()),
+        ("offset", pa.int64()),
+        ("message_id", pa.string()),
+        ("body_type", pa.string()),
+        ("delivery_mode", pa.string()),
+        ("priority", pa.int32()),
+        ("timestamp", pa.int64()),
+        ("expiration", pa.int64()),
+        ("delivery_time", pa.int64()),
+        ("correlation_id", pa.string()),
+        ("jms_type", pa.string()),
+        ("reply_to", pa.string()),
+        ("redelivered", pa.bool_()),
+        ("delivery_count", pa.int32()),
+        ("properties", pa.string()),
+        ("text", pa.string()),
+        ("body", pa.binary()),
+        ("entries", pa.string()),
+        ("encoded", pa.binary()),
+    ]
+)
+
+_MARKER_ENTRY = struct.Struct("<QI")  # a delivery record entry: message handle, delivery count
+BATCH_ROWS = 4096
+
+
+def _json_value(value: object) -> object:
+    """A property or map/stream value in JSON, typed where JSON would lose it."""
+    if isinstance(value, bytes):
+        return {"bytes": base64.b64encode(value).decode()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"float": repr(value)}
+    return value
+
+
+class MessageSegment(InputPartition):
+    """The live messages of one segment, with what the driver knows of them."""
+
+    def __init__(
+        self,
+        store: str,
+        path: str,
+        live: dict[int, tuple[int, str]],
+        targets: dict[str, dict[str, Any]],
+        counts: dict[int, int],
+    ) -> None:
+        super().__init__(value=None)
+        self.store = store
+        self.path = path
+        self.live = live  # offset -> (handle, collection)
+        self.targets = targets  # collection -> server, destination, subscription ...
+        self.counts = counts  # handle -> delivery count from delivery records
+
+
+def _targets_and_counts(
+    store: str,
+) -> tuple[dict[int, list[tuple[int, int, str]]], dict[str, dict[str, Any]], dict[int, int]]:
+    """Per segment, the live messages; what each message collection is; delivery counts."""
+    live, _ = inspect.live(store)
+    by_segment: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
+    metadata: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
+    for handle, collection, segment, offset in live:
+        parts = collection.split("/")
+        if len(parts) >= 4 and parts[0] == "jms" and parts[2] in ("q", "s"):
+            by_segment[segment].append((handle, offset, collection))
+        elif len(parts) == 3 and parts[0] == "jms" and parts[2] in ("subscriptions", "delivered"):
+            metadata[segment].append((handle, offset, collection))
+    subscriptions: dict[tuple[str, int], dict[str, Any]] = {}
+    counts: dict[int, int] = {}
+    paths = {s["number"]: str(s["path"]) for s in inspect.segments(store)}
+    for segment, wanted in metadata.items():
+        places = {(offset, handle): collection for handle, offset, collection in wanted}
+        for item in _native.read_segment(paths[segment]):
+            if not isinstance(item, _native.Record) or (item.offset, item.handle) not in places:
+                continue
+            server, kind = places[(item.offset, item.handle)].split("/")[1:3]
+            if kind == "subscriptions":
+                subscriptions[(server, item.handle)] = json.loads(item.body)
+            else:
+                for handle, count in _MARKER_ENTRY.iter_unpack(item.body):
+                    counts[handle] = max(counts.get(handle, 0), count)
+    targets: dict[str, dict[str, Any]] = {}
+    for entries in by_segment.values():
+        for _, _, collection in entries:
+            if collection in targets:
+                continue
+            _, server, kind, name = collection.split("/", 3)
+            if kind == "q":
+                targets[collection] = {"server": server, "destination": name, "destination_type": "queue"}
+            else:
+                spec = subscriptions.get((server, int(name)), {})
+                targets[collection] = {
+                    "server": server,
+                    "destination": spec.get("topic"),
+                    "destination_type": "topic",
+                    "subscription": spec.get("name"),
+                    "client_id": spec.get("client_id"),
+                }
+    return by_segment, targets, counts
+
+
+class MessagesReader(DataSourceReader):
+    def __init__(self, stores: list[str]) -> None:
+        self.stores = stores
+
+    def partitions(self) -> list[InputPartition]:
+        parts: list[InputPartition] = []
+        for store in self.stores:
+            by_segment, targets, counts = _targets_and_counts(store)
+            paths = {s["number"]: str(s["path"]) for s in inspect.segments(store)}
+            for segment, entries in sorted(by_segment.items()):
+                live = {offset: (handle, collection) for handle, offset, collection in entries}
+                handles = {handle for handle, _, _ in entries}
+                parts.append(
+                    MessageSegment(
+                        store,
+                        paths[segment],
+                        live,
+                        {c: targets[c] for _, _, c in entries},
+                        {h: c for h, c in counts.items() if h in handles},
+                    )
+                )
+        return parts or [MessageSegment("", "", {}, {}, {})]
+
+    def read(self, partition: InputPartition) -> Any:
+        assert isinstance(partition, MessageSegment)
+        if not partition.path:
+            return
+        columns: dict[str, list[Any]] = {name: [] for name in ARROW_MESSAGES.names}
+        for item in _native.read_segment(partition.path):
+            if not isinstance(item, _native.Record):
+                continue
+            place = partition.live.get(item.offset)
+            if place is None or place[0] != item.handle:
+                continue
+            row = _message_row(partition, item, place[1])
+            for name, value in row.items():
+                columns[name].append(value)
+            if len(columns["store"]) >= BATCH_ROWS:
+                yield pa.RecordBatch.from_pydict(columns, schema=ARROW_MESSAGES)
+                columns = {name: [] for name in ARROW_MESSAGES.names}
+        if columns["store"]:
+            yield pa.RecordBatch.from_pydict(columns, schema=ARROW_MESSAGES)
+
+
+def _message_row(partition: MessageSegment, record: Any, collection: str) -> dict[str, Any]:
+    message: Message = decode(record.body)
+    target = partition.targets[collection]
+    count = partition.counts.get(record.handle, 0)
+    body: bytes | None = None
+    text: str | None = None
+    entries: str | None = None
+    if isinstance(message, TextMessage):
+        text = message.text
+    elif isinstance(message, BytesMessage):
+        body = message.body
+    elif isinstance(message, MapMessage):
+        entries = json.dumps({k: _json_value(v) for k, v in message._map.items()})
+    elif isinstance(message, StreamMessage):
+        entries = json.dumps([_json_value(v) for v in message._values])
+    return {
+        "store": partition.store,
+        "server": target["server"],
+        "destination": target.get("destination"),
+        "destination_type": target["destination_type"],
+        "subscription": target.get("subscription"),
+        "client_id": target.get("client_id"),
+        "handle": record.handle,
+        "segment": record.segment,
+        "offset": record.offset,
+        "message_id": message.message_id,
+        "body_type": type(message).__name__,
+        "delivery_mode": message.delivery_mode.name,
+        "priority": message.priority,
+        "timestamp": message.timestamp,
+        "expiration": message.expiration,
+        "delivery_time": message.delivery_time,
+        "correlation_id": message.correlation_id,
+        "jms_type": message.type,
+        "reply_to": None if message.reply_to is None else str(message.reply_to),
+        "redelivered": count > 0,
+        "delivery_count": count,
+        "properties": json.dumps({k: _json_value(v) for k, v in message._properties.items()}),
+        "text": text,
+        "body": body,
+        "entries": entries,
+        "encoded": record.body,
+    }
