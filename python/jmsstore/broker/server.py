@@ -865,10 +865,6 @@ class JMSServer:
         state.gauge.add(copies, total)
         return True
 
-    def _held(self, targets: Iterable[Target], size: int) -> None:
-        for t in targets:
-            t.held.add(1, size)
-
     def _count_in(self, target: Target, messages: int, size: int) -> None:
         """Counts messages already there (recovered, moved) without asking."""
         state = target.charged_to

@@ -126,11 +126,6 @@ impl Account {
         c.waiting > 0
     }
 
-    /// Whether `messages` / `bytes` more would fit the maximums.
-    fn fits(&self, messages: i64, bytes: i64) -> bool {
-        self.counts().fits(messages, bytes)
-    }
-
     /// A sender starts (`delta` 1) or stops (-1) waiting for room.
     fn waiting(&self, delta: i64) {
         let mut c = self.counts();
