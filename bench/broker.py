@@ -40,7 +40,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import shutil
-import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -51,7 +50,7 @@ from typing import Any
 from jmsstore.broker import AckMode, DeliveryMode, JMSServer, Message
 
 from bench import bodies
-from bench.harness import Context, goal_cell
+from bench.harness import Context, goal_cell, median, ratio
 from bench.peers import persist_queue, raw_disk, sqlite_queue
 from bench.store import settle
 
@@ -354,15 +353,6 @@ def measure(ctx: Context, name: str, threads: int, per_producer: int, body: byte
 # --------------------------------------------------------------------------
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
-    if a is None or b is None or b == 0:
-        return None
-    return a / b
-
-
-def _median(values: list[float | None]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return statistics.median(vals) if vals else None
 
 
 def _summarise(name: str, threads: int, runs: list[dict[str, Any]], baselines: list[float | None]) -> dict[str, Any]:
@@ -385,11 +375,11 @@ def _summarise(name: str, threads: int, runs: list[dict[str, Any]], baselines: l
     row["received"] = sum(r["received"] for r in ok)
     row["seconds"] = sum(r["seconds"] for r in ok)
     row["capped"] = any(r["capped"] or r["timed_out"] for r in ok)
-    row["rate"] = _median([r["rate"] for r in ok])
+    row["rate"] = median([r["rate"] for r in ok])
     row["rate_min"] = min(r["rate"] for r in ok)
     row["rate_max"] = max(r["rate"] for r in ok)
     pairs = [(r, b) for r, b in zip(runs, baselines, strict=True) if "error" not in r]
-    row["ratio_baseline"] = _median([_ratio(r["rate"], b) for r, b in pairs])
+    row["ratio_baseline"] = median([ratio(r["rate"], b) for r, b in pairs])
     if ok[0]["fsyncs"] is not None:
         row["fsyncs"] = sum(r["fsyncs"] for r in ok)
         row["fsyncs_per_message"] = row["fsyncs"] / row["received"] if row["received"] else None
@@ -498,7 +488,7 @@ def _goals(ctx: Context, rows: list[dict[str, Any]], counts: list[int]) -> list[
         if a is None or np_ is None:
             continue
         per_round = [
-            _ratio(x.get("rate"), y.get("rate"))
+            ratio(x.get("rate"), y.get("rate"))
             for x, y in zip(a["rounds"], np_["rounds"], strict=True)
             if "error" not in x and "error" not in y
         ]
@@ -511,7 +501,7 @@ def _goals(ctx: Context, rows: list[dict[str, Any]], counts: list[int]) -> list[
                 "denominator": "non-persistent",
                 "numerator_rate": a["rate"],
                 "denominator_rate": np_["rate"],
-                "ratio": _median(per_round),
+                "ratio": median(per_round),
                 "ratio_rounds": per_round,
                 "op": ">=",
                 "target": GOAL_ASYNC_VS_NON_PERSISTENT,

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -56,6 +57,19 @@ class Goal:
             "target": self.target,
             "status": self.status,
         }
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """``a / b``, or None when either is missing or ``b`` is 0."""
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def median(values: list[float | None]) -> float | None:
+    """The median of the values present (None if there are none)."""
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
 
 
 def goal_cell(value: float | None, op: str, target: float) -> str:

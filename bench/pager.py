@@ -24,7 +24,6 @@ import gc
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
 import time
@@ -35,7 +34,7 @@ from typing import Any
 from jmsstore import FileStore, Pager
 
 from bench import bodies
-from bench.harness import REPO_DIR, Context, goal_cell
+from bench.harness import REPO_DIR, Context, goal_cell, median
 
 BODY_BYTES = 1024
 FULL_BUDGET = 64 << 20
@@ -65,15 +64,6 @@ def message_body(i: int, tail: bytes) -> bytes:
     return i.to_bytes(8, "little") + tail
 
 
-def _median(values: list[float | None]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return statistics.median(vals) if vals else None
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    if a is None or b is None or b == 0:
-        return None
-    return a / b
 
 
 def _rotated(items: list[Any], by: int) -> list[Any]:
@@ -434,9 +424,9 @@ def bench_drain(ctx: Context) -> None:
                 "message_buffer_size": c["budget"],
                 "read_ahead": c["read_ahead"],
                 "persistent": c["persistent"],
-                "rate": _median([x["rate"] for x in per_round]),
-                "build_rate": _median([x["build_rate"] for x in per_round]),
-                "ratio": _median(ratios),
+                "rate": median([x["rate"] for x in per_round]),
+                "build_rate": median([x["build_rate"] for x in per_round]),
+                "ratio": median(ratios),
                 "ratio_min": min(ratios),
                 "ratio_max": max(ratios),
                 "drained": sum(x["drained"] for x in per_round),
@@ -599,11 +589,11 @@ def bench_sorted(ctx: Context) -> None:
             {
                 "order": order,
                 "messages": n,
-                "add_rate": _median([n / x["add_seconds"] for x in per_round]),
-                "drain_rate": _median([x["drained"] / x["drain_seconds"] for x in per_round]),
-                "add_cost": _median([x["add_cost"] for x in per_round]),
-                "drain_cost": _median([x["drain_cost"] for x in per_round]),
-                "total_cost": _median([x["total_cost"] for x in per_round]),
+                "add_rate": median([n / x["add_seconds"] for x in per_round]),
+                "drain_rate": median([x["drained"] / x["drain_seconds"] for x in per_round]),
+                "add_cost": median([x["add_cost"] for x in per_round]),
+                "drain_cost": median([x["drain_cost"] for x in per_round]),
+                "total_cost": median([x["total_cost"] for x in per_round]),
                 "total_cost_min": min(x["total_cost"] for x in per_round),
                 "total_cost_max": max(x["total_cost"] for x in per_round),
                 "order_ok": all(x["order_ok"] for x in per_round),

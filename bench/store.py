@@ -32,7 +32,7 @@ from typing import Any
 from jmsstore import FileStore, _native
 
 from bench import bodies
-from bench.harness import REPO_DIR, Context, goal_cell
+from bench.harness import REPO_DIR, Context, goal_cell, median, ratio
 from bench.peers import engine, raw_disk, sqlite_queue
 
 COLLECTION = "q"
@@ -123,15 +123,6 @@ def _raw_at(ctx: Context, directory: Path, avg_group: float, rec_bytes: int, flu
     return raw_disk.limit(directory, batch, rec_bytes, min(max(flushes, lo), hi))
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
-    if a is None or b is None or b == 0:
-        return None
-    return a / b
-
-
-def _median(values: list[float | None]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return statistics.median(vals) if vals else None
 
 
 # --------------------------------------------------------------------------
@@ -248,14 +239,14 @@ def _summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "capped": any(o["capped"] for o in ours),
         "rounds_stable": sum(1 for r in rounds if r["disk"]["stable"]),
         "rounds_counted": len(counted),
-        "rate": _median([r["ours"]["rate"] for r in counted]),
+        "rate": median([r["ours"]["rate"] for r in counted]),
         "flushes": flushes,
         "fsyncs": fsyncs,
         "records_written": written,
         "avg_group": written / flushes if flushes else None,
         "fsyncs_per_record": fsyncs / written if written else None,
-        "raw_rate": _median([r["raw"]["records_per_s"] for r in counted]),
-        "ratio_raw": _median([r["ratio_raw"] for r in counted]),
+        "raw_rate": median([r["raw"]["records_per_s"] for r in counted]),
+        "ratio_raw": median([r["ratio_raw"] for r in counted]),
         "ratio_raw_min": min(r["ratio_raw"] for r in counted),
         "ratio_raw_max": max(r["ratio_raw"] for r in counted),
     }
@@ -273,7 +264,7 @@ def _summarise_engine(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "failed_rounds": len(runs) - len(ok),
     }
     for key in ("rate", "avg_group", "fsyncs_per_record", "raw_rate", "ratio_raw", "sqlite_rate", "ratio_sqlite"):
-        out[key] = _median([r[key] for r in counted])
+        out[key] = median([r[key] for r in counted])
     out["ratio_raw_min"] = min(r["ratio_raw"] for r in counted)
     out["ratio_raw_max"] = max(r["ratio_raw"] for r in counted)
     return out
@@ -368,9 +359,9 @@ def bench_put(ctx: Context) -> None:
             store.close()
         row = {"threads": threads, "per_thread_per_round": per, **_summarise(rounds)}
         counted = _counted(rounds)
-        row["sqlite_rate"] = _median([r["sqlite"]["rate"] for r in counted])
+        row["sqlite_rate"] = median([r["sqlite"]["rate"] for r in counted])
         row["sqlite_inserts"] = sum(r["sqlite"]["inserts"] for r in rounds)
-        row["ratio_sqlite"] = _median([r["ratio_sqlite"] for r in counted])
+        row["ratio_sqlite"] = median([r["ratio_sqlite"] for r in counted])
         row["stats"] = final_stats
         row["rounds"] = rounds
         rows.append(row)
@@ -814,7 +805,7 @@ def bench_codecs(ctx: Context) -> None:
             store.close()
     base = {(r["body"], r["size"]): r["rate"] for r in e2e if r["codec"] == "none"}
     for r in e2e:
-        r["vs_none"] = _ratio(r["rate"], base.get((r["body"], r["size"])))
+        r["vs_none"] = ratio(r["rate"], base.get((r["body"], r["size"])))
     by_key = {(r["codec"], r["body"], r["size"]): r for r in e2e}
     for r in rows:
         e = by_key.get((r["codec"], r["body"], r["size"]))
