@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from jmsstore import FileStore, inspect
+from store_helpers import damage_record
 from test_errors import crc32c
 
 SEGMENT = 16 * 1024
@@ -75,10 +76,7 @@ def test_a_store_damaged_in_the_middle_is_read_with_the_damage_reported(spark: A
     with FileStore(store, max_segment_bytes=1 << 20) as fs:
         handles = [fs.put("d", b"payload %d " % i * 20) for i in range(10)]
     victim = next(r for r in inspect.records(store) if r.handle == handles[5])
-    segment = Path(inspect.segments(store)[0]["path"])
-    data = bytearray(segment.read_bytes())
-    data[victim.offset + victim.length - 3] ^= 0x40
-    segment.write_bytes(bytes(data))
+    damage_record(store, victim)
     df = spark.read.format("jmsstore").load(str(store))
     [damage] = df.where("type = 'damage'").collect()
     assert damage.offset == victim.offset and "checksum" in damage.damage_reason

@@ -21,11 +21,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-from jmsstore import inspect
+from jmsstore import _native, inspect
+from jmsstore.broker.destination import check_name
 from jmsstore.errors import JmsStoreError
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter, InputPartition
 from pyspark.sql.types import StructType
 
+from jmsstore_spark.imports import StoreWriter, check_columns, check_target
 from jmsstore_spark.messages import MESSAGES_SCHEMA, MessagesReader
 
 __all__ = ["RECORDS_SCHEMA", "JmsStoreDataSource", "register"]
@@ -176,9 +178,17 @@ def _record_row(store: str, item: Any) -> dict[str, Any]:
 
 
 class JmsStoreDataSource(DataSource):
-    """Format ``jmsstore``: options ``view`` (``records``, or ``messages``:
-    see :mod:`jmsstore_spark.messages`), ``path`` (or ``load(path)``),
-    ``partition_bytes`` (records)."""
+    """Format ``jmsstore``.
+
+    Reading: options ``view`` (``records``, or ``messages``: see
+    :mod:`jmsstore_spark.messages`), ``path`` (or ``load(path)``),
+    ``partition_bytes`` (records).
+
+    Writing (import into a new store, see :mod:`jmsstore_spark.imports`):
+    ``df.write.format("jmsstore").mode("append").save(new_store)``; options
+    ``server`` (for rows without a server column, default ``jms1``) and
+    ``codec`` (the new store's codec, default ``none``).
+    """
 
     @classmethod
     def name(cls) -> str:
@@ -204,3 +214,15 @@ class JmsStoreDataSource(DataSource):
         if self._view() == "messages":
             return MessagesReader(store_paths(spec))
         return RecordsReader(store_paths(spec), partition_bytes)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        target = self.options.get("path")
+        if not target:
+            raise ValueError("no store directory given (save(path) or option('path', ...))")
+        columns = check_columns(schema)
+        target = os.path.abspath(target)
+        check_target(target, overwrite)
+        server = check_name("server", self.options.get("server", "jms1"))
+        codec = self.options.get("codec", "none")
+        _native.compress(codec, b"")  # an unknown codec is refused before any task runs
+        return StoreWriter(target, overwrite, columns, server, codec)

@@ -27,7 +27,8 @@ MESSAGES_SCHEMA = (
     "client_id string, handle long, segment long, offset long, message_id string, body_type string, "
     "delivery_mode string, priority int, timestamp long, expiration long, delivery_time long, "
     "correlation_id string, jms_type string, reply_to string, redelivered boolean, delivery_count int, "
-    "properties string, text string, body binary, entries string, encoded binary"
+    "properties string, text string, body binary, entries string, encoded binary, "
+    "destination_settings string, subscription_settings string"
 )
 
 ARROW_MESSAGES = pa.schema(
@@ -58,6 +59,8 @@ ARROW_MESSAGES = pa.schema(
         ("body", pa.binary()),
         ("entries", pa.string()),
         ("encoded", pa.binary()),
+        ("destination_settings", pa.string()),
+        ("subscription_settings", pa.string()),
     ]
 )
 
@@ -104,9 +107,10 @@ def _targets_and_counts(
         parts = collection.split("/")
         if len(parts) >= 4 and parts[0] == "jms" and parts[2] in ("q", "s"):
             by_segment[segment].append((handle, offset, collection))
-        elif len(parts) == 3 and parts[0] == "jms" and parts[2] in ("subscriptions", "delivered"):
+        elif len(parts) == 3 and parts[0] == "jms" and parts[2] in ("subscriptions", "delivered", "destinations"):
             metadata[segment].append((handle, offset, collection))
     subscriptions: dict[tuple[str, int], dict[str, Any]] = {}
+    destinations: dict[tuple[str, str, str], str] = {}  # (server, kind, name) -> settings JSON
     counts: dict[int, int] = {}
     paths = {s["number"]: str(s["path"]) for s in inspect.segments(store)}
     for segment, wanted in metadata.items():
@@ -117,6 +121,9 @@ def _targets_and_counts(
             server, kind = places[(item.offset, item.handle)].split("/")[1:3]
             if kind == "subscriptions":
                 subscriptions[(server, item.handle)] = json.loads(item.body)
+            elif kind == "destinations":
+                data = json.loads(item.body)
+                destinations[(server, data["kind"], data["name"])] = json.dumps(data.get("settings", {}))
             else:
                 for handle, count in _MARKER_ENTRY.iter_unpack(item.body):
                     counts[handle] = max(counts.get(handle, 0), count)
@@ -127,7 +134,12 @@ def _targets_and_counts(
                 continue
             _, server, kind, name = collection.split("/", 3)
             if kind == "q":
-                targets[collection] = {"server": server, "destination": name, "destination_type": "queue"}
+                targets[collection] = {
+                    "server": server,
+                    "destination": name,
+                    "destination_type": "queue",
+                    "destination_settings": destinations.get((server, "queue", name)),
+                }
             else:
                 spec = subscriptions.get((server, int(name)), {})
                 targets[collection] = {
@@ -136,6 +148,12 @@ def _targets_and_counts(
                     "destination_type": "topic",
                     "subscription": spec.get("name"),
                     "client_id": spec.get("client_id"),
+                    "destination_settings": destinations.get((server, "topic", spec.get("topic") or "")),
+                    "subscription_settings": json.dumps(
+                        {k: spec[k] for k in ("selector", "shared", "no_local") if k in spec}
+                    )
+                    if spec
+                    else None,
                 }
     return by_segment, targets, counts
 
@@ -226,4 +244,6 @@ def _message_row(partition: MessageSegment, record: Any, collection: str) -> dic
         "body": body,
         "entries": entries,
         "encoded": record.body,
+        "destination_settings": target.get("destination_settings"),
+        "subscription_settings": target.get("subscription_settings"),
     }

@@ -1,0 +1,570 @@
+"""Import: a DataFrame of messages into a new store, all or nothing.
+
+``df.write.format("jmsstore").mode("append").save(new_store)`` (Spark's
+Python data sources take the ``append`` and ``overwrite`` modes only).
+The DataFrame is what the ``messages`` view reads, or a Parquet export of
+it; hand-built frames work too (see :data:`COLUMNS`).
+
+How it runs:
+
+- each task checks and encodes its rows and writes them to a staging file
+  (Arrow IPC) in a staging directory beside the target;
+- the commit, on the driver, orders the rows (by source store and handle
+  where the frame has them, else by frame order) and loads them into a new
+  store in the staging directory through the store's normal write path:
+  transactions of puts, group-committed. It writes the destination,
+  durable subscription, boot counter and delivery records a
+  :class:`~jmsstore.JMSServer` recovers, so a server opened on the result
+  delivers the messages, each with its id, headers, properties, body and
+  delivery count;
+- then one ``rename`` makes the store visible. A failed task or commit
+  removes the staging directory: the target is never half-written.
+
+The target must not exist or be an empty directory (``append``), or be a
+store that no process has open (``overwrite``: replaced once the new one is
+complete).
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import json
+import os
+import re
+import shutil
+import struct
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import Future
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from jmsstore import FileStore, inspect
+from jmsstore.broker.destination import DestinationSettings, Queue, TemporaryQueue, Topic, check_name
+from jmsstore.broker.message import (
+    BytesMessage,
+    DeliveryMode,
+    MapMessage,
+    Message,
+    StreamMessage,
+    TextMessage,
+    decode,
+    encode,
+)
+from jmsstore.errors import JmsStoreError
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+__all__ = ["COLUMNS", "StoreImportError", "StoreWriter", "check_columns", "check_target"]
+
+_TEXT = ("string",)
+_INTEGRAL = ("tinyint", "smallint", "int", "bigint")
+
+#: The columns an import reads, with the Spark types each may have. Only
+#: ``destination`` is required, with ``encoded`` (the message's stored bytes:
+#: kept byte for byte) or ``body_type`` (the message is built from the header,
+#: ``properties``, ``text``/``body``/``entries`` columns). Other columns are
+#: ignored; a column absent is null everywhere.
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "store": _TEXT,
+    "server": _TEXT,
+    "destination": _TEXT,
+    "destination_type": _TEXT,
+    "subscription": _TEXT,
+    "client_id": _TEXT,
+    "handle": _INTEGRAL,
+    "message_id": _TEXT,
+    "body_type": _TEXT,
+    "delivery_mode": _TEXT,
+    "priority": _INTEGRAL,
+    "timestamp": _INTEGRAL,
+    "expiration": _INTEGRAL,
+    "delivery_time": _INTEGRAL,
+    "correlation_id": _TEXT,
+    "jms_type": _TEXT,
+    "reply_to": _TEXT,
+    "redelivered": ("boolean",),
+    "delivery_count": _INTEGRAL,
+    "properties": _TEXT,
+    "text": _TEXT,
+    "body": ("binary",),
+    "entries": _TEXT,
+    "encoded": ("binary",),
+    "destination_settings": _TEXT,
+    "subscription_settings": _TEXT,
+}
+
+_STAGED = pa.schema(
+    [
+        ("server", pa.string()),
+        ("kind", pa.string()),
+        ("destination", pa.string()),
+        ("subscription", pa.string()),
+        ("client_id", pa.string()),
+        ("destination_settings", pa.string()),
+        ("subscription_settings", pa.string()),
+        ("source", pa.string()),
+        ("position", pa.int64()),
+        ("part", pa.int32()),
+        ("row", pa.int64()),
+        ("encoded", pa.binary()),
+        ("delivery_count", pa.int32()),
+        ("needs_id", pa.bool_()),
+    ]
+)
+# Within each destination (and subscription) messages keep their source
+# order: by source store and handle, else by their place in the frame.
+_ORDER = ["server", "kind", "destination", "client_id", "subscription", "source", "position", "part", "row"]
+
+_BODY_TYPES: dict[str, type[Message]] = {
+    cls.__name__: cls for cls in (Message, TextMessage, BytesMessage, MapMessage, StreamMessage)
+}
+_REPLY_KINDS: dict[str, type[Queue] | type[Topic]] = {
+    Queue.kind: Queue,
+    Topic.kind: Topic,
+    TemporaryQueue.kind: TemporaryQueue,
+}
+_BROKER_ID = re.compile(r"^ID:(?P<server>.+)-(?P<boot>\d+)-(?P<seq>\d+)$")
+_MARKER_ENTRY = struct.Struct("<QI")  # the broker's delivery record entry: handle, delivery count
+_TRANSACTION_ROWS = 1000
+_IN_FLIGHT = 8
+_PROGRESS_SECONDS = 5.0
+
+
+class StoreImportError(ValueError):
+    """A row or a target an import cannot take (nothing is written)."""
+
+
+def check_columns(schema: StructType) -> list[str]:
+    """The import columns ``schema`` has; a clear error if one it needs is
+    missing or one it has is of the wrong type."""
+    present = {f.name: f.dataType.simpleString() for f in schema.fields}
+    problems: list[str] = []
+    if "destination" not in present:
+        problems.append("the column 'destination' is missing")
+    if "encoded" not in present and "body_type" not in present:
+        problems.append("a column 'encoded' (the stored message) or 'body_type' (build it from columns) is needed")
+    for name, kind in present.items():
+        allowed = COLUMNS.get(name)
+        if allowed is not None and kind not in allowed:
+            problems.append(f"the column {name!r} is {kind}, not {' or '.join(allowed)}")
+    if problems:
+        raise StoreImportError("cannot import this DataFrame: " + "; ".join(problems))
+    return [name for name in present if name in COLUMNS]
+
+
+def _is_store(path: str) -> bool:
+    try:
+        inspect.segments(path)
+    except JmsStoreError:
+        return False
+    return True
+
+
+def check_target(target: str, overwrite: bool) -> None:
+    """Refuses a target the import may not write (before any task runs)."""
+    if not os.path.exists(target):
+        parent = os.path.dirname(target) or "."
+        if os.path.exists(parent) and not os.path.isdir(parent):
+            raise StoreImportError(f"{parent} is not a directory")
+        return
+    if not os.path.isdir(target):
+        raise StoreImportError(f"{target} exists and is not a directory")
+    if not os.listdir(target):
+        return
+    if not overwrite:
+        raise StoreImportError(
+            f"{target} is not empty: an import writes a new store (mode 'overwrite' replaces a store)"
+        )
+    if not _is_store(target):
+        raise StoreImportError(f"{target} is not empty and not a jmsstore store: overwrite refuses to replace it")
+
+
+class StagedPart(WriterCommitMessage):
+    """What one task staged: its file, rows, and the highest boot counter
+    seen per server in broker message ids."""
+
+    def __init__(self, path: str, rows: int, boots: dict[str, int]) -> None:
+        self.path = path
+        self.rows = rows
+        self.boots = boots
+
+
+def _from_json(value: Any) -> Any:
+    """A property or map/stream value from the messages view's JSON."""
+    if isinstance(value, dict) and len(value) == 1:
+        if "bytes" in value:
+            return base64.b64decode(value["bytes"])
+        if "float" in value:
+            return float(value["float"])
+    return value
+
+
+class _Rows:
+    """One batch's columns as Python lists (absent columns are None)."""
+
+    def __init__(self, batch: pa.RecordBatch, columns: list[str]) -> None:
+        self.n = batch.num_rows
+        self.columns = {name: batch.column(name).to_pylist() for name in columns if name in batch.schema.names}
+
+    def get(self, name: str, i: int) -> Any:
+        column = self.columns.get(name)
+        return None if column is None else column[i]
+
+
+def _build(rows: _Rows, i: int) -> Message:
+    """A message from the header, property and body columns of a row."""
+    body_type = rows.get("body_type", i)
+    cls = _BODY_TYPES.get(body_type or "")
+    if cls is None:
+        raise StoreImportError(f"body_type {body_type!r} is not one of {', '.join(_BODY_TYPES)}")
+    message = cls()
+    if isinstance(message, TextMessage):
+        message.text = rows.get("text", i)
+    elif isinstance(message, BytesMessage):
+        message.body = rows.get("body", i) or b""
+    elif isinstance(message, (MapMessage, StreamMessage)):
+        entries = json.loads(rows.get("entries", i) or ("{}" if isinstance(message, MapMessage) else "[]"))
+        if isinstance(message, MapMessage):
+            if not isinstance(entries, dict):
+                raise StoreImportError("entries of a MapMessage is a JSON object")
+            for key, value in entries.items():
+                message[key] = _from_json(value)
+        else:
+            if not isinstance(entries, list):
+                raise StoreImportError("entries of a StreamMessage is a JSON array")
+            for value in entries:
+                message.write(_from_json(value))
+    properties = json.loads(rows.get("properties", i) or "{}")
+    if not isinstance(properties, dict):
+        raise StoreImportError("properties is a JSON object")
+    for name, value in properties.items():
+        message.set_property(name, _from_json(value))
+    mode = rows.get("delivery_mode", i) or "PERSISTENT"
+    if mode not in DeliveryMode.__members__:
+        raise StoreImportError(f"delivery_mode {mode!r} is not PERSISTENT or NON_PERSISTENT")
+    message.delivery_mode = DeliveryMode[mode]
+    priority = rows.get("priority", i)
+    message.priority = 4 if priority is None else priority
+    for header in ("timestamp", "expiration", "delivery_time"):
+        value = rows.get(header, i)
+        setattr(message, header, 0 if value is None else value)
+    message.message_id = rows.get("message_id", i)
+    message.correlation_id = rows.get("correlation_id", i)
+    message.type = rows.get("jms_type", i)
+    reply_to = rows.get("reply_to", i)
+    if reply_to is not None:
+        kind, _, name = reply_to.partition(":")
+        if kind not in _REPLY_KINDS or not name:
+            raise StoreImportError(f"reply_to {reply_to!r} is not queue:NAME, topic:NAME or temp-queue:NAME")
+        message.reply_to = _REPLY_KINDS[kind](name)
+    return message
+
+
+def _broker_id(message_id: str | None, server: str) -> tuple[int, int] | None:
+    """(boot, sequence) of a message id this server's broker would make."""
+    match = _BROKER_ID.match(message_id or "")
+    if match is None or match["server"] != server:
+        return None
+    return int(match["boot"]), int(match["seq"])
+
+
+def _stage_row(rows: _Rows, i: int, default_server: str) -> dict[str, Any]:
+    server = check_name("server", rows.get("server", i) or default_server)
+    kind = rows.get("destination_type", i) or "queue"
+    if kind not in ("queue", "topic"):
+        raise StoreImportError(f"destination_type {kind!r} is not queue or topic")
+    destination = rows.get("destination", i)
+    if destination is None:
+        raise StoreImportError("destination is null")
+    check_name(kind, destination)
+    subscription = client_id = subscription_settings = None
+    if kind == "topic":
+        subscription = rows.get("subscription", i)
+        if subscription is None:
+            raise StoreImportError(f"a message of topic {destination!r} needs the durable subscription that holds it")
+        check_name("subscription", subscription)
+        client_id = rows.get("client_id", i)
+        subscription_settings = rows.get("subscription_settings", i)
+    encoded = rows.get("encoded", i)
+    if encoded is not None:
+        message = decode(encoded)  # refuses bytes that are not a message
+        given = rows.get("message_id", i)
+        if given is not None and given != message.message_id:
+            raise StoreImportError(
+                f"message_id {given!r} differs from the encoded message's {message.message_id!r} "
+                "(drop the encoded column to import edited messages)"
+            )
+    else:
+        message = _build(rows, i)
+        encoded = encode(message)
+    if message.delivery_mode != DeliveryMode.PERSISTENT:
+        raise StoreImportError("a NON_PERSISTENT message: a store holds persistent messages only")
+    if not 0 <= message.priority <= 9:
+        raise StoreImportError(f"priority {message.priority} is not between 0 and 9")
+    count = rows.get("delivery_count", i)
+    if count is None:
+        count = 1 if rows.get("redelivered", i) else 0
+    if not 0 <= count <= 0xFFFF_FFFF:
+        raise StoreImportError(f"delivery_count {count} is out of range")
+    handle = rows.get("handle", i)
+    return {
+        "server": server,
+        "kind": kind,
+        "destination": destination,
+        "subscription": subscription,
+        "client_id": client_id,
+        "destination_settings": rows.get("destination_settings", i),
+        "subscription_settings": subscription_settings,
+        "source": rows.get("store", i) or "",
+        "position": -1 if handle is None else handle,
+        "encoded": encoded,
+        "delivery_count": count,
+        "needs_id": message.message_id is None,
+        "message_id": message.message_id,
+    }
+
+
+def stage(
+    batch: pa.RecordBatch, columns: list[str], part: int, first_row: int, default_server: str, boots: dict[str, int]
+) -> pa.RecordBatch:
+    """A task's rows, checked and encoded, in the staging layout."""
+    rows = _Rows(batch, columns)
+    out: dict[str, list[Any]] = {name: [] for name in _STAGED.names}
+    for i in range(rows.n):
+        try:
+            staged = _stage_row(rows, i, default_server)
+        except (JmsStoreError, ValueError, TypeError) as e:
+            where = rows.get("message_id", i)
+            raise StoreImportError(
+                f"row {first_row + i} of partition {part}{f' ({where})' if where else ''}: {e}"
+            ) from e
+        ids = _broker_id(staged.pop("message_id"), staged["server"])
+        if ids is not None:
+            boots[staged["server"]] = max(boots.get(staged["server"], 0), ids[0])
+        staged["part"] = part
+        staged["row"] = first_row + i
+        for name, value in staged.items():
+            out[name].append(value)
+    return pa.RecordBatch.from_pydict(out, schema=_STAGED)
+
+
+class StoreWriter(DataSourceArrowWriter):
+    """The ``jmsstore`` writer: tasks stage, the commit loads and publishes."""
+
+    def __init__(self, target: str, overwrite: bool, columns: list[str], server: str, codec: str) -> None:
+        self.target = target
+        self.overwrite = overwrite
+        self.columns = columns
+        self.server = server
+        self.codec = codec
+        parent, name = os.path.split(target)
+        os.makedirs(parent, exist_ok=True)
+        self.staging = os.path.join(parent, f".{name}.import-{uuid.uuid4().hex[:12]}")
+        os.mkdir(self.staging)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedPart:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        part = context.partitionId() if context is not None else 0
+        # One file per task attempt: a retried or speculative attempt never
+        # mixes with another; the commit takes only the files it is given.
+        path = os.path.join(self.staging, f"part-{part:05d}-{uuid.uuid4().hex[:8]}.arrow")
+        rows = 0
+        boots: dict[str, int] = {}
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, _STAGED) as out:
+            for batch in iterator:
+                out.write_batch(stage(batch, self.columns, part, rows, self.server, boots))
+                rows += batch.num_rows
+        return StagedPart(path, rows, boots)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        try:
+            parts = [m for m in messages if isinstance(m, StagedPart)]
+            store_dir = os.path.join(self.staging, "store")
+            _load(store_dir, parts, self.codec)
+            _publish(store_dir, self.target, self.overwrite, self.staging)
+        finally:
+            shutil.rmtree(self.staging, ignore_errors=True)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def _settings_json(text: str | None, where: str) -> dict[str, Any]:
+    """Destination settings for the new store: checked; a quota (quotas
+    are not exported) is dropped with a warning."""
+    data = json.loads(text) if text else {}
+    if not isinstance(data, dict):
+        raise StoreImportError(f"destination_settings of {where} is not a JSON object")
+    if data.get("quota") is not None:
+        print(
+            f"jmsstore-spark import: {where}: quota {data['quota']!r} is not part of the export; "
+            "the destination shares the server's quota",
+            file=sys.stderr,
+        )
+        data["quota"] = None
+    return DestinationSettings.from_json(data).to_json()
+
+
+class _Loader:
+    """Writes the staged rows into the new store, in order."""
+
+    def __init__(self, store: FileStore, boots: dict[str, int], servers_needing_ids: set[str]) -> None:
+        self.store = store
+        self.boots = dict(boots)
+        self.next_seq: dict[str, int] = {}
+        for server in servers_needing_ids:
+            # Fresh ids for messages that had none, under a boot no id has used.
+            self.boots[server] = self.boots.get(server, 0) + 1
+            self.next_seq[server] = 1
+        self.collections: dict[tuple[Any, ...], str] = {}
+        self.destinations: dict[tuple[str, str], str] = {}  # (server, name) -> kind
+        self.in_flight: list[Future[None]] = []
+        self.messages = 0
+
+    def begin(self, all_destinations: dict[str, dict[str, str]]) -> None:
+        """The boot counters; error destinations that hold no messages."""
+        with self.store.transaction() as txn:
+            for server in sorted(all_destinations):
+                txn.put(f"jms/{server}/server", json.dumps({"boot": self.boots.get(server, 0)}).encode())
+
+    def collection(self, txn: Any, row: dict[str, Any], known: dict[str, dict[str, str]]) -> str:
+        key = (row["server"], row["kind"], row["destination"], row["client_id"], row["subscription"])
+        collection = self.collections.get(key)
+        if collection is not None:
+            return collection
+        server, kind, name = row["server"], row["kind"], row["destination"]
+        if (server, name) not in self.destinations:
+            where = f"{kind} {name!r} of server {server!r}"
+            settings = _settings_json(row["destination_settings"], where)
+            self._destination(txn, server, kind, name, settings, known)
+        if kind == "queue":
+            collection = f"jms/{server}/q/{name}"
+        else:
+            spec = json.loads(row["subscription_settings"] or "{}")
+            record = {
+                "topic": name,
+                "name": row["subscription"],
+                "client_id": row["client_id"],
+                "selector": spec.get("selector"),
+                "durable": True,
+                "shared": bool(spec.get("shared", False)),
+                "no_local": bool(spec.get("no_local", False)),
+            }
+            handle = txn.put(f"jms/{server}/subscriptions", json.dumps(record).encode())
+            collection = f"jms/{server}/s/{handle}"
+        self.collections[key] = collection
+        return collection
+
+    def _destination(
+        self, txn: Any, server: str, kind: str, name: str, settings: dict[str, Any], known: dict[str, dict[str, str]]
+    ) -> None:
+        error = settings.get("error_destination")
+        if error is not None and (server, error) not in self.destinations and error != name:
+            # An error destination without messages of its own: created empty,
+            # so the settings that name it stay valid.
+            self._destination(txn, server, known[server].get(error, "queue"), error, {}, known)
+        body = {"kind": kind, "name": name, "settings": DestinationSettings.from_json(settings).to_json()}
+        txn.put(f"jms/{server}/destinations", json.dumps(body).encode())
+        self.destinations[(server, name)] = kind
+
+    def fresh_id(self, server: str, encoded: bytes) -> bytes:
+        message = decode(encoded)
+        boot, seq = self.boots[server], self.next_seq[server]
+        self.next_seq[server] = seq + 1
+        message.message_id = f"ID:{server}-{boot}-{seq}"
+        message.id = (boot << 40) | seq
+        return encode(message)
+
+    def submit(self, txn: Any) -> None:
+        self.in_flight.append(txn.commit_async())
+        if len(self.in_flight) >= _IN_FLIGHT:
+            self.in_flight.pop(0).result()
+
+    def finish(self) -> None:
+        for future in self.in_flight:
+            future.result()
+        self.in_flight.clear()
+
+
+def _load(store_dir: str, parts: list[StagedPart], codec: str) -> None:
+    """Loads the staged parts into a new store at ``store_dir``."""
+    tables = [pa.ipc.open_file(pa.memory_map(p.path)).read_all() for p in parts if p.rows]
+    table = pa.concat_tables(tables) if tables else _STAGED.empty_table()
+    boots: dict[str, int] = {}
+    for p in parts:
+        for server, boot in p.boots.items():
+            boots[server] = max(boots.get(server, 0), boot)
+    # Every destination by server, and a name both a queue and a topic: refused before writing.
+    known: dict[str, dict[str, str]] = {}
+    for entry in table.group_by(["server", "kind", "destination"]).aggregate([]).to_pylist():
+        kinds = known.setdefault(entry["server"], {})
+        if kinds.get(entry["destination"], entry["kind"]) != entry["kind"]:
+            where = f"{entry['destination']!r} of server {entry['server']!r}"
+            raise StoreImportError(f"{where} is both a queue and a topic")
+        kinds[entry["destination"]] = entry["kind"]
+    needing = set(pc.unique(table.filter(table["needs_id"])["server"]).to_pylist()) if table.num_rows else set()
+    order = pc.sort_indices(table, sort_keys=[(k, "ascending") for k in _ORDER])
+    store = FileStore(store_dir, codec=codec)
+    try:
+        loader = _Loader(store, boots, needing)
+        loader.begin(known)
+        started = last_report = time.monotonic()
+        for start in range(0, table.num_rows, _TRANSACTION_ROWS):
+            chunk = table.take(order[start : start + _TRANSACTION_ROWS]).to_pylist()
+            txn = store.transaction()
+            delivered: dict[str, list[bytes]] = {}
+            for row in chunk:
+                collection = loader.collection(txn, row, known)
+                encoded = loader.fresh_id(row["server"], row["encoded"]) if row["needs_id"] else row["encoded"]
+                handle = txn.put(collection, encoded)
+                if row["delivery_count"]:
+                    delivered.setdefault(row["server"], []).append(_MARKER_ENTRY.pack(handle, row["delivery_count"]))
+            for server, entries in delivered.items():
+                txn.put(f"jms/{server}/delivered", b"".join(entries))
+            loader.submit(txn)
+            loader.messages += len(chunk)
+            now = time.monotonic()
+            if now - last_report >= _PROGRESS_SECONDS:
+                last_report = now
+                rate = loader.messages / (now - started)
+                print(
+                    f"jmsstore-spark import: {loader.messages}/{table.num_rows} messages ({rate:,.0f}/s)",
+                    file=sys.stderr,
+                )
+        loader.finish()
+    finally:
+        store.close()
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _publish(store_dir: str, target: str, overwrite: bool, staging: str) -> None:
+    """Makes the new store visible at ``target`` in one rename."""
+    check_target(target, overwrite)  # again: it may have changed while the tasks ran
+    parent = os.path.dirname(target) or "."
+    if os.path.isdir(target) and os.listdir(target):
+        # Overwrite: the old store must not be open; it is removed once the new one is in place.
+        with open(os.path.join(target, "store.lock"), "a+") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise StoreImportError(f"{target} is open in another process: overwrite refuses it") from None
+            old = os.path.join(staging, "replaced")
+            os.rename(target, old)
+        os.rename(store_dir, target)
+    else:
+        os.rename(store_dir, target)  # replaces an empty directory, or creates it
+    _fsync_dir(parent)

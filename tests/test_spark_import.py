@@ -1,0 +1,263 @@
+"""The Spark loader's import: messages into a new store through the store's
+write path, so a JMSServer opened on it delivers them; all or nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jmsstore import AckMode, BytesMessage, JMSServer, MapMessage, Queue, StreamMessage, TextMessage, inspect
+from jmsstore_spark.cli import export, import_messages
+from pyspark.sql import functions as F
+
+
+def _source(home: Path) -> None:
+    """A server with queues, a topic with two durable subscriptions (one with
+    a selector), every body type, headers, properties and redelivered messages."""
+    with JMSServer(home, max_segment_bytes=64 * 1024) as server:
+        orders = server.create_queue("orders", redelivery_limit=5, error_destination=None)
+        server.create_queue("orders.dlq")
+        audit = server.create_queue("audit", order="fifo", error_destination="orders.dlq")
+        prices = server.create_topic("prices")
+        with server.connection_factory().create_connection("app-1") as connection:
+            session = connection.create_session()
+            session.create_durable_subscriber(prices, "all").close()
+            session.create_durable_subscriber(prices, "big", selector="size > 10").close()
+            producer = session.create_producer(None)
+            for i in range(60):
+                message: Any
+                if i % 4 == 0:
+                    message = TextMessage(f"text {i} \u00e9\u4e2d")
+                elif i % 4 == 1:
+                    message = BytesMessage(bytes(range(256)) * (i % 5))
+                elif i % 4 == 2:
+                    message = MapMessage({"n": i, "x": 1.5, "ok": True, "raw": b"\x00\xff", "s": "v", "none": None})
+                else:
+                    message = StreamMessage([i, "two", 3.25, False, b"\x01"])
+                message.set_property("size", i)
+                message.set_property("ratio", i / 7)
+                message.set_property("tag", f"t{i % 3}")
+                message.correlation_id = f"c-{i}"
+                message.type = "order" if i % 2 else None
+                message.reply_to = orders if i % 5 == 0 else None
+                destination = (orders, audit, prices)[i % 3]
+                producer.send(
+                    message, destination=destination, priority=i % 10, time_to_live=(3_600_000 if i % 7 == 0 else 0)
+                )
+            # Two handed out and not acknowledged: recorded, they come back redelivered.
+            client = connection.create_session(ack_mode=AckMode.CLIENT)
+            connection.start()
+            consumer = client.create_consumer(orders)
+            assert consumer.receive(5) is not None and consumer.receive(5) is not None
+            client.close()
+
+
+def _by_target(spark: Any, store: Path) -> dict[tuple[str, str, str | None], list[tuple[Any, ...]]]:
+    """Per server, destination and subscription: the messages in store order."""
+    rows = spark.read.format("jmsstore").option("view", "messages").load(str(store)).collect()
+    out: dict[tuple[str, str, str | None], list[tuple[Any, ...]]] = {}
+    for r in sorted(rows, key=lambda r: r.handle):
+        out.setdefault((r.server, r.destination, r.subscription), []).append(
+            (r.message_id, bytes(r.encoded), r.delivery_count, r.destination_settings, r.subscription_settings)
+        )
+    return out
+
+
+def _drain(home: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """What a JMSServer on ``home`` delivers, in delivery order."""
+    got: dict[str, list[tuple[Any, ...]]] = {}
+    with JMSServer(home) as server, server.connection_factory().create_connection("app-1") as connection:
+        connection.start()
+        session = connection.create_session(ack_mode=AckMode.AUTO)
+        consumers = {
+            "orders": session.create_consumer(server.create_queue("orders")),
+            "audit": session.create_consumer(server.create_queue("audit")),
+            "all": session.create_durable_subscriber(server.create_topic("prices"), "all"),
+            "big": session.create_durable_subscriber(server.create_topic("prices"), "big", selector="size > 10"),
+        }
+        for name, consumer in consumers.items():
+            while (m := consumer.receive(0.5)) is not None:
+                got.setdefault(name, []).append(
+                    (m.message_id, m.priority, m.timestamp, m.redelivered, m.delivery_count, m.get_property("size"))
+                )
+    return got
+
+
+def test_export_then_import_round_trips_every_message_byte_for_byte(spark: Any, tmp_path: Path) -> None:
+    _source(tmp_path / "src")
+    original = _by_target(spark, tmp_path / "src" / "store")
+    export(spark, [str(tmp_path / "src" / "store")], str(tmp_path / "parquet"))
+    result = import_messages(spark, [str(tmp_path / "parquet")], str(tmp_path / "dst" / "store"))
+    assert (
+        result["messages"] == sum(len(v) for v in original.values()) == 20 + 20 + 20 + 17
+    )  # "big" holds sizes over 10 only
+    # Ids, headers, properties, bodies (the stored bytes), delivery counts and
+    # settings, in the same order within each destination and subscription.
+    assert _by_target(spark, tmp_path / "dst" / "store") == original
+    assert not [p for p in (tmp_path / "dst").iterdir() if p.name.startswith(".")]  # no staging left
+    # A server on the new store delivers exactly what one on the old store does.
+    assert _drain(tmp_path / "dst") == _drain(tmp_path / "src")
+
+
+def test_the_imported_server_keeps_its_destinations_and_makes_new_unique_ids(spark: Any, tmp_path: Path) -> None:
+    _source(tmp_path / "src")
+    df = spark.read.format("jmsstore").option("view", "messages").load(str(tmp_path / "src" / "store"))
+    # Shuffled across tasks: the import restores each destination's order from the source handles.
+    df.orderBy(F.rand(7)).repartition(3).write.format("jmsstore").mode("append").save(str(tmp_path / "dst" / "store"))
+    assert _by_target(spark, tmp_path / "dst" / "store") == _by_target(spark, tmp_path / "src" / "store")
+    with JMSServer(tmp_path / "dst") as server:
+        names = sorted((d.kind, d.name) for d in server.destinations())
+        assert names == [("queue", "audit"), ("queue", "orders"), ("queue", "orders.dlq"), ("topic", "prices")]
+        audit = server.settings(server.queue("audit"))  # its empty error queue came too
+        assert (audit.error_destination, audit.order) == ("orders.dlq", "fifo")
+        assert server.settings(server.queue("orders")).redelivery_limit == 5
+        subscriptions = {s["name"]: s for s in server.durable_subscriptions()}
+        assert subscriptions["big"]["selector"] == "size > 10" and subscriptions["all"]["selector"] is None
+        old_ids = {r.message_id for r in df.select("message_id").collect()}
+        with server.connection_factory().create_connection() as connection:
+            producer = connection.create_session().create_producer(server.create_queue("orders"))
+            fresh = TextMessage("after the import")
+            producer.send(fresh)
+        assert fresh.message_id not in old_ids
+
+
+def test_a_hand_built_frame_is_imported_with_fresh_ids(spark: Any, tmp_path: Path) -> None:
+    rows = [
+        ("inbox", "TextMessage", None, f"hello {i}", None, json.dumps({"n": i, "raw": {"float": "inf"}}), 9 - i % 10)
+        for i in range(12)
+    ]
+    rows.append(("inbox", "BytesMessage", "ID:given-1", None, b"\x00\x01", None, 4))
+    rows.append(("inbox", "MapMessage", None, None, None, None, 4))
+    schema = (
+        "destination string, body_type string, message_id string, text string, body binary, properties string, "
+        "priority int"
+    )
+    df = spark.createDataFrame(rows, schema).repartition(3)
+    df.write.format("jmsstore").mode("append").option("server", "edge").save(str(tmp_path / "new" / "store"))
+    with JMSServer(tmp_path / "new", name="edge") as server, server.connection_factory().create_connection() as c:
+        c.start()
+        consumer = c.create_session().create_consumer(server.create_queue("inbox"))
+        got = []
+        while (m := consumer.receive(0.5)) is not None:
+            got.append(m)
+        assert len(got) == 14
+        assert [m.priority for m in got] == sorted((m.priority for m in got), reverse=True)
+        ids = [m.message_id for m in got]
+        assert len(set(ids)) == 14 and "ID:given-1" in ids
+        texts = {m.text: m for m in got if isinstance(m, TextMessage)}
+        assert texts["hello 3"].get_property("n") == 3 and texts["hello 3"].get_property("raw") == float("inf")
+        assert next(m for m in got if isinstance(m, BytesMessage)).body == b"\x00\x01"
+        producer = c.create_session().create_producer(server.create_queue("inbox"))
+        later = TextMessage("new")
+        producer.send(later)
+        assert later.message_id not in ids  # the server's next boot is past the fresh ids' boot
+
+
+def _nothing_written(tmp_path: Path, target: Path) -> None:
+    assert not target.exists()
+    assert not [p for p in target.parent.iterdir() if ".import-" in p.name]
+
+
+def test_bad_frames_are_refused_and_nothing_is_written(spark: Any, tmp_path: Path) -> None:
+    target = tmp_path / "out" / "store"
+    target.parent.mkdir()
+    missing = spark.createDataFrame([("x",)], "text string")
+    with pytest.raises(Exception, match="the column 'destination' is missing"):
+        missing.write.format("jmsstore").mode("append").save(str(target))
+    _nothing_written(tmp_path, target)
+    no_body = spark.createDataFrame([("q",)], "destination string")
+    with pytest.raises(Exception, match=r"'encoded' .* or 'body_type'"):
+        no_body.write.format("jmsstore").mode("append").save(str(target))
+    wrong_type = spark.createDataFrame(
+        [("q", "TextMessage", "high")], "destination string, body_type string, priority string"
+    )
+    with pytest.raises(Exception, match="'priority' is string, not"):
+        wrong_type.write.format("jmsstore").mode("append").save(str(target))
+    _nothing_written(tmp_path, target)
+    # Row errors fail the job after some tasks have staged rows: the staging goes, nothing appears.
+    good = [("q", "TextMessage", f"m{i}", "PERSISTENT") for i in range(50)]
+    for bad_row, match in (
+        (("q", "TextMessage", "x", "NON_PERSISTENT"), "NON_PERSISTENT message"),
+        ((None, "TextMessage", "x", "PERSISTENT"), "destination is null"),
+        (("q", "ObjectMessage", "x", "PERSISTENT"), "body_type 'ObjectMessage'"),
+        (("bad/name", "TextMessage", "x", "PERSISTENT"), "queue name 'bad/name'"),
+    ):
+        frame = spark.createDataFrame(
+            [*good, bad_row], "destination string, body_type string, text string, delivery_mode string"
+        )
+        with pytest.raises(Exception, match=match):
+            frame.repartition(4).write.format("jmsstore").mode("append").save(str(target))
+        _nothing_written(tmp_path, target)
+    corrupt = spark.createDataFrame([("q", b"\x01\x09garbage")], "destination string, encoded binary")
+    with pytest.raises(Exception, match=r"not a jmsstore message"):
+        corrupt.write.format("jmsstore").mode("append").save(str(target))
+    _nothing_written(tmp_path, target)
+    with pytest.raises(Exception, match=r"codec"):
+        spark.createDataFrame(
+            good, "destination string, body_type string, text string, delivery_mode string"
+        ).write.format("jmsstore").mode("append").option("codec", "snappy").save(str(target))
+    _nothing_written(tmp_path, target)
+
+
+def test_existing_targets_are_refused_or_replaced_whole(spark: Any, tmp_path: Path) -> None:
+    frame = spark.createDataFrame(
+        [("q", "TextMessage", f"v1 {i}") for i in range(5)], "destination string, body_type string, text string"
+    )
+    target = tmp_path / "store"
+    frame.write.format("jmsstore").mode("append").save(str(target))
+    before = sorted(p.name for p in target.iterdir())
+    with pytest.raises(Exception, match="is not empty: an import writes a new store"):
+        frame.write.format("jmsstore").mode("append").save(str(target))
+    assert sorted(p.name for p in target.iterdir()) == before
+    # Overwrite replaces a store that nothing has open ...
+    second = spark.createDataFrame(
+        [("q", "TextMessage", f"v2 {i}") for i in range(3)], "destination string, body_type string, text string"
+    )
+    second.write.format("jmsstore").mode("overwrite").save(str(target))
+    live, _ = inspect.live(target)
+    assert sum(1 for _, c, _, _ in live if c == "jms/jms1/q/q") == 3
+    # ... but not one that is open, and never a directory that is not a store.
+    with JMSServer(tmp_path / "open") as server:
+        server.create_queue("q")
+        with pytest.raises(Exception, match="is open in another process"):
+            second.write.format("jmsstore").mode("overwrite").save(str(tmp_path / "open" / "store"))
+    other = tmp_path / "documents"
+    other.mkdir()
+    (other / "keep.txt").write_text("precious")
+    with pytest.raises(Exception, match="not a jmsstore store: overwrite refuses"):
+        second.write.format("jmsstore").mode("overwrite").save(str(other))
+    assert (other / "keep.txt").read_text() == "precious"
+    # An empty directory is a new store.
+    (tmp_path / "empty").mkdir()
+    frame.write.format("jmsstore").mode("append").save(str(tmp_path / "empty"))
+    assert len(inspect.live(tmp_path / "empty")[0]) == 5 + 2  # the messages, the queue and the boot counter
+    assert not [p for p in tmp_path.iterdir() if ".import-" in p.name]
+
+
+def test_the_import_command(tmp_path: Path, spark: Any) -> None:
+    with JMSServer(tmp_path / "src") as server, server.connection_factory().create_connection() as connection:
+        producer = connection.create_session().create_producer(server.create_queue("jobs"))
+        for i in range(7):
+            producer.send(TextMessage(f"job {i}"))
+    export(spark, [str(tmp_path / "src" / "store")], str(tmp_path / "parquet"))
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    cmd = [sys.executable, "-m", "jmsstore_spark.cli", "import", str(tmp_path / "parquet"), "--to"]
+    spark_args = ["--master", "local[1]", "--conf", "spark.ui.enabled=false"]
+    proc = subprocess.run(
+        [*cmd, str(tmp_path / "dst" / "store"), *spark_args], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "imported 7 messages into 1 queues and subscriptions" in proc.stdout
+    bad = subprocess.run(
+        [*cmd, str(tmp_path / "dst" / "store"), *spark_args], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert bad.returncode == 2 and "is not empty: an import writes a new store" in bad.stderr
+    with JMSServer(tmp_path / "dst") as server, server.connection_factory().create_connection() as c:
+        c.start()
+        consumer = c.create_session().create_consumer(Queue("jobs"))
+        assert [consumer.receive(1).text for _ in range(7)] == [f"job {i}" for i in range(7)]  # type: ignore[union-attr]

@@ -1,0 +1,164 @@
+"""The Spark loader's forensic reports: backlog by destination and age,
+incomplete transactions, in-doubt deliveries, damaged ranges with their
+neighbours, duplicate message ids across stores, redelivered messages."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+from jmsstore import AckMode, FileStore, JMSServer, TextMessage, inspect
+from jmsstore_spark.reports import REPORTS, format_table, reports
+from store_helpers import damage_record
+
+_DAY_MS = 86_400_000
+
+
+def _aged_store(spark: Any, target: Path, now: int) -> None:
+    """A store with a two-day-old backlog in 'old', a fresh one in 'new', and
+    messages delivered five times without an acknowledgement."""
+    rows = [("old", "TextMessage", f"o{i}", now - 2 * _DAY_MS + i, 0) for i in range(4)]
+    rows += [("new", "TextMessage", f"n{i}", now - 30_000, 0) for i in range(6)]
+    rows += [("retry", "TextMessage", f"r{i}", now - 90 * 60_000, 5) for i in range(2)]
+    schema = "destination string, body_type string, text string, timestamp long, delivery_count int"
+    spark.createDataFrame(rows, schema).write.format("jmsstore").mode("append").save(str(target))
+
+
+def _unacknowledged_store(home: Path) -> list[str]:
+    """A broker's store where two messages were handed out and not acknowledged."""
+    # Its own server name: ids are unique per server name, and the import in
+    # _aged_store makes ids of a server named jms1.
+    with JMSServer(home, name="b1") as server, server.connection_factory().create_connection() as connection:
+        work = server.create_queue("work")
+        producer = connection.create_session().create_producer(work)
+        for i in range(5):
+            producer.send(TextMessage(f"w{i}"))
+        session = connection.create_session(ack_mode=AckMode.CLIENT)
+        connection.start()
+        consumer = session.create_consumer(work)
+        handed = [consumer.receive(5), consumer.receive(5)]
+        session.close()
+    return [m.message_id for m in handed if m is not None]
+
+
+def _damaged_store(path: Path) -> list[int]:
+    with FileStore(path, max_segment_bytes=1 << 20) as store:
+        handles = [store.put("d", b"record %d " % i * 10) for i in range(10)]
+    victim = next(r for r in inspect.records(path) if r.handle == handles[5])
+    damage_record(path, victim)
+    return handles
+
+
+def _torn_transaction_store(path: Path) -> None:
+    """A transaction whose commit record was lost (its checksum fails)."""
+    with FileStore(path, max_segment_bytes=1 << 20) as store:
+        store.put("before", b"x")
+        with store.transaction() as txn:
+            for i in range(3):
+                txn.put("orders", b"tx %d" % i)
+            txn.put("audit", b"tx audit")
+        store.put("after", b"y")
+    commit = next(r for r in inspect.records(path) if r.type == "commit")
+    damage_record(path, commit, back=2, mask=0x01)
+
+
+def test_every_report_over_several_stores(spark: Any, tmp_path: Path) -> None:
+    now = int(time.time() * 1000)
+    aged = tmp_path / "stores" / "aged"
+    _aged_store(spark, aged, now)
+    unacked = _unacknowledged_store(tmp_path / "broker")
+    copy = tmp_path / "stores" / "copy"  # the aged store's messages again: their ids are duplicates
+    spark.read.format("jmsstore").option("view", "messages").load(str(aged)).write.format("jmsstore").mode(
+        "append"
+    ).save(str(copy))
+    handles = _damaged_store(tmp_path / "stores" / "damaged")
+    _torn_transaction_store(tmp_path / "stores" / "torn")
+    stores = [str(tmp_path / "stores" / "*"), str(tmp_path / "broker" / "store")]
+    frames = reports(spark, stores, redelivered_over=3, as_of_ms=now)
+    assert tuple(frames) == REPORTS
+    got = {name: [r.asDict() for r in frame.collect()] for name, frame in frames.items()}
+
+    backlog = [r for r in got["backlog"] if r["store"] == str(aged)]
+    assert [r["destination"] for r in backlog] == ["old", "retry", "new"]  # oldest backlog first
+    old, retry, new = backlog
+    assert (old["messages"], old["older"], old["under_1_day"]) == (4, 4, 0)
+    assert old["oldest_age_seconds"] == 2 * 86_400
+    assert (retry["messages"], retry["under_1_day"]) == (2, 2)
+    assert (new["messages"], new["under_1_minute"], new["bytes"] > 0) == (6, 6, True)
+    work = next(r for r in got["backlog"] if r["destination"] == "work")
+    assert work["messages"] == 5 and work["server"] == "b1" and work["destination_type"] == "queue"
+
+    [tx] = got["transactions"]
+    assert tx["store"] == str(tmp_path / "stores" / "torn") and tx["problem"] == "no commit record"
+    assert (tx["records_found"], tx["collections"], tx["record_types"]) == (4, ["audit", "orders"], ["put"])
+
+    in_doubt = {(r["store"], r["message_id"]): r["delivery_count"] for r in got["in_doubt"]}
+    broker = str(tmp_path / "broker" / "store")
+    assert {k[1] for k in in_doubt if k[0] == broker} == set(unacked)
+    assert sum(1 for k in in_doubt if k[0] == str(aged)) == 2  # the 'retry' messages
+
+    damages = {r["store"]: r for r in got["damage"]}
+    assert sorted(damages) == [str(tmp_path / "stores" / n) for n in ("damaged", "torn")]
+    assert damages[str(tmp_path / "stores" / "torn")]["before_collection"] == "audit"  # the lost commit
+    damage = damages[str(tmp_path / "stores" / "damaged")]
+    assert "checksum" in damage["reason"]
+    assert (damage["before_handle"], damage["after_handle"]) == (handles[4], handles[6])
+    assert damage["before_collection"] == damage["after_collection"] == "d"
+
+    duplicates = got["duplicates"]
+    assert len(duplicates) == 12 and all(r["stores"] == sorted([str(aged), str(copy)]) for r in duplicates)
+
+    redelivered = got["redelivered"]
+    assert len(redelivered) == 4 and {r["redeliveries"] for r in redelivered} == {4}  # both stores' 'retry'
+    assert {r["destination"] for r in redelivered} == {"retry"}
+    assert reports(spark, stores, redelivered_over=4, as_of_ms=now)["redelivered"].count() == 0
+
+
+def test_tables_are_printed_with_a_count_and_a_cut() -> None:
+    text = format_table("backlog", ["destination", "messages"], [["orders", 3], ["a" * 80, 1]], 5)
+    lines = text.splitlines()
+    assert lines[0] == "backlog: 5 rows" and lines[1].split() == ["destination", "messages"]
+    assert lines[3].split() == ["orders", "3"] and "..." in lines[4] and len(lines[4].split()[0]) == 48
+    assert lines[-1] == "... 3 more"
+    assert format_table("damage", ["store"], [], 0) == "damage: 0 rows"
+
+
+def test_the_report_command_prints_and_writes_parquet_and_json(tmp_path: Path) -> None:
+    _damaged_store(tmp_path / "damaged")
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    cmd = [
+        sys.executable,
+        "-m",
+        "jmsstore_spark.cli",
+        "report",
+        str(tmp_path / "damaged"),
+        "--to",
+        str(tmp_path / "out"),
+    ]
+    proc = subprocess.run(
+        [*cmd, "--master", "local[1]", "--conf", "spark.ui.enabled=false"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "damage: 1 row\n" in proc.stdout and "transactions: 0 rows" in proc.stdout
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["rows"] == {name: (1 if name == "damage" else 0) for name in REPORTS}
+    [damage] = pq.read_table(tmp_path / "out" / "damage.parquet").to_pylist()
+    assert damage["reason"] and damage["before_handle"] is not None
+    lines = [
+        json.loads(x) for f in (tmp_path / "out" / "damage.json").glob("part-*") for x in f.read_text().splitlines()
+    ]
+    assert [x["start"] for x in lines] == [damage["start"]]
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode == 2 and "exists" in again.stderr
+    bad = subprocess.run([*cmd[:4], str(tmp_path / "nothing")], capture_output=True, text=True, env=env, timeout=300)
+    assert bad.returncode == 2 and "no store directory matches" not in bad.stderr and "nothing" in bad.stderr
