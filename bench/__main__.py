@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench <suite> [--quick] [--json PATH]`` (suites: store, pager, broker)."""
+"""Command line: ``python -m bench <suite> [--quick] [--json PATH]`` (suites: store, pager, broker, spark)."""
 
 from __future__ import annotations
 
@@ -35,10 +35,20 @@ def _broker(ctx: harness.Context) -> None:
     broker.run(ctx)
 
 
+def _spark(ctx: harness.Context) -> None:
+    try:
+        from bench import spark
+    except ImportError as e:  # the Spark loader is its own package
+        raise SystemExit(f"the spark suite needs the jmsstore-spark package (pip install ./spark_loader): {e}") from e
+
+    spark.run(ctx)
+
+
 SUITES: dict[str, tuple[str, Runner]] = {
     "store": ("file store: put throughput vs raw disk and sqlite3, recovery time, codecs", _store),
     "pager": ("paging engine: memory per message beyond the budget, paged vs in-memory drain, sorted orders", _pager),
     "broker": ("JMS broker: send+receive throughput on a queue vs sqlite3 and persist-queue", _broker),
+    "spark": ("Spark loader: export of a store to Parquet vs a single-process loop; import vs put_async", _spark),
 }
 
 

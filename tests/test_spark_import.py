@@ -20,10 +20,12 @@ def _source(home: Path) -> None:
     """A server with queues, a topic with two durable subscriptions (one with
     a selector), every body type, headers, properties and redelivered messages."""
     with JMSServer(home, max_segment_bytes=64 * 1024) as server:
-        orders = server.create_queue("orders", redelivery_limit=5, error_destination=None)
-        server.create_queue("orders.dlq")
-        audit = server.create_queue("audit", order="fifo", error_destination="orders.dlq")
-        prices = server.create_topic("prices")
+        orders = server.create_queue("orders", redelivery_limit=5)
+        server.create_queue("orders.dlq")  # holds no messages: not in the export
+        # Error destinations that name each other, one sorting after the other.
+        audit = server.create_queue("audit", order="fifo", error_destination="orders")
+        server.create_queue("orders", error_destination="audit")
+        prices = server.create_topic("prices", error_destination="orders.dlq")
         with server.connection_factory().create_connection("app-1") as connection:
             session = connection.create_session()
             session.create_durable_subscriber(prices, "all").close()
@@ -113,9 +115,10 @@ def test_the_imported_server_keeps_its_destinations_and_makes_new_unique_ids(spa
     with JMSServer(tmp_path / "dst") as server:
         names = sorted((d.kind, d.name) for d in server.destinations())
         assert names == [("queue", "audit"), ("queue", "orders"), ("queue", "orders.dlq"), ("topic", "prices")]
-        audit = server.settings(server.queue("audit"))  # its empty error queue came too
-        assert (audit.error_destination, audit.order) == ("orders.dlq", "fifo")
-        assert server.settings(server.queue("orders")).redelivery_limit == 5
+        audit, orders = server.settings(server.queue("audit")), server.settings(server.queue("orders"))
+        assert (audit.error_destination, audit.order) == ("orders", "fifo")
+        assert (orders.error_destination, orders.redelivery_limit) == ("audit", 5)
+        assert server.settings(server.topic("prices")).error_destination == "orders.dlq"  # created empty
         subscriptions = {s["name"]: s for s in server.durable_subscriptions()}
         assert subscriptions["big"]["selector"] == "size > 10" and subscriptions["all"]["selector"] is None
         old_ids = {r.message_id for r in df.select("message_id").collect()}

@@ -4,7 +4,12 @@
 from jmsstore_spark import register
 register(spark)                          # once per session: format "jmsstore"
 df = spark.read.format("jmsstore").option("view", "records").load("/data/stores/*")
+messages = spark.read.format("jmsstore").option("view", "messages").load("/data/stores/*")
+messages.write.format("jmsstore").mode("append").save("/data/new/store")   # import
 ```
+
+Reports: :func:`jmsstore_spark.reports.reports`; the command line:
+:mod:`jmsstore_spark.cli` (``jmsstore-spark export|import|report``).
 
 Its own package: the core ``jmsstore`` wheel never depends on pyspark.
 """

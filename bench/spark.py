@@ -1,0 +1,198 @@
+"""The Spark loader suite (issue 6): export and import of a large store.
+
+- export: a broker store of N persistent text messages (1,000,000 full,
+  20,000 quick; a 200-character text and two properties each, over 8
+  queues) exported to Parquet by the Spark job (``local[*]``), against
+  the same export done by a plain single-process Python loop over the
+  inspection reader (the same rows, written with pyarrow): the ratio of the
+  loop's time to Spark's (above 1: Spark is faster);
+- import: that Parquet export loaded into a new store by the Spark import,
+  against the store's own ``put_async`` rate for the same message bodies
+  (one thread, every future waited for): the ratio of the two rates.
+
+Spark's own start-up (the session) is outside both timings; its per-job
+overhead is inside.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from jmsstore import FileStore, inspect
+from jmsstore.broker.message import TextMessage, encode
+
+from bench.harness import Context, ratio
+
+QUEUES = 8
+TEXT_CHARS = 200
+TX_SIZE = 1000
+SERVER = "jms1"
+START_MS = 1_700_000_000_000
+
+
+def _message(i: int) -> bytes:
+    message = TextMessage(f"{i:012d} " + "x" * (TEXT_CHARS - 13))
+    message.set_property("customer", f"c{i % 97}")
+    message.set_property("amount", i * 3)
+    message.message_id = f"ID:{SERVER}-1-{i + 1}"
+    message.id = (1 << 40) | (i + 1)
+    message.timestamp = START_MS + i
+    message.priority = 4
+    return encode(message)
+
+
+def build_store(ctx: Context, path: Path, n: int) -> None:
+    """A store a JMSServer named jms1 would recover: its boot record, 8 queues, n messages."""
+    with FileStore(path) as store:
+        with store.transaction() as txn:
+            txn.put(f"jms/{SERVER}/server", json.dumps({"boot": 1}).encode())
+            for q in range(QUEUES):
+                spec = {"kind": "queue", "name": f"orders.{q}", "settings": {}}
+                txn.put(f"jms/{SERVER}/destinations", json.dumps(spec).encode())
+        pending: list[Future[None]] = []
+        for start in range(0, n, TX_SIZE):
+            txn = store.transaction()
+            for i in range(start, min(n, start + TX_SIZE)):
+                txn.put(f"jms/{SERVER}/q/orders.{i % QUEUES}", _message(i))
+            pending.append(txn.commit_async())
+            if len(pending) >= 16:
+                pending.pop(0).result()
+            if start and start % 200_000 == 0:
+                ctx.step(f"source store: {start:,}/{n:,} messages")
+        for f in pending:
+            f.result()
+
+
+def loop_export(store: str, out: Path) -> int:
+    """The export as one Python process does it: the inspection reader, the
+    same rows as the messages view, Parquet by destination with pyarrow."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from jmsstore import _native
+    from jmsstore_spark.messages import ARROW_MESSAGES, MessageSegment, _message_row, _targets_and_counts
+
+    by_segment, targets, counts = _targets_and_counts(store)
+    paths = {s["number"]: str(s["path"]) for s in inspect.segments(store)}
+    writers: dict[str, Any] = {}
+    columns: dict[str, dict[str, list[Any]]] = defaultdict(lambda: {name: [] for name in ARROW_MESSAGES.names})
+    rows = 0
+
+    def flush(destination: str) -> None:
+        batch = pa.RecordBatch.from_pydict(columns.pop(destination), schema=ARROW_MESSAGES)
+        writer = writers.get(destination)
+        if writer is None:
+            directory = out / f"destination={destination}"
+            directory.mkdir(parents=True)
+            writer = writers[destination] = pq.ParquetWriter(directory / "part-0.parquet", ARROW_MESSAGES)
+        writer.write_batch(batch)
+
+    for segment, entries in sorted(by_segment.items()):
+        live = {offset: (handle, collection) for handle, offset, collection in entries}
+        part = MessageSegment(store, paths[segment], live, targets, counts)
+        for item in _native.read_segment(paths[segment]):
+            if not isinstance(item, _native.Record):
+                continue
+            place = live.get(item.offset)
+            if place is None or place[0] != item.handle:
+                continue
+            row = _message_row(part, item, place[1])
+            destination = row["destination"]
+            target = columns[destination]
+            for name, value in row.items():
+                target[name].append(value)
+            rows += 1
+            if len(target["store"]) >= 4096:
+                flush(destination)
+    for destination in list(columns):
+        flush(destination)
+    for writer in writers.values():
+        writer.close()
+    return rows
+
+
+def put_async_rate(path: Path, bodies: list[tuple[str, bytes]]) -> float:
+    """Messages per second of FileStore.put_async from one thread, every future waited for."""
+    with FileStore(path) as store:
+        started = time.perf_counter()
+        futures = [store.put_async(collection, body) for collection, body in bodies]
+        for f in futures:
+            f.result()
+        return len(bodies) / (time.perf_counter() - started)
+
+
+def run(ctx: Context) -> None:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from jmsstore_spark.cli import export, import_messages, session
+
+    n = ctx.n(20_000, 1_000_000, minimum=1000)
+    ctx.settings["spark"] = {"messages": n, "queues": QUEUES, "text_chars": TEXT_CHARS, "master": "local[*]"}
+    source = ctx.scratch / "source" / "store"
+    ctx.step(f"source store: {n:,} messages over {QUEUES} queues")
+    build_store(ctx, source, n)
+    source_bytes = sum(int(s["size"]) for s in inspect.segments(source))
+
+    spark = session(None, ["spark.ui.enabled=false", "spark.driver.memory=2g"])
+    spark.sparkContext.setLogLevel("ERROR")
+    version = spark.version
+    try:
+        ctx.step("export: Spark job")
+        started = time.perf_counter()
+        exported = export(spark, [str(source)], str(ctx.scratch / "spark-export"))
+        spark_s = time.perf_counter() - started
+        ctx.step("export: single-process loop")
+        started = time.perf_counter()
+        loop_rows = loop_export(str(source), ctx.scratch / "loop-export")
+        loop_s = time.perf_counter() - started
+        if exported["rows"] != n or loop_rows != n:
+            raise RuntimeError(f"exported {exported['rows']} (Spark) and {loop_rows} (loop) rows of {n}")
+
+        ctx.step("import: Spark job")
+        started = time.perf_counter()
+        imported = import_messages(spark, [str(ctx.scratch / "spark-export")], str(ctx.scratch / "imported" / "store"))
+        import_s = time.perf_counter() - started
+        if imported["messages"] != n:
+            raise RuntimeError(f"imported {imported['messages']} messages of {n}")
+    finally:
+        spark.stop()
+    ctx.step("import baseline: put_async")
+    bodies: list[tuple[str, bytes]] = []
+    with FileStore(source) as store:
+        for q in range(QUEUES):
+            collection = f"jms/{SERVER}/q/orders.{q}"
+            bodies += [(collection, body) for _, body in store.scan(collection)]
+    put_rate = put_async_rate(ctx.scratch / "put-async", bodies)
+    import_rate = n / import_s
+
+    ctx.results["export"] = {
+        "messages": n,
+        "store_bytes": source_bytes,
+        "spark_seconds": spark_s,
+        "loop_seconds": loop_s,
+        "spark_messages_per_s": n / spark_s,
+        "loop_messages_per_s": n / loop_s,
+        "loop_over_spark": ratio(loop_s, spark_s),
+    }
+    ctx.results["import"] = {
+        "messages": n,
+        "import_seconds": import_s,
+        "import_messages_per_s": import_rate,
+        "put_async_messages_per_s": put_rate,
+        "import_over_put_async": ratio(import_rate, put_rate),
+    }
+    ctx.table(
+        "Spark loader",
+        ["what", "ours (Spark)", "baseline", "baseline is", "ratio"],
+        [
+            ["export to Parquet, msg/s", n / spark_s, n / loop_s, "single-process loop", ratio(loop_s, spark_s)],
+            ["import, msg/s", import_rate, put_rate, "FileStore.put_async", ratio(import_rate, put_rate)],
+        ],
+        footer=f"{n:,} messages of {TEXT_CHARS} characters in {QUEUES} queues; Spark {version}, local[*], "
+        f"{ctx.machine['cores']} cores. Export ratio: loop time / Spark time; import ratio: rate / put_async rate.",
+    )
