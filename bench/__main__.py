@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench <suite> [--quick] [--json PATH]`` (suites: store, pager, broker, spark)."""
+"""Command line: ``python -m bench <suite> [--quick] [--json PATH]`` (suites: store, pager, broker, matrix, spark)."""
 
 from __future__ import annotations
 
@@ -44,10 +44,21 @@ def _spark(ctx: harness.Context) -> None:
     spark.run(ctx)
 
 
+def _matrix(ctx: harness.Context) -> None:
+    from bench import matrix
+
+    matrix.run(ctx)
+
+
 SUITES: dict[str, tuple[str, Runner]] = {
     "store": ("file store: put throughput vs raw disk and sqlite3, recovery time, codecs", _store),
     "pager": ("paging engine: memory per message beyond the budget, paged vs in-memory drain, sorted orders", _pager),
     "broker": ("JMS broker: send+receive throughput on a queue vs sqlite3 and persist-queue", _broker),
+    "matrix": (
+        "scenario matrix (seed 002): delivery, size, destination, acknowledgement, selector, codec, paging, "
+        "threads; with the peers",
+        _matrix,
+    ),
     "spark": ("Spark loader: export of a store to Parquet vs a single-process loop; import vs put_async", _spark),
 }
 

@@ -131,10 +131,7 @@ class Context:
             "goals": [g.as_dict() for g in self.goals],
             "notes": self.notes,
         }
-        path = self.json_path
-        if path is None:
-            stamp = self._started.strftime("%Y%m%d-%H%M%S")
-            path = RESULTS_DIR / f"{self.suite}-{stamp}.json"
+        path = self.report_path()
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(path.suffix + ".part")
         tmp.write_text(json.dumps(_clean(report), indent=2, sort_keys=False) + "\n")
@@ -149,6 +146,12 @@ class Context:
             print(f"note: {note}")
         print(f"report: {path}  ({report['duration_s']:.1f} s)")
         sys.stdout.flush()
+
+    def report_path(self) -> Path:
+        """Where the JSON report goes (plots are written beside it)."""
+        if self.json_path is not None:
+            return self.json_path
+        return RESULTS_DIR / f"{self.suite}-{self._started.strftime('%Y%m%d-%H%M%S')}.json"
 
     # ---- helpers for suites ---------------------------------------------
     def n(self, quick: int, full: int, minimum: int = 1) -> int:
