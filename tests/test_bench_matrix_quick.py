@@ -81,6 +81,7 @@ def test_peers_run_or_say_why_not(run: tuple[dict[str, Any], str, Path]) -> None
         assert r["rate"] > 0 and math.isclose(r["ratio_baseline"], r["rate"] / baselines[r["group"]], rel_tol=1e-9)
         if r["system"] != "raw-disk":
             assert r["received"] == r["messages"]
+            assert 0 <= r["p50_ms"] <= r["p99_ms"]  # their bodies carry the send time too
     status = {(r["scenario"], r["system"]): r["status"] for r in rows}
     assert status[("topic, non-durable", "sqlite")] == "cannot: no topics"
     assert status[("4+4", "raw-disk")] == "cannot: one writer only"

@@ -16,6 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bench.peers import age_ns, stamped
+
 try:
     import persistqueue
 except ImportError as e:  # pragma: no cover - in the test extras
@@ -37,10 +39,17 @@ class _Shared:
         self.body = body
         self.task_done = task_done
         self.wrong_bodies = 0
+        self.latencies: list[int] | None = None  # a list: bodies carry their send time
 
     def producer(self) -> tuple[Any, Any]:
         put = self.queue.put
         body = self.body
+        if self.latencies is not None:
+
+            def send_stamped() -> None:
+                put(stamped(body))
+
+            return send_stamped, lambda: None
 
         def send() -> None:
             put(body)
@@ -53,6 +62,7 @@ class _Shared:
         empty = persistqueue.Empty
         size = len(self.body)
         done = self.queue.task_done if self.task_done else None
+        latencies = self.latencies
 
         def receive(timeout: float) -> int:
             try:
@@ -63,6 +73,8 @@ class _Shared:
                 done()
             if not isinstance(item, bytes) or len(item) != size:
                 self.wrong_bodies += 1
+            elif latencies is not None:
+                latencies.append(age_ns(item))
             return 1
 
         return receive, lambda: None

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.peers import age_ns, stamped
+
 BUSY_TIMEOUT_MS = 60_000
 
 
@@ -139,6 +141,7 @@ class Queue:
         self.wake = threading.Event()
         self.busy_retries = 0  # updated without a lock: approximate under contention
         self.wrong_bodies = 0
+        self.latencies: list[int] | None = None  # a list: bodies carry their send time
         self._take = (
             "DELETE FROM queue WHERE id IN (SELECT id FROM queue WHERE destination = ? ORDER BY id LIMIT ?) "
             "RETURNING body"
@@ -161,10 +164,12 @@ class Queue:
         row = (self.destination, self.body)
         insert = "INSERT INTO queue (destination, body) VALUES (?, ?)"
         wake = self.wake
+        stamp = self.latencies is not None
         if self.batch == 1:
 
             def send() -> None:
-                self._retrying(conn, lambda: conn.execute(insert, row))
+                values = (self.destination, stamped(self.body)) if stamp else row
+                self._retrying(conn, lambda: conn.execute(insert, values))
                 wake.set()
 
             return send, conn.close
@@ -182,7 +187,7 @@ class Queue:
                 wake.set()
 
         def send_batched() -> None:
-            pending.append(row)
+            pending.append((self.destination, stamped(self.body)) if stamp else row)
             if len(pending) >= self.batch:
                 flush()
 
@@ -201,6 +206,7 @@ class Queue:
         take = self._take
         size = len(self.body)
         wake = self.wake
+        latencies = self.latencies
 
         def receive(timeout: float) -> int:
             rows = self._retrying(conn, lambda: conn.execute(take, args).fetchall())
@@ -211,6 +217,8 @@ class Queue:
             for (body,) in rows:
                 if len(body) != size:
                     self.wrong_bodies += 1
+                elif latencies is not None:
+                    latencies.append(age_ns(body))
             return len(rows)
 
         return receive, conn.close
