@@ -70,7 +70,10 @@ def describe(store_dir: Path) -> dict[str, Any]:
         "memory_gib": None if mem is None else round(mem / 2**30, 1),
         "kernel": platform.release(),
         "os": platform.system(),
-        "filesystem": _run("stat", "-f", "-c", "%T", str(store_dir)) or "unknown",
+        # findmnt names ext4 as such; stat -f reports the ext family as "ext2/ext3".
+        "filesystem": _run("findmnt", "-n", "-o", "FSTYPE", "-T", str(store_dir))
+        or _run("stat", "-f", "-c", "%T", str(store_dir))
+        or "unknown",
         "store_dir": str(store_dir),
         "block_device": _run("findmnt", "-n", "-o", "SOURCE", "-T", str(store_dir)),
         "python": sys.version.split()[0],
