@@ -7,12 +7,14 @@ it; hand-built frames work too (see :data:`COLUMNS`).
 
 How it runs:
 
-- each task checks and encodes its rows and writes them to a staging file
-  (Arrow IPC) in a staging directory beside the target;
-- the commit, on the driver, orders the rows (by source store and handle
-  where the frame has them, else by frame order) and loads them into a new
-  store in the staging directory through the store's normal write path:
-  transactions of puts, group-committed. It writes the destination,
+- each task checks and encodes its rows, sorts them (by destination, then
+  by source store and handle where the frame has them, else by frame
+  order) and writes them to a staging file (Arrow IPC) in a staging
+  directory beside the target;
+- the commit, on the driver, merges the sorted parts (one batch of each in
+  memory at a time) and loads the rows into a new store in the staging
+  directory through the store's normal write path: transactions of puts,
+  group-committed. It writes the destination,
   durable subscription, boot counter and delivery records a
   :class:`~jmsstore.JMSServer` recovers, so a server opened on the result
   delivers the messages, each with its id, headers, properties, body and
@@ -29,6 +31,8 @@ from __future__ import annotations
 
 import base64
 import fcntl
+import heapq
+import itertools
 import json
 import os
 import re
@@ -132,6 +136,7 @@ _REPLY_KINDS: dict[str, type[Queue] | type[Topic]] = {
 _BROKER_ID = re.compile(r"^ID:(?P<server>.+)-(?P<boot>\d+)-(?P<seq>\d+)$")
 _MARKER_ENTRY = struct.Struct("<QI")  # the broker's delivery record entry: handle, delivery count
 _TRANSACTION_ROWS = 1000
+_STAGED_BATCH_ROWS = 4096
 _Known = dict[str, dict[str, tuple[str, str | None]]]  # server -> destination -> (kind, settings JSON)
 _IN_FLIGHT = 8
 _PROGRESS_SECONDS = 5.0
@@ -386,10 +391,16 @@ class StoreWriter(DataSourceArrowWriter):
         path = os.path.join(self.staging, f"part-{part:05d}-{uuid.uuid4().hex[:8]}.arrow")
         rows = 0
         boots: dict[str, int] = {}
+        staged: list[pa.RecordBatch] = []
+        for batch in iterator:
+            staged.append(stage(batch, self.columns, part, rows, self.server, boots))
+            rows += batch.num_rows
+        # Sorted here, so that the commit only merges the parts (one batch of
+        # each in memory at a time), however large the import.
+        table = pa.Table.from_batches(staged, schema=_STAGED)
+        table = table.take(pc.sort_indices(table, sort_keys=[(k, "ascending") for k in _ORDER]))
         with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, _STAGED) as out:
-            for batch in iterator:
-                out.write_batch(stage(batch, self.columns, part, rows, self.server, boots))
-                rows += batch.num_rows
+            out.write_table(table, max_chunksize=_STAGED_BATCH_ROWS)
         return StagedPart(path, rows, boots)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -501,12 +512,49 @@ class _Loader:
         self.in_flight.clear()
 
 
+def _null_last(value: str | None) -> tuple[int, str]:
+    """A sort key placing None after every string, as Arrow's sort does."""
+    return (1, "") if value is None else (0, value)
+
+
+def _sorted_rows(path: str) -> Iterator[tuple[Any, ...]]:
+    """The rows of one sorted staged part, in order, one batch in memory at a
+    time: (merge key, server, kind, destination, client_id, subscription,
+    destination_settings, subscription_settings, encoded, delivery_count, needs_id)."""
+    reader = pa.ipc.open_file(pa.memory_map(path))
+    for i in range(reader.num_record_batches):
+        batch = reader.get_batch(i)
+        columns = [batch.column(name).to_pylist() for name in _STAGED.names]
+        for values in zip(*columns, strict=True):
+            row = dict(zip(_STAGED.names, values, strict=True))
+            key = (
+                row["server"],
+                row["kind"],
+                row["destination"],
+                _null_last(row["client_id"]),
+                _null_last(row["subscription"]),
+                row["source"],
+                row["position"],
+                row["part"],
+                row["row"],
+            )
+            yield key, row
+
+
 def _load(store_dir: str, parts: list[StagedPart], codec: str) -> None:
-    """Loads the staged parts into a new store at ``store_dir``."""
-    tables = [pa.ipc.open_file(pa.memory_map(p.path)).read_all() for p in parts if p.rows]
-    # One contiguous table: taking rows in sorted order from hundreds of
-    # chunks is ten times slower. (This holds the staged messages in memory.)
-    table = (pa.concat_tables(tables) if tables else _STAGED.empty_table()).combine_chunks()
+    """Loads the staged parts (each sorted) into a new store at ``store_dir``, merging them in order."""
+    paths = [p.path for p in parts if p.rows]
+    total = sum(p.rows for p in parts)
+    # The small columns of every part (memory-mapped, not copied) for what
+    # must be known before the first message is written.
+    heads = [pa.ipc.open_file(pa.memory_map(path)).read_all() for path in paths]
+    table = (
+        pa.concat_tables(
+            [t.select(["server", "kind", "destination", "destination_settings", "needs_id"]) for t in heads]
+        )
+        if heads
+        else _STAGED.empty_table().select(["server", "kind", "destination", "destination_settings", "needs_id"])
+    )
     boots: dict[str, int] = {}
     for p in parts:
         for server, boot in p.boots.items():
@@ -523,7 +571,8 @@ def _load(store_dir: str, parts: list[StagedPart], codec: str) -> None:
             raise StoreImportError(f"{name!r} of server {entry['server']!r} is both a queue and a topic")
         kinds[name] = (entry["kind"], entry["destination_settings_max"])
     needing = set(pc.unique(table.filter(table["needs_id"])["server"]).to_pylist()) if table.num_rows else set()
-    order = pc.sort_indices(table, sort_keys=[(k, "ascending") for k in _ORDER])
+    del heads, table
+    rows = heapq.merge(*(_sorted_rows(path) for path in paths), key=lambda item: item[0])
     store = FileStore(store_dir, codec=codec)
     try:
         loader = _Loader(store, boots, needing)
@@ -531,37 +580,32 @@ def _load(store_dir: str, parts: list[StagedPart], codec: str) -> None:
         started = last_report = time.monotonic()
         collection = ""
         target: tuple[Any, ...] = ()
-        for start in range(0, table.num_rows, _TRANSACTION_ROWS):
-            chunk = table.take(order[start : start + _TRANSACTION_ROWS])
-            columns = {name: chunk.column(name).to_pylist() for name in _STAGED.names}
-            servers, encoded, counts, needs_id = (
-                columns["server"],
-                columns["encoded"],
-                columns["delivery_count"],
-                columns["needs_id"],
-            )
-            keys = zip(*(columns[k] for k in _TARGET), strict=True)
+        while True:
+            chunk = list(itertools.islice(rows, _TRANSACTION_ROWS))
+            if not chunk:
+                break
             txn = store.transaction()
             put = txn.put
             delivered: dict[str, list[bytes]] = {}
-            for i, key in enumerate(keys):
-                if key != target:  # rows come sorted by target: a new one is rare
-                    target = key
-                    collection = loader.collection(txn, {name: columns[name][i] for name in _STAGED.names}, known)
-                body = loader.fresh_id(servers[i], encoded[i]) if needs_id[i] else encoded[i]
+            for key, row in chunk:
+                if key[:5] != target:  # rows come sorted by target: a new one is rare
+                    target = key[:5]
+                    collection = loader.collection(txn, row, known)
+                server = row["server"]
+                body = loader.fresh_id(server, row["encoded"]) if row["needs_id"] else row["encoded"]
                 handle = put(collection, body)
-                if counts[i]:
-                    delivered.setdefault(servers[i], []).append(_MARKER_ENTRY.pack(handle, counts[i]))
+                if row["delivery_count"]:
+                    delivered.setdefault(server, []).append(_MARKER_ENTRY.pack(handle, row["delivery_count"]))
             for server, entries in delivered.items():
                 txn.put(f"jms/{server}/delivered", b"".join(entries))
             loader.submit(txn)
-            loader.messages += chunk.num_rows
+            loader.messages += len(chunk)
             now = time.monotonic()
             if now - last_report >= _PROGRESS_SECONDS:
                 last_report = now
                 rate = loader.messages / (now - started)
                 print(
-                    f"jmsstore-spark import: {loader.messages}/{table.num_rows} messages ({rate:,.0f}/s)",
+                    f"jmsstore-spark import: {loader.messages}/{total} messages ({rate:,.0f}/s)",
                     file=sys.stderr,
                 )
         loader.finish()
