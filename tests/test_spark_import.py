@@ -264,3 +264,16 @@ def test_the_import_command(tmp_path: Path, spark: Any) -> None:
         c.start()
         consumer = c.create_session().create_consumer(Queue("jobs"))
         assert [consumer.receive(1).text for _ in range(7)] == [f"job {i}" for i in range(7)]  # type: ignore[union-attr]
+
+
+def test_overwrite_swaps_the_stores_in_one_step(tmp_path: Path) -> None:
+    from jmsstore_spark.imports import _exchange
+
+    new, old = tmp_path / "new", tmp_path / "old"
+    for directory, text in ((new, "new"), (old, "old")):
+        directory.mkdir()
+        (directory / "which").write_text(text)
+    assert _exchange(str(new), str(old))  # renameat2(RENAME_EXCHANGE): Linux 3.15+, ext4
+    assert (old / "which").read_text() == "new" and (new / "which").read_text() == "old"
+    with pytest.raises(FileNotFoundError):
+        _exchange(str(tmp_path / "missing"), str(old))

@@ -23,13 +23,15 @@ How it runs:
   removes the staging directory: the target is never half-written.
 
 The target must not exist or be an empty directory (``append``), or be a
-store that no process has open (``overwrite``: replaced once the new one is
-complete).
+store that no process has open (``overwrite``: swapped with the new one in
+one ``renameat2`` exchange once that is complete).
 """
 
 from __future__ import annotations
 
 import base64
+import ctypes
+import errno
 import fcntl
 import heapq
 import itertools
@@ -621,6 +623,23 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _exchange(a: str, b: str) -> bool:
+    """Swaps two directories in one step (Linux ``renameat2`` with
+    ``RENAME_EXCHANGE``); False where the kernel or file system cannot."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_cwd, exchange = -100, 2
+    if renameat2(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), a, None, b)
+
+
 def _publish(store_dir: str, target: str, overwrite: bool, staging: str) -> None:
     """Makes the new store visible at ``target`` in one rename."""
     check_target(target, overwrite)  # again: it may have changed while the tasks ran
@@ -632,9 +651,9 @@ def _publish(store_dir: str, target: str, overwrite: bool, staging: str) -> None
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise StoreImportError(f"{target} is open in another process: overwrite refuses it") from None
-            old = os.path.join(staging, "replaced")
-            os.rename(target, old)
-        os.rename(store_dir, target)
+            if not _exchange(store_dir, target):  # the old store goes with the staging directory
+                os.rename(target, os.path.join(staging, "replaced"))
+                os.rename(store_dir, target)
     else:
         os.rename(store_dir, target)  # replaces an empty directory, or creates it
     _fsync_dir(parent)
