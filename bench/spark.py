@@ -78,7 +78,7 @@ def loop_export(store: str, out: Path) -> int:
     from jmsstore import _native
     from jmsstore_spark.messages import ARROW_MESSAGES, MessageSegment, _message_row, _targets_and_counts
 
-    by_segment, targets, counts = _targets_and_counts(store)
+    by_segment, targets, counts, _ = _targets_and_counts(store)
     paths = {s["number"]: str(s["path"]) for s in inspect.segments(store)}
     writers: dict[str, Any] = {}
     columns: dict[str, dict[str, list[Any]]] = defaultdict(lambda: {name: [] for name in ARROW_MESSAGES.names})

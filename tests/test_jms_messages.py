@@ -891,3 +891,19 @@ def test_async_send_counts_once_in_statistics(server: JMSServer) -> None:
     while server.statistics()["sent"] < 12 and time.monotonic() < deadline:
         time.sleep(0.01)  # the callback thread counts a durable send just after its future completes
     assert server.statistics()["sent"] == 12
+
+
+def test_a_message_id_is_spliced_into_an_encoded_message_without_one() -> None:
+    from jmsstore.broker.destination import Queue
+    from jmsstore.broker.message import decode, encode, with_message_id
+    from jmsstore.errors import MessageFormatError
+
+    message = TextMessage("body")
+    message.reply_to = Queue("replies")
+    message.set_property("n", 7)
+    spliced = with_message_id(encode(message), "ID:jms1-3-9", (3 << 40) | 9)
+    message.message_id, message.id = "ID:jms1-3-9", (3 << 40) | 9
+    assert spliced == encode(message)  # the same bytes as encoding it with the id
+    assert decode(spliced).reply_to == "queue:replies"
+    with pytest.raises(MessageFormatError, match="already has a message id"):
+        with_message_id(spliced, "ID:other", 1)

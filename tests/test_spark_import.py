@@ -11,7 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jmsstore import AckMode, BytesMessage, JMSServer, MapMessage, Queue, StreamMessage, TextMessage, inspect
+from jmsstore import (
+    AckMode,
+    BytesMessage,
+    FileStore,
+    JMSServer,
+    MapMessage,
+    Queue,
+    StreamMessage,
+    TextMessage,
+    inspect,
+)
 from jmsstore_spark.cli import export, import_messages
 from pyspark.sql import functions as F
 
@@ -130,15 +140,26 @@ def test_the_imported_server_keeps_its_destinations_and_makes_new_unique_ids(spa
 
 
 def test_a_hand_built_frame_is_imported_with_fresh_ids(spark: Any, tmp_path: Path) -> None:
-    rows = [
-        ("inbox", "TextMessage", None, f"hello {i}", None, json.dumps({"n": i, "raw": {"float": "inf"}}), 9 - i % 10)
+    rows: list[tuple[Any, ...]] = [
+        (
+            "inbox",
+            "TextMessage",
+            None,
+            f"hello {i}",
+            None,
+            json.dumps({"n": i, "raw": {"float": "inf"}}),
+            9 - i % 10,
+            "queue:replies" if i % 2 else None,  # a fresh id must keep the reply_to
+        )
         for i in range(12)
     ]
-    rows.append(("inbox", "BytesMessage", "ID:given-1", None, b"\x00\x01", None, 4))
-    rows.append(("inbox", "MapMessage", None, None, None, None, 4))
+    rows.append(("inbox", "BytesMessage", "ID:given-1", None, b"\x00\x01", None, 4, None))
+    rows.append(("inbox", "MapMessage", None, None, None, None, 4, None))
+    # A broker-style id too large to be a real boot: not taken for the boot counter.
+    rows.append(("inbox", "TextMessage", "ID:edge-1700000000-1", "odd", None, None, 4, None))
     schema = (
         "destination string, body_type string, message_id string, text string, body binary, properties string, "
-        "priority int"
+        "priority int, reply_to string"
     )
     df = spark.createDataFrame(rows, schema).repartition(3)
     df.write.format("jmsstore").mode("append").option("server", "edge").save(str(tmp_path / "new" / "store"))
@@ -148,12 +169,13 @@ def test_a_hand_built_frame_is_imported_with_fresh_ids(spark: Any, tmp_path: Pat
         got = []
         while (m := consumer.receive(0.5)) is not None:
             got.append(m)
-        assert len(got) == 14
+        assert len(got) == 15 and server.boot < 100
         assert [m.priority for m in got] == sorted((m.priority for m in got), reverse=True)
         ids = [m.message_id for m in got]
-        assert len(set(ids)) == 14 and "ID:given-1" in ids
+        assert len(set(ids)) == 15 and "ID:given-1" in ids
         texts = {m.text: m for m in got if isinstance(m, TextMessage)}
         assert texts["hello 3"].get_property("n") == 3 and texts["hello 3"].get_property("raw") == float("inf")
+        assert texts["hello 3"].reply_to == Queue("replies") and texts["hello 2"].reply_to is None
         assert next(m for m in got if isinstance(m, BytesMessage)).body == b"\x00\x01"
         producer = c.create_session().create_producer(server.create_queue("inbox"))
         later = TextMessage("new")
@@ -277,3 +299,51 @@ def test_overwrite_swaps_the_stores_in_one_step(tmp_path: Path) -> None:
     assert (old / "which").read_text() == "new" and (new / "which").read_text() == "old"
     with pytest.raises(FileNotFoundError):
         _exchange(str(tmp_path / "missing"), str(old))
+
+
+def test_the_boot_counter_passes_every_id_the_source_server_gave(spark: Any, tmp_path: Path) -> None:
+    """Ids of consumed messages are in no export; the server's boot counter
+    (the server_boot column) keeps the new store from giving them again."""
+    src = tmp_path / "src"
+    with JMSServer(src) as server, server.connection_factory().create_connection() as c:
+        server.create_queue("q")
+        c.create_session().create_producer(Queue("q")).send(TextMessage("kept"))  # boot 1
+    for _ in range(3):  # boots 2, 3, 4: their sends consumed
+        with JMSServer(src) as server, server.connection_factory().create_connection() as c:
+            session = c.create_session()
+            session.create_producer(server.create_queue("other")).send(TextMessage("gone"))
+            c.start()
+            assert session.create_consumer(Queue("other")).receive(1).text == "gone"  # type: ignore[union-attr]
+    df = spark.read.format("jmsstore").option("view", "messages").load(str(src / "store"))
+    assert {r.server_boot for r in df.collect()} == {4}
+    df.write.format("jmsstore").mode("append").save(str(tmp_path / "dst" / "store"))
+    with JMSServer(tmp_path / "dst") as server:
+        assert server.boot == 5
+    # Overwrite: the replaced store's own servers count too.
+    with JMSServer(tmp_path / "big") as server:
+        server.create_queue("q")
+    for _ in range(8):
+        JMSServer(tmp_path / "big").close()
+    df.write.format("jmsstore").mode("overwrite").save(str(tmp_path / "big" / "store"))
+    with JMSServer(tmp_path / "big") as server:
+        assert server.boot == 10 and server.message_count(Queue("q")) == 1
+
+
+def test_what_recovery_would_remove_is_not_exported(spark: Any, tmp_path: Path) -> None:
+    with JMSServer(tmp_path / "srv") as server, server.connection_factory().create_connection() as c:
+        c.create_session().create_producer(server.create_queue("q")).send(TextMessage("real"))
+    with FileStore(tmp_path / "srv" / "store") as store:  # an interrupted deletion's leftovers
+        store.put("jms/jms1/q/deleted", b"left behind")
+        store.put("jms/jms1/s/999", b"left behind")
+    df = spark.read.format("jmsstore").option("view", "messages").load(str(tmp_path / "srv" / "store"))
+    assert [r.text for r in df.collect()] == ["real"]
+
+
+def test_one_durable_subscription_on_two_topics_is_refused(spark: Any, tmp_path: Path) -> None:
+    rows = [("t1", "topic", "audit", "app", "TextMessage", "a"), ("t2", "topic", "audit", "app", "TextMessage", "b")]
+    schema = "destination string, destination_type string, subscription string, client_id string, body_type string"
+    schema += ", text string"
+    frame = spark.createDataFrame(rows, schema)
+    with pytest.raises(Exception, match="'audit' of client 'app' on server 'jms1' is on two topics"):
+        frame.write.format("jmsstore").mode("append").save(str(tmp_path / "s"))
+    assert not (tmp_path / "s").exists() and not list(tmp_path.iterdir())

@@ -56,7 +56,8 @@ def _damaged_store(path: Path) -> list[int]:
 
 
 def _torn_transaction_store(path: Path) -> None:
-    """A transaction whose commit record was lost (its checksum fails)."""
+    """A transaction whose commit record was lost (its checksum fails), and
+    one that lost one of its records."""
     with FileStore(path, max_segment_bytes=1 << 20) as store:
         store.put("before", b"x")
         with store.transaction() as txn:
@@ -64,8 +65,13 @@ def _torn_transaction_store(path: Path) -> None:
                 txn.put("orders", b"tx %d" % i)
             txn.put("audit", b"tx audit")
         store.put("after", b"y")
+        with store.transaction() as txn:
+            lost = txn.put("lost", b"one of three " * 4)
+            txn.put("kept", b"two of three")
+            txn.put("kept", b"three of three")
     commit = next(r for r in inspect.records(path) if r.type == "commit")
     damage_record(path, commit, back=2, mask=0x01)
+    damage_record(path, next(r for r in inspect.records(path) if r.handle == lost))
 
 
 def test_every_report_over_several_stores(spark: Any, tmp_path: Path) -> None:
@@ -94,18 +100,24 @@ def test_every_report_over_several_stores(spark: Any, tmp_path: Path) -> None:
     work = next(r for r in got["backlog"] if r["destination"] == "work")
     assert work["messages"] == 5 and work["server"] == "b1" and work["destination_type"] == "queue"
 
-    [tx] = got["transactions"]
+    tx, short = got["transactions"]
     assert tx["store"] == str(tmp_path / "stores" / "torn") and tx["problem"] == "no commit record"
     assert (tx["records_found"], tx["collections"], tx["record_types"]) == (4, ["audit", "orders"], ["put"])
+    # Recovery does not count a record that fails its checksum: the commit names one more.
+    assert short["problem"] == "commit record names a different number of records"
+    assert (short["records_found"], short["committed_records"], short["collections"]) == (2, 3, ["kept"])
 
     in_doubt = {(r["store"], r["message_id"]): r["delivery_count"] for r in got["in_doubt"]}
     broker = str(tmp_path / "broker" / "store")
     assert {k[1] for k in in_doubt if k[0] == broker} == set(unacked)
     assert sum(1 for k in in_doubt if k[0] == str(aged)) == 2  # the 'retry' messages
 
-    damages = {r["store"]: r for r in got["damage"]}
-    assert sorted(damages) == [str(tmp_path / "stores" / n) for n in ("damaged", "torn")]
-    assert damages[str(tmp_path / "stores" / "torn")]["before_collection"] == "audit"  # the lost commit
+    damages = {(r["store"], r["before_collection"]): r for r in got["damage"]}
+    torn = str(tmp_path / "stores" / "torn")
+    assert sorted(damages) == [(str(tmp_path / "stores" / "damaged"), "d"), (torn, "after"), (torn, "audit")]
+    assert damages[(torn, "audit")]["after_collection"] == "after"  # around the lost commit
+    assert damages[(torn, "after")]["after_collection"] == "kept"  # around the lost record
+    damages = {r["store"]: r for r in got["damage"] if r["store"] != torn}
     damage = damages[str(tmp_path / "stores" / "damaged")]
     assert "checksum" in damage["reason"]
     assert (damage["before_handle"], damage["after_handle"]) == (handles[4], handles[6])

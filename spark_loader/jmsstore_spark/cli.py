@@ -100,10 +100,18 @@ def import_messages(
     target = os.path.abspath(to)
     started = time.monotonic()
     # Partition directory values (store=..., destination=...) are names, not numbers.
-    spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
-    df = spark.read.parquet(*parquet)
-    writer = df.write.format("jmsstore").mode("overwrite" if overwrite else "append")
-    writer.option("server", server).option("codec", codec).save(target)
+    inference = "spark.sql.sources.partitionColumnTypeInference.enabled"
+    previous = spark.conf.get(inference, None)
+    spark.conf.set(inference, "false")
+    try:
+        df = spark.read.parquet(*parquet)
+        writer = df.write.format("jmsstore").mode("overwrite" if overwrite else "append")
+        writer.option("server", server).option("codec", codec).save(target)
+    finally:
+        if previous is None:
+            spark.conf.unset(inference)
+        else:
+            spark.conf.set(inference, previous)
     seconds = time.monotonic() - started
     live, _ = inspect.live(target)
     messages: dict[str, int] = {}

@@ -60,10 +60,13 @@ from jmsstore.broker.message import (
     TextMessage,
     decode,
     encode,
+    with_message_id,
 )
 from jmsstore.errors import JmsStoreError
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
+
+from jmsstore_spark.messages import stored_boots
 
 __all__ = ["COLUMNS", "StoreImportError", "StoreWriter", "check_columns", "check_target"]
 
@@ -102,6 +105,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "encoded": ("binary",),
     "destination_settings": _TEXT,
     "subscription_settings": _TEXT,
+    "server_boot": _INTEGRAL,
 }
 
 _STAGED = pa.schema(
@@ -118,7 +122,7 @@ _STAGED = pa.schema(
         ("part", pa.int32()),
         ("row", pa.int64()),
         ("encoded", pa.binary()),
-        ("delivery_count", pa.int32()),
+        ("delivery_count", pa.int64()),
         ("needs_id", pa.bool_()),
     ]
 )
@@ -139,6 +143,7 @@ _BROKER_ID = re.compile(r"^ID:(?P<server>.+)-(?P<boot>\d+)-(?P<seq>\d+)$")
 _MARKER_ENTRY = struct.Struct("<QI")  # the broker's delivery record entry: handle, delivery count
 _TRANSACTION_ROWS = 1000
 _STAGED_BATCH_ROWS = 4096
+_MAX_BOOT = 1 << 23  # boot << 40 | sequence stays a u64 with room to spare
 _Known = dict[str, dict[str, tuple[str, str | None]]]  # server -> destination -> (kind, settings JSON)
 _IN_FLIGHT = 8
 _PROGRESS_SECONDS = 5.0
@@ -282,11 +287,15 @@ def _build(rows: _Rows, i: int) -> Message:
 
 
 def _broker_id(message_id: str | None, server: str) -> tuple[int, int] | None:
-    """(boot, sequence) of a message id this server's broker would make."""
+    """(boot, sequence) of a message id this server's broker would make
+    (its numeric id is boot << 40 | sequence, so larger ones are not)."""
     match = _BROKER_ID.match(message_id or "")
     if match is None or match["server"] != server:
         return None
-    return int(match["boot"]), int(match["seq"])
+    boot, seq = int(match["boot"]), int(match["seq"])
+    if boot >= _MAX_BOOT or seq >= 1 << 40:
+        return None
+    return boot, seq
 
 
 def _stage_row(rows: _Rows, i: int, default_server: str) -> dict[str, Any]:
@@ -317,6 +326,9 @@ def _stage_row(rows: _Rows, i: int, default_server: str) -> dict[str, Any]:
             )
     else:
         message = _build(rows, i)
+        ids = _broker_id(message.message_id, server)
+        if ids is not None:  # what the broker would have given it (destinations ordered by id use it)
+            message.id = (ids[0] << 40) | ids[1]
         encoded = encode(message)
     if message.delivery_mode != DeliveryMode.PERSISTENT:
         raise StoreImportError("a NON_PERSISTENT message: a store holds persistent messages only")
@@ -342,6 +354,7 @@ def _stage_row(rows: _Rows, i: int, default_server: str) -> dict[str, Any]:
         "delivery_count": count,
         "needs_id": message.message_id is None,
         "message_id": message.message_id,
+        "server_boot": rows.get("server_boot", i),
     }
 
 
@@ -359,9 +372,14 @@ def stage(
             raise StoreImportError(
                 f"row {first_row + i} of partition {part}{f' ({where})' if where else ''}: {e}"
             ) from e
-        ids = _broker_id(staged.pop("message_id"), staged["server"])
-        if ids is not None:
-            boots[staged["server"]] = max(boots.get(staged["server"], 0), ids[0])
+        # The new store's boot counter must pass every boot the source server
+        # had (the export's server_boot) and every boot in an imported id.
+        server = staged["server"]
+        ids = _broker_id(staged.pop("message_id"), server)
+        boot = staged.pop("server_boot")
+        for seen in (ids[0] if ids is not None else None, boot):
+            if seen is not None and 0 <= seen < _MAX_BOOT:
+                boots[server] = max(boots.get(server, 0), seen)
         staged["part"] = part
         staged["row"] = first_row + i
         for name, value in staged.items():
@@ -409,7 +427,10 @@ class StoreWriter(DataSourceArrowWriter):
         try:
             parts = [m for m in messages if isinstance(m, StagedPart)]
             store_dir = os.path.join(self.staging, "store")
-            _load(store_dir, parts, self.codec)
+            # A store being replaced may have given out ids the import has not
+            # seen (consumed messages): its servers' boot counters count too.
+            replaced = stored_boots(self.target) if self.overwrite and _is_store(self.target) else {}
+            _load(store_dir, parts, self.codec, replaced)
             _publish(store_dir, self.target, self.overwrite, self.staging)
         finally:
             shutil.rmtree(self.staging, ignore_errors=True)
@@ -496,12 +517,9 @@ class _Loader:
         txn.put(f"jms/{server}/destinations", json.dumps(body).encode())
 
     def fresh_id(self, server: str, encoded: bytes) -> bytes:
-        message = decode(encoded)
         boot, seq = self.boots[server], self.next_seq[server]
         self.next_seq[server] = seq + 1
-        message.message_id = f"ID:{server}-{boot}-{seq}"
-        message.id = (boot << 40) | seq
-        return encode(message)
+        return with_message_id(encoded, f"ID:{server}-{boot}-{seq}", (boot << 40) | seq)
 
     def submit(self, txn: Any) -> None:
         self.in_flight.append(txn.commit_async())
@@ -543,21 +561,35 @@ def _sorted_rows(path: str) -> Iterator[tuple[Any, ...]]:
             yield key, row
 
 
-def _load(store_dir: str, parts: list[StagedPart], codec: str) -> None:
+def _check_subscription_keys(table: pa.Table) -> None:
+    """Refuses two durable subscriptions of one server with the same client
+    id, name and sharing on different topics: recovery keys them without the
+    topic, so one would hide the other."""
+    topics = table.filter(pc.equal(table["kind"], "topic"))
+    keys = ["server", "destination", "client_id", "subscription", "subscription_settings"]
+    seen: dict[tuple[Any, ...], str] = {}
+    for entry in topics.select(keys).group_by(keys).aggregate([]).to_pylist():
+        shared = bool(json.loads(entry["subscription_settings"] or "{}").get("shared", False))
+        key = (entry["server"], entry["client_id"], entry["subscription"], shared)
+        other = seen.setdefault(key, entry["destination"])
+        if other != entry["destination"]:
+            raise StoreImportError(
+                f"durable subscription {entry['subscription']!r} of client {entry['client_id']!r} on server "
+                f"{entry['server']!r} is on two topics, {other!r} and {entry['destination']!r}"
+            )
+
+
+def _load(store_dir: str, parts: list[StagedPart], codec: str, replaced_boots: dict[str, int]) -> None:
     """Loads the staged parts (each sorted) into a new store at ``store_dir``, merging them in order."""
     paths = [p.path for p in parts if p.rows]
     total = sum(p.rows for p in parts)
     # The small columns of every part (memory-mapped, not copied) for what
     # must be known before the first message is written.
-    heads = [pa.ipc.open_file(pa.memory_map(path)).read_all() for path in paths]
-    table = (
-        pa.concat_tables(
-            [t.select(["server", "kind", "destination", "destination_settings", "needs_id"]) for t in heads]
-        )
-        if heads
-        else _STAGED.empty_table().select(["server", "kind", "destination", "destination_settings", "needs_id"])
-    )
-    boots: dict[str, int] = {}
+    small = ["server", "kind", "destination", "client_id", "subscription", "destination_settings"]
+    small += ["subscription_settings", "needs_id"]
+    heads = [pa.ipc.open_file(pa.memory_map(path)).read_all().select(small) for path in paths]
+    table = pa.concat_tables(heads) if heads else _STAGED.empty_table().select(small)
+    boots: dict[str, int] = dict(replaced_boots)
     for p in parts:
         for server, boot in p.boots.items():
             boots[server] = max(boots.get(server, 0), boot)
@@ -572,6 +604,7 @@ def _load(store_dir: str, parts: list[StagedPart], codec: str) -> None:
         if name in kinds and kinds[name][0] != entry["kind"]:
             raise StoreImportError(f"{name!r} of server {entry['server']!r} is both a queue and a topic")
         kinds[name] = (entry["kind"], entry["destination_settings_max"])
+    _check_subscription_keys(table)
     needing = set(pc.unique(table.filter(table["needs_id"])["server"]).to_pylist()) if table.num_rows else set()
     del heads, table
     rows = heapq.merge(*(_sorted_rows(path) for path in paths), key=lambda item: item[0])
@@ -652,8 +685,13 @@ def _publish(store_dir: str, target: str, overwrite: bool, staging: str) -> None
             except BlockingIOError:
                 raise StoreImportError(f"{target} is open in another process: overwrite refuses it") from None
             if not _exchange(store_dir, target):  # the old store goes with the staging directory
-                os.rename(target, os.path.join(staging, "replaced"))
-                os.rename(store_dir, target)
+                replaced = os.path.join(staging, "replaced")
+                os.rename(target, replaced)
+                try:
+                    os.rename(store_dir, target)
+                except BaseException:
+                    os.rename(replaced, target)  # the old store back: never lost with the staging
+                    raise
     else:
         os.rename(store_dir, target)  # replaces an empty directory, or creates it
     _fsync_dir(parent)

@@ -28,7 +28,7 @@ MESSAGES_SCHEMA = (
     "delivery_mode string, priority int, timestamp long, expiration long, delivery_time long, "
     "correlation_id string, jms_type string, reply_to string, redelivered boolean, delivery_count int, "
     "properties string, text string, body binary, entries string, encoded binary, "
-    "destination_settings string, subscription_settings string"
+    "destination_settings string, subscription_settings string, server_boot long"
 )
 
 ARROW_MESSAGES = pa.schema(
@@ -61,9 +61,11 @@ ARROW_MESSAGES = pa.schema(
         ("encoded", pa.binary()),
         ("destination_settings", pa.string()),
         ("subscription_settings", pa.string()),
+        ("server_boot", pa.int64()),
     ]
 )
 
+_METADATA = ("subscriptions", "delivered", "destinations", "server")
 _MARKER_ENTRY = struct.Struct("<QI")  # a delivery record entry: message handle, delivery count
 BATCH_ROWS = 4096
 
@@ -98,8 +100,9 @@ class MessageSegment(InputPartition):
 
 def _targets_and_counts(
     store: str,
-) -> tuple[dict[int, list[tuple[int, int, str]]], dict[str, dict[str, Any]], dict[int, int]]:
-    """Per segment, the live messages; what each message collection is; delivery counts."""
+) -> tuple[dict[int, list[tuple[int, int, str]]], dict[str, dict[str, Any]], dict[int, int], dict[str, int]]:
+    """Per segment, the live messages recovery keeps; what each message
+    collection is; delivery counts; each server's boot counter."""
     live, _ = inspect.live(store)
     by_segment: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
     metadata: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
@@ -107,9 +110,10 @@ def _targets_and_counts(
         parts = collection.split("/")
         if len(parts) >= 4 and parts[0] == "jms" and parts[2] in ("q", "s"):
             by_segment[segment].append((handle, offset, collection))
-        elif len(parts) == 3 and parts[0] == "jms" and parts[2] in ("subscriptions", "delivered", "destinations"):
+        elif len(parts) == 3 and parts[0] == "jms" and parts[2] in _METADATA:
             metadata[segment].append((handle, offset, collection))
     subscriptions: dict[tuple[str, int], dict[str, Any]] = {}
+    boots: dict[str, int] = {}
     destinations: dict[tuple[str, str, str], str] = {}  # (server, kind, name) -> settings JSON
     counts: dict[int, int] = {}
     paths = {s["number"]: str(s["path"]) for s in inspect.segments(store)}
@@ -124,25 +128,39 @@ def _targets_and_counts(
             elif kind == "destinations":
                 data = json.loads(item.body)
                 destinations[(server, data["kind"], data["name"])] = json.dumps(data.get("settings", {}))
+            elif kind == "server":
+                boots[server] = int(json.loads(item.body)["boot"])
             else:
                 for handle, count in _MARKER_ENTRY.iter_unpack(item.body):
                     counts[handle] = max(counts.get(handle, 0), count)
     targets: dict[str, dict[str, Any]] = {}
+    orphans: set[str] = set()
     for entries in by_segment.values():
         for _, _, collection in entries:
-            if collection in targets:
+            if collection in targets or collection in orphans:
                 continue
             _, server, kind, name = collection.split("/", 3)
+            # What recovery keeps: a queue with its destination record; a
+            # subscription with its record and its topic's. The rest is what
+            # an interrupted deletion left, and recovery removes it.
             if kind == "q":
+                if (server, "queue", name) not in destinations:
+                    orphans.add(collection)
+                    continue
                 targets[collection] = {
                     "server": server,
+                    "server_boot": boots.get(server),
                     "destination": name,
                     "destination_type": "queue",
                     "destination_settings": destinations.get((server, "queue", name)),
                 }
             else:
-                spec = subscriptions.get((server, int(name)), {})
+                spec = subscriptions.get((server, int(name)), {}) if name.isdigit() else {}
+                if not spec or (server, "topic", spec.get("topic") or "") not in destinations:
+                    orphans.add(collection)
+                    continue
                 targets[collection] = {
+                    "server_boot": boots.get(server),
                     "server": server,
                     "destination": spec.get("topic"),
                     "destination_type": "topic",
@@ -151,11 +169,23 @@ def _targets_and_counts(
                     "destination_settings": destinations.get((server, "topic", spec.get("topic") or "")),
                     "subscription_settings": json.dumps(
                         {k: spec[k] for k in ("selector", "shared", "no_local") if k in spec}
-                    )
-                    if spec
-                    else None,
+                    ),
                 }
-    return by_segment, targets, counts
+    if orphans:
+        by_segment = defaultdict(
+            list,
+            {
+                segment: kept
+                for segment, entries in by_segment.items()
+                if (kept := [e for e in entries if e[2] not in orphans])
+            },
+        )
+    return by_segment, targets, counts, boots
+
+
+def stored_boots(store: str) -> dict[str, int]:
+    """The boot counter of each server in ``store`` (read-only)."""
+    return _targets_and_counts(store)[3]
 
 
 class MessagesReader(DataSourceReader):
@@ -165,7 +195,7 @@ class MessagesReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         parts: list[InputPartition] = []
         for store in self.stores:
-            by_segment, targets, counts = _targets_and_counts(store)
+            by_segment, targets, counts, _ = _targets_and_counts(store)
             paths = {s["number"]: str(s["path"]) for s in inspect.segments(store)}
             for segment, entries in sorted(by_segment.items()):
                 live = {offset: (handle, collection) for handle, offset, collection in entries}
@@ -246,4 +276,5 @@ def _message_row(partition: MessageSegment, record: Any, collection: str) -> dic
         "encoded": record.body,
         "destination_settings": target.get("destination_settings"),
         "subscription_settings": target.get("subscription_settings"),
+        "server_boot": target.get("server_boot"),
     }

@@ -142,20 +142,24 @@ def reports(
     commits = tx_records.where((F.col("type") == "commit") & F.col("checksum_ok")).select(
         "store", "tx_id", committed.alias("committed_records"), F.col("segment").alias("commit_segment")
     )
+    # Recovery counts the records that pass their checksum (a damaged one is damage).
     written = (
-        tx_records.where(F.col("type") != "commit")
+        tx_records.where((F.col("type") != "commit") & F.col("checksum_ok"))
         .groupBy("store", "tx_id")
         .agg(
             F.count("*").alias("records_found"),
-            F.min("segment").alias("first_segment"),
-            F.min("offset").alias("first_offset"),
+            F.min(F.struct("segment", "offset")).alias("first"),
             F.min("sequence").alias("first_sequence"),
             F.array_sort(F.collect_set("collection")).alias("collections"),
             F.array_sort(F.collect_set("type")).alias("record_types"),
         )
     )
+    # Outer: a commit whose records were all lost is incomplete too.
     transactions = (
-        written.join(commits, ["store", "tx_id"], "left")
+        written.join(commits, ["store", "tx_id"], "full_outer")
+        .withColumn("records_found", F.coalesce("records_found", F.lit(0)))
+        .withColumn("first_segment", F.coalesce(F.col("first.segment"), F.col("commit_segment")))
+        .withColumn("first_offset", F.col("first.offset"))
         .where(F.col("committed_records").isNull() | (F.col("committed_records") != F.col("records_found")))
         .withColumn(
             "problem",
@@ -184,9 +188,13 @@ def reports(
         .orderBy("store", "server", "destination", "sent")
     )
 
-    place = Window.partitionBy("store", "segment").orderBy("offset")
-    # Neighbours are valid records: a record that fails its checksum is also
-    # reported as a damaged range at the same offset.
+    # Neighbours are the nearest valid records (a record failing its checksum
+    # is also a damaged range at the same offset; ranges may follow each other).
+    place = Window.partitionBy("store", "segment").orderBy("offset", F.col("type") == "damage")
+    before = place.rowsBetween(Window.unboundedPreceding, -1)
+    after = place.rowsBetween(1, Window.unboundedFollowing)
+    valid = (F.col("type") != "damage") & F.col("checksum_ok")
+    fields = ("type", "collection", "handle", "sequence", "offset")
     neighbours = records.where((F.col("type") == "damage") | F.col("checksum_ok")).select(
         "store",
         "segment",
@@ -195,8 +203,8 @@ def reports(
         "type",
         "damage_end",
         "damage_reason",
-        *(F.lag(c).over(place).alias(f"before_{c}") for c in ("type", "collection", "handle", "sequence", "offset")),
-        *(F.lead(c).over(place).alias(f"after_{c}") for c in ("type", "collection", "handle", "sequence", "offset")),
+        *(F.last(F.when(valid, F.col(c)), ignorenulls=True).over(before).alias(f"before_{c}") for c in fields),
+        *(F.first(F.when(valid, F.col(c)), ignorenulls=True).over(after).alias(f"after_{c}") for c in fields),
     )
     damage = (
         neighbours.where(F.col("type") == "damage")
@@ -214,7 +222,8 @@ def reports(
     )
 
     duplicates = (
-        messages.groupBy("message_id")
+        messages.where(F.col("message_id").isNotNull())
+        .groupBy("message_id")
         .agg(
             F.countDistinct("store").alias("stores_holding"),
             F.count("*").alias("copies"),

@@ -44,6 +44,7 @@ __all__ = [
     "decode",
     "decode_properties",
     "encode",
+    "with_message_id",
 ]
 
 FORMAT_VERSION = 1
@@ -550,6 +551,26 @@ def _header(data: bytes) -> tuple[tuple[Any, ...], _Reader]:
         version = data[0] if data else None
         raise MessageFormatError(f"not a jmsstore message of format version {FORMAT_VERSION} (starts with {version})")
     return _FIXED.unpack_from(data, 0), _Reader(data, _FIXED.size)
+
+
+def with_message_id(data: bytes, message_id: str, ident: int) -> bytes:
+    """``data`` (an encoded message without a message id) with ``message_id``
+    and the broker's numeric ``ident`` set; every other byte is kept."""
+    _header(data)
+    if data[_FIXED.size : _FIXED.size + 4] != b"\xff\xff\xff\xff":
+        raise MessageFormatError("the message already has a message id")
+    text = message_id.encode("utf-8", "surrogatepass")
+    ident_at = _FIXED.size - 32  # after the four u8 fields
+    return b"".join(
+        (
+            data[:ident_at],
+            struct.pack("<Q", ident),
+            data[ident_at + 8 : _FIXED.size],
+            _PACK_U32(len(text)),
+            text,
+            data[_FIXED.size + 4 :],
+        )
+    )
 
 
 def peek_header(data: bytes) -> tuple[int, int, int, int, int, str | None, str | None]:
