@@ -347,3 +347,32 @@ def test_one_durable_subscription_on_two_topics_is_refused(spark: Any, tmp_path:
     with pytest.raises(Exception, match="'audit' of client 'app' on server 'jms1' is on two topics"):
         frame.write.format("jmsstore").mode("append").save(str(tmp_path / "s"))
     assert not (tmp_path / "s").exists() and not list(tmp_path.iterdir())
+
+
+def test_a_failed_overwrite_puts_the_old_store_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jmsstore_spark import imports
+
+    with JMSServer(tmp_path / "old") as server:
+        server.create_queue("kept")
+    with FileStore(tmp_path / "staging" / "store") as store:
+        store.put("x", b"new")
+    before = sorted(p.name for p in (tmp_path / "old" / "store").iterdir())
+    real_rename = os.rename
+    calls: list[str] = []
+
+    def rename(src: str, dst: str) -> None:
+        calls.append(dst)
+        if len(calls) == 2:  # the new store into place
+            raise OSError("disk gone")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(imports, "_exchange", lambda a, b: False)  # a kernel without renameat2
+    monkeypatch.setattr(imports.os, "rename", rename)
+    with pytest.raises(OSError, match="disk gone"):
+        imports._publish(
+            str(tmp_path / "staging" / "store"), str(tmp_path / "old" / "store"), True, str(tmp_path / "staging")
+        )
+    monkeypatch.undo()
+    assert sorted(p.name for p in (tmp_path / "old" / "store").iterdir()) == before
+    with JMSServer(tmp_path / "old") as server:
+        assert [d.name for d in server.destinations()] == ["kept"]

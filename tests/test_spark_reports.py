@@ -174,3 +174,17 @@ def test_the_report_command_prints_and_writes_parquet_and_json(tmp_path: Path) -
     assert again.returncode == 2 and "exists" in again.stderr
     bad = subprocess.run([*cmd[:4], str(tmp_path / "nothing")], capture_output=True, text=True, env=env, timeout=300)
     assert bad.returncode == 2 and "no store directory matches" not in bad.stderr and "nothing" in bad.stderr
+
+
+def test_a_commit_whose_records_were_all_lost_is_reported(spark: Any, tmp_path: Path) -> None:
+    store = tmp_path / "lost"
+    with FileStore(store, max_segment_bytes=1 << 20) as fs:
+        fs.put("before", b"x")
+        with fs.transaction() as txn:
+            handles = [txn.put("orders", b"order %d " % i * 8) for i in range(2)]
+        fs.put("after", b"y")
+    for handle in handles:
+        damage_record(store, next(r for r in inspect.records(store) if r.handle == handle))
+    [tx] = [r.asDict() for r in reports(spark, [str(store)])["transactions"].collect()]
+    assert (tx["records_found"], tx["committed_records"], tx["collections"]) == (0, 2, [])
+    assert tx["problem"] == "commit record names a different number of records" and tx["first_segment"] == 1

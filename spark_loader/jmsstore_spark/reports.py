@@ -160,6 +160,8 @@ def reports(
         .withColumn("records_found", F.coalesce("records_found", F.lit(0)))
         .withColumn("first_segment", F.coalesce(F.col("first.segment"), F.col("commit_segment")))
         .withColumn("first_offset", F.col("first.offset"))
+        .withColumn("collections", F.coalesce("collections", F.array().cast("array<string>")))
+        .withColumn("record_types", F.coalesce("record_types", F.array().cast("array<string>")))
         .where(F.col("committed_records").isNull() | (F.col("committed_records") != F.col("records_found")))
         .withColumn(
             "problem",
