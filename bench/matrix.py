@@ -74,9 +74,6 @@ class Scenario:
     backlog: bool = False  # everything sent first, then drained
     peers: bool = False  # the peers are run (or shown as unable) in this group's scenario
 
-    def label(self) -> str:
-        return self.name
-
 
 def scenarios() -> list[Scenario]:
     base = Scenario("delivery", "non-persistent", persistent=False)
@@ -141,11 +138,14 @@ def _rss() -> int:
         return 0
 
 
-def _percentile(values: array[int], q: float) -> float | None:
-    if not values:
-        return None
+def _latency(values: array[int]) -> dict[str, Any]:
+    """p50, p99 and every 5th percentile (ms) of send-to-receive times (ns), sorted once."""
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1e6  # ms
+
+    def at(q: float) -> float | None:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1e6 if ordered else None
+
+    return {"p50_ms": at(0.50), "p99_ms": at(0.99), "latency_ms_deciles": [at(q / 100) for q in range(0, 101, 5)]}
 
 
 def _count(sc: Scenario, n: int) -> int:
@@ -294,9 +294,7 @@ def run_ours(ctx: Context, sc: Scenario, n: int, cap: float) -> dict[str, Any]:
             "seconds": seconds,
             "rate": got / seconds if seconds > 0 else None,
             "mb_per_s": got * sc.body_bytes / seconds / 1e6 if seconds > 0 else None,
-            "p50_ms": _percentile(all_latencies, 0.50),
-            "p99_ms": _percentile(all_latencies, 0.99),
-            "latency_ms_deciles": [_percentile(all_latencies, q / 100) for q in range(0, 101, 5)],
+            **_latency(all_latencies),
             "fsyncs_per_message": fsyncs / n if n else None,
             "budget_bytes": budget,
         }
@@ -350,9 +348,7 @@ def run_peer(ctx: Context, peer: str, sc: Scenario, n: int, cap: float) -> dict[
         finally:
             system.close()
         return {
-            "p50_ms": _percentile(latencies, 0.50),
-            "p99_ms": _percentile(latencies, 0.99),
-            "latency_ms_deciles": [_percentile(latencies, q / 100) for q in range(0, 101, 5)],
+            **_latency(latencies),
             "messages": run["sent"],
             "received": run["received"],
             "timed_out": run["timed_out"],

@@ -26,11 +26,12 @@ settings pass through unchanged.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from jmsstore import inspect
@@ -56,6 +57,20 @@ def session(master: str | None, conf: Sequence[str]) -> Any:
     return spark
 
 
+@contextlib.contextmanager
+def _setting(spark: Any, key: str, value: str) -> Iterator[None]:
+    """A session setting for the length of one job, then put back as it was."""
+    previous = spark.conf.get(key, None)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        if previous is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, previous)
+
+
 def export(spark: Any, stores: Sequence[str], to: str, view: str = "messages") -> dict[str, Any]:
     """Writes ``view`` of ``stores`` as Parquet into ``to`` (which must not
     exist), all or nothing; returns rows written and seconds taken."""
@@ -68,20 +83,13 @@ def export(spark: Any, stores: Sequence[str], to: str, view: str = "messages") -
     columns = ["store", "destination"] if view == "messages" else ["store"]
     # A task writes the files of several destinations at once instead of
     # sorting its rows by destination first (a third faster on 2 cores).
-    writers = "spark.sql.maxConcurrentOutputFileWriters"
-    previous = spark.conf.get(writers, None)
-    spark.conf.set(writers, "16")
     try:
-        df.write.partitionBy(*columns).parquet(staging)
+        with _setting(spark, "spark.sql.maxConcurrentOutputFileWriters", "16"):
+            df.write.partitionBy(*columns).parquet(staging)
         os.rename(staging, target)  # visible at once, or not at all
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    finally:
-        if previous is None:
-            spark.conf.unset(writers)
-        else:
-            spark.conf.set(writers, previous)
     rows = spark.read.parquet(target).count()
     return {"rows": rows, "seconds": time.monotonic() - started, "to": target}
 
@@ -100,18 +108,10 @@ def import_messages(
     target = os.path.abspath(to)
     started = time.monotonic()
     # Partition directory values (store=..., destination=...) are names, not numbers.
-    inference = "spark.sql.sources.partitionColumnTypeInference.enabled"
-    previous = spark.conf.get(inference, None)
-    spark.conf.set(inference, "false")
-    try:
+    with _setting(spark, "spark.sql.sources.partitionColumnTypeInference.enabled", "false"):
         df = spark.read.parquet(*parquet)
         writer = df.write.format("jmsstore").mode("overwrite" if overwrite else "append")
         writer.option("server", server).option("codec", codec).save(target)
-    finally:
-        if previous is None:
-            spark.conf.unset(inference)
-        else:
-            spark.conf.set(inference, previous)
     seconds = time.monotonic() - started
     live, _ = inspect.live(target)
     messages: dict[str, int] = {}
