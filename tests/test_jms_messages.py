@@ -907,3 +907,116 @@ def test_a_message_id_is_spliced_into_an_encoded_message_without_one() -> None:
     assert decode(spliced).reply_to == "queue:replies"
     with pytest.raises(MessageFormatError, match="already has a message id"):
         with_message_id(spliced, "ID:other", 1)
+
+
+# ---------------------------------------------------------------- the encoding, read natively
+
+
+def _foreign_message() -> bytes:
+    """A message as another producer may write it: every value tag, of the
+    JMS types Python never writes (byte, short, int, float, char) too."""
+    import struct
+
+    def s(text: str | None) -> bytes:
+        if text is None:
+            return b"\xff\xff\xff\xff"
+        data = text.encode()
+        return struct.pack("<I", len(data)) + data
+
+    props = [
+        (b"b", struct.pack("<b", -5)),
+        (b"s", struct.pack("<h", -300)),
+        (b"i", struct.pack("<i", 70000)),
+        (b"f", struct.pack("<f", 1.5)),
+        (b"c", struct.pack("<H", 0x263A)),
+        (b"Z", b"\x02"),
+        (b"N", b""),
+        (b"Y", struct.pack("<I", 3) + b"abc"),
+    ]
+    out = struct.pack("<BBBBQqqq", 1, 3, 2, 7, 99, 1_700_000_000_000, 0, 1_700_000_000_000)
+    out += s("ID:x-1") + s(None) + s("kind") + s("queue:q")
+    out += struct.pack("<I", len(props))
+    for i, (tag, value) in enumerate(props):
+        out += s(f"p{i}") + tag + value
+    out += struct.pack("<I", 2) + s("k") + b"l" + struct.pack("<q", 1) + s("t") + b"S" + s("v")
+    return out
+
+
+def _slots(message: Message) -> dict[str, object]:
+    return {
+        slot: getattr(message, slot)
+        for cls in type(message).__mro__
+        for slot in getattr(cls, "__slots__", ())
+        if hasattr(message, slot)
+    }
+
+
+def test_the_native_reader_reads_what_the_python_reader_reads() -> None:
+    from jmsstore.broker.message import _decode_in_python, decode, encode
+
+    samples = [_foreign_message()]
+    for message in (
+        TextMessage("héllo"),
+        BytesMessage(b"\x00\x01" * 100),
+        MapMessage({"a": 1, "b": b"x", "c": None, "d": 2.5, "e": True, "f": "s"}),
+        StreamMessage([1, "x", b"y", None, False, 3.25]),
+        Message(),
+    ):
+        message.set_property("color", "red")
+        message.set_property("n", -(1 << 63))
+        samples.append(encode(message))
+    for data in samples:
+        native, python = decode(data), _decode_in_python(data)
+        assert type(native) is type(python)
+        assert _slots(native) == _slots(python)
+    foreign = decode(samples[0])
+    assert foreign.get_property("p4") == "\u263a" and foreign.get_property("p5") is True
+    assert foreign["t"] == "v"  # type: ignore[index]
+
+
+def test_a_string_with_an_encoded_surrogate_is_read_by_the_python_reader() -> None:
+    """Java strings may hold lone surrogates; Python writes them with
+    ``surrogatepass``, which strict UTF-8 refuses."""
+    from jmsstore import _native
+    from jmsstore.broker.message import decode, encode
+
+    data = encode(TextMessage("a\ud800b"))
+    assert _native.read_message(data) is None
+    assert decode(data).text == "a\ud800b"  # type: ignore[attr-defined]
+
+
+def test_every_truncation_of_a_message_is_a_format_error() -> None:
+    from jmsstore.broker.message import _decode_in_python, decode
+
+    data = _foreign_message()
+    for end in range(len(data)):
+        with pytest.raises(MessageFormatError):
+            _decode_in_python(data[:end])
+        with pytest.raises(MessageFormatError):
+            decode(data[:end])
+
+
+@pytest.mark.parametrize(
+    ("patch", "why"),
+    [
+        (lambda d: b"\x02" + d[1:], "format version 1"),
+        (lambda d: d[:1] + b"\x09" + d[2:], "unknown body type 9"),
+        (lambda d: d[:2] + b"\x05" + d[3:], "not a valid DeliveryMode"),
+    ],
+)
+def test_a_damaged_header_is_a_format_error(patch: Any, why: str) -> None:
+    from jmsstore.broker.message import decode, encode
+
+    with pytest.raises(MessageFormatError, match=why):
+        decode(patch(encode(TextMessage("x"))))
+
+
+def test_a_count_past_the_end_is_a_format_error_not_an_allocation() -> None:
+    import struct
+
+    from jmsstore.broker.message import decode, encode
+
+    data = encode(Message())
+    # The property count is the last four bytes of a message without a body.
+    with pytest.raises(MessageFormatError, match="cannot fit"):
+        decode(data[:-4] + struct.pack("<I", 0xFFFF_FFF0))

@@ -9,6 +9,7 @@ after X a message arrives is not asserted beyond a generous receive timeout.
 from __future__ import annotations
 
 import random
+import threading
 import time
 from typing import Any
 
@@ -322,3 +323,58 @@ def test_expiry_on_a_durable_subscription(server: JMSServer) -> None:
         producer.send(TextMessage("long"))
         time.sleep(0.25)
         assert texts(drain(session.create_durable_subscriber(topic, "d"))) == ["long"]
+
+
+# ---------------------------------------------------------------- competing consumers
+
+
+def test_a_consumer_that_stopped_waiting_takes_no_wake_up_from_one_still_waiting(server: JMSServer) -> None:
+    """JMS 2.0 §4.4.9 (queue semantics): a message goes to one of the waiting
+    consumers. One consumer is woken at a time, the one that went idle last;
+    a consumer whose receive has ended (timed out, here) must not be picked,
+    or the message would wait for a receive that may never come."""
+    queue = server.create_queue("competing")
+    conn = connect(server)
+    waiting = conn.create_session().create_consumer(queue)
+    gave_up = conn.create_session().create_consumer(queue)
+    got: list[Message | None] = []
+    receiver = threading.Thread(target=lambda: got.append(waiting.receive(SOON)))
+    receiver.start()
+    bell = server._queues["competing"].bell
+    while bell.waiting()[1] == 0:  # the receiver is idle, waiting for the bell
+        time.sleep(0.001)
+    assert gave_up.receive(0.05) is None  # idle after the other, then gone
+    assert bell.waiting() == (0, 1)
+    send_texts(server, queue, ["one"])
+    receiver.join()
+    assert [_text(m) for m in got] == ["one"]
+    conn.close()
+
+
+def test_a_consumer_woken_that_closes_before_looking_passes_the_message_on(server: JMSServer) -> None:
+    """The consumer the bell woke closes instead of looking: another waiting
+    consumer must still get the message (JMS 2.0 §4.4.9)."""
+    queue = server.create_queue("handover")
+    conn = connect(server)
+    first = conn.create_session().create_consumer(queue)
+    second = conn.create_session().create_consumer(queue)
+    bell = server._queues["handover"].bell
+    got: dict[str, Message | None] = {}
+    threads = {
+        name: threading.Thread(target=lambda c=consumer, n=name: got.__setitem__(n, c.receive(SOON)))
+        for name, consumer in (("first", first), ("second", second))
+    }
+    threads["first"].start()
+    while bell.waiting()[1] < 1:
+        time.sleep(0.001)
+    threads["second"].start()
+    while bell.waiting()[1] < 2:
+        time.sleep(0.001)
+    # The bell would wake the second (idle last); it closes first, from here.
+    second.close()
+    threads["second"].join()
+    send_texts(server, queue, ["one"])
+    threads["first"].join()
+    assert got["second"] is None
+    assert _text(got["first"]) == "one"
+    conn.close()

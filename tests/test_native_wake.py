@@ -38,25 +38,61 @@ def test_signal_refuses_a_bad_timeout(timeout: float) -> None:
         Signal().wait(timeout)
 
 
-def test_a_message_wakes_the_longest_idle_consumer_only() -> None:
+def test_a_message_wakes_the_consumer_that_went_idle_last_only() -> None:
     bell = Doorbell()
     first, second = Signal(), Signal()
     bell.push_idle(first)
     bell.push_idle(second)
     bell.ring()
-    assert first.is_set() and not second.is_set()
+    assert second.is_set() and not first.is_set()
     assert bell.waiting() == (0, 1)
-    bell.ring(2)  # two messages, one consumer left
-    assert second.is_set()
-    assert bell.waiting() == (0, 0)
+
+
+def test_while_a_woken_consumer_is_on_its_way_later_messages_wait_for_it() -> None:
+    """It takes up to a batch when it looks: waking another consumer per
+    message would send most of them to find nothing."""
+    bell = Doorbell()
+    first, second = Signal(), Signal()
+    bell.push_idle(first)
+    bell.push_idle(second)
+    bell.ring()
+    bell.ring(5)
+    assert second.is_set() and not first.is_set()
+    # The second clears its flag to look again: no longer on its way. It
+    # found the messages, so it is not idle either.
+    second.clear()
+    bell.ring()
+    assert first.is_set()
+
+
+def test_a_woken_consumer_that_gives_up_passes_the_wake_up_on() -> None:
+    bell = Doorbell()
+    first, second = Signal(), Signal()
+    bell.push_idle(first)
+    bell.push_idle(second)
+    bell.ring()
+    bell.forget_idle(second)  # its receive ended (closed, timed out) without looking
+    bell.ring()
+    assert first.is_set()
+
+
+def test_pushing_an_idle_consumer_twice_keeps_one_entry_at_the_back() -> None:
+    bell = Doorbell()
+    first, second = Signal(), Signal()
+    bell.push_idle(first)
+    bell.push_idle(second)
+    bell.push_idle(first)
+    assert bell.waiting() == (0, 2)
+    bell.ring()
+    assert first.is_set() and not second.is_set()
 
 
 def test_a_consumer_already_woken_does_not_take_a_wake_up() -> None:
     bell = Doorbell()
     busy, idle = Signal(), Signal()
-    busy.set()  # woken before, not waiting
-    bell.push_idle(busy)
     bell.push_idle(idle)
+    bell.push_idle(busy)  # idle last: the one a message wakes...
+    busy.set()  # ...but woken already by something else, not waiting
     bell.ring()
     assert idle.is_set()
 

@@ -36,6 +36,7 @@ from jmsstore._args import integer
 from jmsstore._native import Signal
 from jmsstore.broker.destination import Destination, Queue, TemporaryQueue, Topic, check_name
 from jmsstore.broker.message import (
+    DELIVERY_MODES,
     BytesMessage,
     DeliveryMode,
     MapMessage,
@@ -944,6 +945,8 @@ class SendFuture(Future[Message]):
         self._durable.set()
 
     def _wait(self, timeout: float | None) -> None:
+        if self._state == _FINISHED:
+            return
         if not self._durable.wait(timeout):
             raise TimeoutError()
         self._finish(self._durable.error())
@@ -959,7 +962,9 @@ class SendFuture(Future[Message]):
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         self._wait(timeout)
-        return super().exception(0)
+        # Settled (it is never cancelled: it starts running), so no lock is
+        # needed to read the outcome.
+        return self._exception
 
 
 class MessageProducer:
@@ -1005,16 +1010,19 @@ class MessageProducer:
         target = destination if destination is not None else self.destination
         if target is None:
             raise InvalidDestinationError("an unidentified producer needs a destination for each send")
-        mode = self.delivery_mode if delivery_mode is None else delivery_mode
-        try:
-            mode = DeliveryMode(mode)
-        except ValueError:
-            raise InvalidArgumentError(f"delivery_mode must be a DeliveryMode, not {mode!r}") from None
-        prio = integer("priority", self.priority if priority is None else priority, 0, 9)
-        ttl = integer("time_to_live (ms)", self.time_to_live if time_to_live is None else time_to_live, 0, _MAX_MS)
-        delay = integer(
-            "delivery_delay (ms)", self.delivery_delay if delivery_delay is None else delivery_delay, 0, _MAX_MS
-        )
+        given = self.delivery_mode if delivery_mode is None else delivery_mode
+        mode = DELIVERY_MODES.get(given) if isinstance(given, int) else None
+        if mode is None:
+            raise InvalidArgumentError(f"delivery_mode must be a DeliveryMode, not {given!r}")
+        prio = self.priority if priority is None else priority
+        if type(prio) is not int or not 0 <= prio <= 9:  # the common case in one test; integer() says what is wrong
+            prio = integer("priority", prio, 0, 9)
+        ttl = self.time_to_live if time_to_live is None else time_to_live
+        if type(ttl) is not int or not 0 <= ttl <= _MAX_MS:
+            ttl = integer("time_to_live (ms)", ttl, 0, _MAX_MS)
+        delay = self.delivery_delay if delivery_delay is None else delivery_delay
+        if type(delay) is not int or not 0 <= delay <= _MAX_MS:
+            delay = integer("delivery_delay (ms)", delay, 0, _MAX_MS)
         server = self._session._server
         state = server._target_of(target)
         if (server._paused or state.paused) and server._production_paused(state):
@@ -1048,9 +1056,7 @@ class MessageProducer:
         if (
             copies == 1
             and not server._system_limited
-            and _native.charge(
-                usage._account, state.gauge, server._gauge, routes[0][0].held, 1, size, usage.preemptive
-            )
+            and _native.charge(usage._account, state.gauge, server._gauge, routes[0][0].held, 1, size, usage.preemptive)
         ):
             return True
         if not server._charge(state, copies, size, persistent, self._send_timeout):
@@ -1218,7 +1224,10 @@ class MessageConsumer:
         if not items:
             return False
         if len(items) == self._limit:
-            target.notify()  # there may be more: pass the wake-up on to another idle consumer
+            # There may be more: pass the wake-up on to another idle consumer
+            # (this one no longer counts as on its way).
+            target.bell.forget_idle(self._wake)
+            target.notify()
         deliveries = [Delivery(target, key, count, handle, body) for key, count, handle, body in items]
         target.pending.add(len(deliveries), sum(len(d.body) for d in deliveries))
         stored = [d for d in deliveries if d.handle is not None]
@@ -1238,57 +1247,73 @@ class MessageConsumer:
     def _next(self, deadline: float | None) -> Delivery | None:
         """The next message for this consumer, waiting until ``deadline`` (monotonic; None: forever)."""
         connection = self._session._connection
-        while True:
-            if self._closed or self._stopping or self._session._closed:
-                return None
-            if self._target.deleted:
-                raise InvalidDestinationError(f"{self.destination!r} was deleted")
-            if not connection._started:
-                # In slices, so that a close from another thread is seen.
-                step = time.monotonic() + 0.2
-                started = connection._wait_started(step if deadline is None else min(deadline, step))
-                if not started and deadline is not None and time.monotonic() >= deadline:
+        bell = self._target.bell
+        idle = False  # in the bell's idle list, or woken by it and not yet looking
+        try:
+            while True:
+                if self._closed or self._stopping or self._session._closed:
                     return None
-                continue
-            server = self._session._server
-            if server._consumption_paused(self._target.charged_to):
-                remaining = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
-                if remaining <= 0:
+                if self._target.deleted:
+                    raise InvalidDestinationError(f"{self.destination!r} was deleted")
+                if idle and (
+                    not connection._started or self._session._server._consumption_paused(self._target.charged_to)
+                ):
+                    # Not looking while stopped or paused: a wake-up must go to another consumer.
+                    bell.forget_idle(self._wake)
+                    idle = False
+                if not connection._started:
+                    # In slices, so that a close from another thread is seen.
+                    step = time.monotonic() + 0.2
+                    started = connection._wait_started(step if deadline is None else min(deadline, step))
+                    if not started and deadline is not None and time.monotonic() >= deadline:
+                        return None
+                    continue
+                server = self._session._server
+                if server._consumption_paused(self._target.charged_to):
+                    remaining = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
+                    if remaining <= 0:
+                        return None
+                    server._wait_resumed(self._target.charged_to, remaining)
+                    continue
+                if self._buffer:
+                    d = self._buffer.popleft()
+                    marker = d.marker
+                    if marker is not None:
+                        try:
+                            marker.wait()
+                        except BaseException:
+                            self._buffer.appendleft(d)
+                            self._return_prefetched()
+                            raise
+                    if len(self._buffer) * 2 < self._limit:
+                        self._fill()  # pipelining: the next batch's record is written while this one is used
+                    return d
+                # Cleared before looking: while it is set after a ring, the bell
+                # counts this consumer as on its way and wakes nobody else.
+                self._wake.clear()
+                # In the idle list before looking: a message sent after the look wakes us.
+                bell.push_idle(self._wake)
+                idle = True
+                if self._fill():
+                    bell.forget_idle(self._wake)
+                    idle = False
+                    continue
+                if self._session.ack_mode == AckMode.DUPS_OK:
+                    self._session._flush_dups()
+                self._session._flush_acks()
+                timeout = None if deadline is None else deadline - time.monotonic()
+                if timeout is not None and timeout <= 0:
                     return None
-                server._wait_resumed(self._target.charged_to, remaining)
-                continue
-            if self._buffer:
-                d = self._buffer.popleft()
-                marker = d.marker
-                if marker is not None:
-                    try:
-                        marker.wait()
-                    except BaseException:
-                        self._buffer.appendleft(d)
-                        self._return_prefetched()
-                        raise
-                if len(self._buffer) * 2 < self._limit:
-                    self._fill()  # pipelining: the next batch's record is written while this one is used
-                return d
-            self._wake.clear()
-            # In the idle list before looking: a message sent after the look wakes us.
-            bell = self._target.bell
-            bell.push_idle(self._wake)
-            if self._fill():
+                due = self._target.next_due(now_ms())
+                if due is not None:
+                    until_due = max(0.001, (due - now_ms()) / 1000)
+                    timeout = until_due if timeout is None else min(timeout, until_due)
+                self._wake.wait(timeout if timeout is not None else 1.0)
+        finally:
+            if idle:
+                # A consumer the bell woke that no longer looks would hold back
+                # the wake-ups of the others.
                 bell.forget_idle(self._wake)
-                continue
-            if self._session.ack_mode == AckMode.DUPS_OK:
-                self._session._flush_dups()
-            self._session._flush_acks()
-            timeout = None if deadline is None else deadline - time.monotonic()
-            if timeout is not None and timeout <= 0:
-                return None
-            due = self._target.next_due(now_ms())
-            if due is not None:
-                until_due = max(0.001, (due - now_ms()) / 1000)
-                timeout = until_due if timeout is None else min(timeout, until_due)
-            self._wake.wait(timeout if timeout is not None else 1.0)
-            bell.forget_idle(self._wake)
 
     def _stop(self) -> None:
         """Ends a receive in progress on another thread and waits for it to

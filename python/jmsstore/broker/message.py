@@ -25,6 +25,7 @@ import struct
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
+from jmsstore import _native
 from jmsstore.errors import (
     InvalidArgumentError,
     MessageFormatError,
@@ -56,6 +57,10 @@ class DeliveryMode(enum.IntEnum):
 
     NON_PERSISTENT = 1
     PERSISTENT = 2
+
+
+# DeliveryMode(value) by lookup: the enum's call costs more than a send's encoding.
+DELIVERY_MODES: dict[object, DeliveryMode] = {int(mode): mode for mode in DeliveryMode}
 
 
 _RESERVED_WORDS = frozenset({"NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN", "LIKE", "IN", "IS", "ESCAPE"})
@@ -594,7 +599,69 @@ def decode_properties(data: bytes) -> dict[str, object]:
 
 
 def decode(data: bytes) -> Message:
-    """The message encoded in ``data``; ``reply_to`` is left as its ``kind:name`` text."""
+    """The message encoded in ``data``; ``reply_to`` is left as its ``kind:name`` text.
+
+    Read natively in one call (a consumer decodes every message it hands
+    out, holding the GIL); a message with a string that is not strict UTF-8
+    (an encoded surrogate) is read by :func:`_decode_in_python`."""
+    try:
+        fields = _native.read_message(data)
+    except ValueError as e:
+        raise MessageFormatError(str(e)) from None
+    if fields is None:
+        return _decode_in_python(data)
+    (
+        body_type,
+        mode,
+        priority,
+        ident,
+        timestamp,
+        expiration,
+        delivery_time,
+        message_id,
+        correlation_id,
+        message_type,
+        reply_to,
+        properties,
+        body,
+    ) = fields
+    delivery_mode = DELIVERY_MODES.get(mode)
+    if delivery_mode is None:
+        raise MessageFormatError(f"malformed message: {mode} is not a valid DeliveryMode")
+    cls = _TYPES[body_type]
+    message = cls.__new__(cls)
+    # Every slot, as Message.__init__ would, without setting each twice.
+    message._properties = properties
+    message._read_only = False
+    message._session = None
+    message._delivery = None
+    message.destination = None
+    message.redelivered = False
+    message.delivery_count = 0
+    message.delivery_mode = delivery_mode
+    message.priority = priority
+    message.id = ident
+    message.timestamp = timestamp
+    message.expiration = expiration
+    message.delivery_time = delivery_time
+    message.message_id = message_id
+    message.correlation_id = correlation_id
+    message.type = message_type
+    message.reply_to = reply_to
+    if body_type == TextMessage.BODY_TYPE:
+        message._text = body  # type: ignore[attr-defined]
+    elif body_type == BytesMessage.BODY_TYPE:
+        message._body = body  # type: ignore[attr-defined]
+    elif body_type == MapMessage.BODY_TYPE:
+        message._map = body  # type: ignore[attr-defined]
+    elif body_type == StreamMessage.BODY_TYPE:
+        message._values = body  # type: ignore[attr-defined]
+        message._position = 0  # type: ignore[attr-defined]
+    return message
+
+
+def _decode_in_python(data: bytes) -> Message:
+    """:func:`decode`, read in Python (strings may hold encoded surrogates)."""
     try:
         fixed, r = _header(data)
         _, body_type, mode, priority, ident, timestamp, expiration, delivery_time = fixed

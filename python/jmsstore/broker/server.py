@@ -48,7 +48,7 @@ from jmsstore.broker.destination import (
     Topic,
     check_name,
 )
-from jmsstore.broker.message import DeliveryMode, Message, decode, encode, peek_header
+from jmsstore.broker.message import DELIVERY_MODES, DeliveryMode, Message, decode, encode, peek_header
 from jmsstore.broker.resources import (
     Quota,
     QuotaUsage,
@@ -97,24 +97,25 @@ def now_ms() -> int:
 class Marker:
     """A delivery record: store handles handed out (or about to be) in one batch."""
 
-    __slots__ = ("dropped", "durable", "error", "handle", "pending")
+    __slots__ = ("dropped", "durable", "handle", "pending")
 
     def __init__(self, pending: dict[int, int], handle: int | None = None) -> None:
         self.pending = pending  # store handle -> delivery count, for messages not yet deleted
         self.handle = handle  # its record (None: its write failed)
         # Set natively the moment the record is durable (a consumer waits on it
-        # before handing the messages out), or by the callback when it failed.
+        # before handing the messages out), or with the error when its write
+        # failed: nothing runs in Python for the record.
         self.durable = Signal()
-        self.error: BaseException | None = None
         # Its record's delete was decided (under the server lock): nothing may touch the record again.
         self.dropped = False
 
     def wait(self) -> None:
         """Waits until the record is durable; raises the error if its write failed."""
-        if not self.durable.is_set():
-            self.durable.wait()
-        if self.error is not None:
-            raise self.error
+        try:
+            self.durable.result()
+        except BaseException:
+            self.handle = None
+            raise
 
 
 class Target:
@@ -129,8 +130,8 @@ class Target:
         server._by_pager_id[self.pager_id] = self
         self.collection = collection
         self.settings = settings
-        # Who waits here: listener sessions, and idle consumers (woken one per
-        # message, or all of them when a consumer has a selector). Native, so
+        # Who waits here: listener sessions, and idle consumers (one woken at a
+        # time, or all of them when a consumer has a selector). Native, so
         # that a send completing on the store's completer thread rings it
         # without the GIL.
         self.bell = Doorbell()
@@ -153,9 +154,9 @@ class Target:
 
     def notify(self) -> None:
         """A message became available: wake the listener sessions and one idle
-        consumer, the longest waiting (every idle one when a consumer has a
-        selector). A consumer that takes a full batch wakes the next one
-        (see ``MessageConsumer._fill``)."""
+        consumer, the last to go idle, unless one woken earlier has not looked
+        yet (every idle one when a consumer has a selector). A consumer that
+        takes a full batch wakes the next one (see ``MessageConsumer._fill``)."""
         self.bell.ring()
 
     def notify_all(self) -> None:
@@ -1077,7 +1078,7 @@ class JMSServer:
         message.timestamp = now
         message.expiration = now + time_to_live if time_to_live > 0 else 0
         message.delivery_time = now + delivery_delay
-        message.delivery_mode = DeliveryMode(delivery_mode)
+        message.delivery_mode = DELIVERY_MODES[delivery_mode]
         message.priority = priority
         message.destination = destination
         message.redelivered = False
@@ -1259,16 +1260,9 @@ class JMSServer:
             for h in handles:
                 self._markers_of.setdefault(h, []).append(marker)
         body = b"".join(_MARKER_ENTRY.pack(h, c) for h, c in zip(handles, counts, strict=True))
-
-        def written(_: int | None, error: BaseException | None) -> None:
-            if error is not None:
-                marker.error = error
-                marker.handle = None
-                marker.durable.set()
-
-        handle = self._store._native_store().put_async(self._collection("delivered"), body, written, marker.durable)
-        if marker.error is None:  # (a failure reported already, while the put let the GIL go)
-            marker.handle = handle
+        marker.handle = self._store._native_store().put_async(
+            self._collection("delivered"), body, durable=marker.durable
+        )
         self._stats.delivery_records += 1
         return marker
 
@@ -1304,6 +1298,8 @@ class JMSServer:
             return
         for marker in touched.values():
             marker.durable.wait()  # for the record's write (outside the lock)
+            if marker.durable.error() is not None:
+                marker.handle = None  # not written: nothing to update
         # Decided and submitted under the lock, from the records' current
         # state: a _settle (or another _unmark) of the same record may run
         # concurrently, and the store refuses (UnknownHandleError) a batch

@@ -176,17 +176,23 @@ impl NativeStore {
 
     /// Queues a put; `callback(handle, error)` runs on the callback thread
     /// once it is durable. `durable`, if given, is set (without the GIL)
-    /// the moment the put is durable; a failure only calls the callback.
-    #[pyo3(signature = (collection, body, callback, durable=None))]
+    /// the moment the put is durable. A failure calls the callback, or
+    /// without one sets `durable` with the error: then nothing runs in
+    /// Python for the put.
+    #[pyo3(signature = (collection, body, callback=None, durable=None))]
     fn put_async(
         &self,
         py: Python<'_>,
         collection: &str,
         body: PyBackedBytes,
-        callback: Py<PyAny>,
+        callback: Option<Py<PyAny>>,
         durable: Option<PyRef<'_, Signal>>,
     ) -> PyResult2<u64> {
         let durable = durable.map(|s| s.flag());
+        if callback.is_none() && durable.is_none() {
+            return Err(PyStoreError(Error::invalid("put_async needs a callback or a signal to report to")));
+        }
+        let fail = if callback.is_none() { durable.clone() } else { None };
         let queue = || {
             let mut batch = self.store.batch();
             let handle = batch.put(collection, &body)?;
@@ -196,10 +202,8 @@ impl NativeStore {
                     Ok(handle)
                 })
             });
-            self.store.commit_async(
-                batch,
-                completion::deliver_after(followup, Some(callback), None, handle, &self.outstanding),
-            )?;
+            self.store
+                .commit_async(batch, completion::deliver_after(followup, callback, fail, handle, &self.outstanding))?;
             Ok::<u64, Error>(handle)
         };
         if body.len() < DETACH_ABOVE {

@@ -134,6 +134,18 @@ impl Signal {
         state.error.as_ref().map(|e| PyErr::from(PyStoreError(copy_error(e))).into_value(py).into_any())
     }
 
+    /// Waits until set (without the GIL), then raises the error it was
+    /// set with, if any: what a future's `result()` is.
+    fn result(&self, py: Python<'_>) -> PyResult<()> {
+        if !self.flag.is_set() {
+            py.detach(|| self.flag.wait(None));
+        }
+        match self.error(py) {
+            Some(error) => Err(PyErr::from_value(error.into_bound(py))),
+            None => Ok(()),
+        }
+    }
+
     /// Arranges for `callback(0, None)` to be called on the callback thread
     /// once set; False (and nothing arranged) if it is set already.
     fn call_when_set(&self, callback: Py<PyAny>) -> bool {
@@ -173,6 +185,11 @@ struct Waiting {
     idle: VecDeque<Arc<Flag>>,
     /// Consumers with a selector: a message may not suit the one woken.
     selective: usize,
+    /// Idle consumers woken by a ring that have not looked yet: while one is
+    /// on its way, later messages are left for it (it takes up to a batch,
+    /// and wakes the next consumer if it takes a full one). Waking one per
+    /// message instead sends most of them to find nothing, or a message each.
+    on_the_way: Vec<Arc<Flag>>,
 }
 
 /// Who waits for messages on one destination (a queue or a subscription).
@@ -182,22 +199,37 @@ pub struct Bell {
 }
 
 impl Bell {
-    /// `count` messages arrived: wakes every listener session and up to
-    /// `count` idle consumers, the longest waiting first (every idle one if
-    /// a consumer has a selector: the ones woken may not want them).
+    /// `count` messages arrived: wakes every listener session and the
+    /// consumer that went idle last, unless one woken earlier has not looked
+    /// yet (every idle one if a consumer has a selector: the ones woken may
+    /// not want them). The last to go idle is the likeliest to be on a CPU
+    /// still, or not yet asleep: waking the longest idle instead spreads a
+    /// light load over every consumer, each wake-up a full context switch.
     pub fn ring(&self, count: usize) {
         let mut waiting = lock(&self.waiting);
         for flag in &waiting.listeners {
             flag.set();
         }
+        if count == 0 {
+            return;
+        }
         let all = waiting.selective > 0;
-        let mut woken = 0;
-        while all || woken < count {
-            let Some(flag) = waiting.idle.pop_front() else { break };
-            // One already set is not waiting (its owner clears it before looking again).
-            if !flag.is_set() {
-                flag.set();
-                woken += 1;
+        if !all {
+            // Its owner clears the flag before it looks again.
+            waiting.on_the_way.retain(|flag| flag.is_set());
+            if !waiting.on_the_way.is_empty() {
+                return;
+            }
+        }
+        while let Some(flag) = waiting.idle.pop_back() {
+            // One already set is not waiting.
+            if flag.is_set() {
+                continue;
+            }
+            flag.set();
+            if !all {
+                waiting.on_the_way.push(flag);
+                break;
             }
         }
     }
@@ -210,6 +242,7 @@ impl Bell {
         for flag in waiting.idle.drain(..) {
             flag.set();
         }
+        waiting.on_the_way.clear();
     }
 }
 
@@ -235,14 +268,20 @@ impl Doorbell {
         lock(&self.bell.waiting).listeners.retain(|f| !Arc::ptr_eq(f, &signal.flag));
     }
 
-    /// A consumer is about to look and then wait: the next message sets `signal`.
+    /// A consumer is about to look and then wait: the next message sets
+    /// `signal` (it goes to the back of the list if it was in it already).
     fn push_idle(&self, signal: &Signal) {
-        lock(&self.bell.waiting).idle.push_back(signal.flag.clone());
+        let mut waiting = lock(&self.bell.waiting);
+        waiting.idle.retain(|f| !Arc::ptr_eq(f, &signal.flag));
+        waiting.on_the_way.retain(|f| !Arc::ptr_eq(f, &signal.flag));
+        waiting.idle.push_back(signal.flag.clone());
     }
 
     /// The consumer found a message (or stopped waiting): no wake-up for it.
     fn forget_idle(&self, signal: &Signal) {
-        lock(&self.bell.waiting).idle.retain(|f| !Arc::ptr_eq(f, &signal.flag));
+        let mut waiting = lock(&self.bell.waiting);
+        waiting.idle.retain(|f| !Arc::ptr_eq(f, &signal.flag));
+        waiting.on_the_way.retain(|f| !Arc::ptr_eq(f, &signal.flag));
     }
 
     /// Counts a consumer with a selector in (`delta` 1) or out (-1).

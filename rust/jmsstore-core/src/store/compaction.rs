@@ -298,7 +298,7 @@ pub(crate) fn compact(
     let mut report = CompactionReport::default();
 
     if seal_active {
-        let waiter = Arc::new(Waiter::new(&shared.wakeup));
+        let waiter = Arc::new(Waiter::new());
         shared.submit_control(Work::Roll(Completion::waiter(waiter.clone())))?;
         waiter.wait()?;
     }
@@ -418,7 +418,7 @@ pub(crate) fn compact(
         // it must not go before that write is durable, or a power loss would
         // lose both versions. Everything written before this sync is durable
         // after it; anything written later replaces a record that was copied.
-        let waiter = Arc::new(Waiter::new(&shared.wakeup));
+        let waiter = Arc::new(Waiter::new());
         shared.submit_control(Work::Sync(Completion::waiter(waiter.clone())))?;
         waiter.wait()?;
     }

@@ -33,6 +33,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
 use crate::codec::{self, Codec, CodecId};
@@ -322,19 +323,20 @@ impl Completion {
         }
     }
 
-    /// Completes without waking a synchronous waiter; returns true if one
-    /// needs the group's broadcast ([`Wakeup::notify`]).
-    fn complete_quietly(mut self, result: Result<()>) -> bool {
+    /// Completes without waking a synchronous waiter; returns it if there
+    /// is one, for the caller to wake ([`Waiter::wake`]) once every result
+    /// of the group is set.
+    fn complete_quietly(mut self, result: Result<()>) -> Option<Arc<Waiter>> {
         match self.0.take() {
             Some(CompletionKind::Wait(w)) => {
                 w.set(result);
-                true
+                Some(w)
             }
             Some(kind @ CompletionKind::Callback(_)) => {
                 kind.run(result);
-                false
+                None
             }
-            None => false,
+            None => None,
         }
     }
 
@@ -361,53 +363,42 @@ impl Drop for Completion {
     }
 }
 
-/// Where synchronous waiters sleep. The flusher sets the results of a whole
-/// group, then wakes everyone with one broadcast: one syscall per group
-/// instead of one per waiter, so it gets back to the queue sooner.
-#[derive(Default)]
-pub(crate) struct Wakeup {
-    lock: Mutex<()>,
-    cv: Condvar,
-}
-
-impl Wakeup {
-    fn notify(&self) {
-        // Taking the lock orders this wake-up after any waiter that saw its
-        // result missing and is about to sleep.
-        drop(lock(&self.lock));
-        self.cv.notify_all();
-    }
-}
-
-/// A synchronous waiter.
+/// A synchronous waiter: the thread that submitted, parked until its
+/// result is set. Each is woken on its own (a futex wake when it sleeps):
+/// one broadcast for a group would also wake every submitter whose work is
+/// in the next group, only for it to go back to sleep.
 pub(crate) struct Waiter {
     result: Mutex<Option<Result<()>>>,
     done: AtomicBool,
-    wakeup: Arc<Wakeup>,
+    thread: Thread,
 }
 
 impl Waiter {
-    fn new(wakeup: &Arc<Wakeup>) -> Self {
-        Waiter { result: Mutex::new(None), done: AtomicBool::new(false), wakeup: wakeup.clone() }
+    /// A waiter for the calling thread (the one that calls [`Waiter::wait`]).
+    fn new() -> Self {
+        Waiter { result: Mutex::new(None), done: AtomicBool::new(false), thread: thread::current() }
     }
 
-    /// Records the result without waking anyone (see [`Wakeup`]).
+    /// Records the result without waking the waiter (see [`Waiter::wake`]).
     fn set(&self, result: Result<()>) {
         *lock(&self.result) = Some(result);
         self.done.store(true, Ordering::Release);
     }
 
+    fn wake(&self) {
+        self.thread.unpark();
+    }
+
     fn finish(&self, result: Result<()>) {
         self.set(result);
-        self.wakeup.notify();
+        self.wake();
     }
 
     fn wait(&self) -> Result<()> {
-        let mut guard = lock(&self.wakeup.lock);
+        // `park` may return early (a token left by someone else): look again.
         while !self.done.load(Ordering::Acquire) {
-            guard = self.wakeup.cv.wait(guard).unwrap_or_else(|p| p.into_inner());
+            thread::park();
         }
-        drop(guard);
         lock(&self.result).take().unwrap_or(Err(Error::Closed))
     }
 }
@@ -492,7 +483,6 @@ pub(crate) struct Shared {
     compaction: Mutex<()>,
     spare: writer::SpareSlot,
     compactor: compaction::Compactor,
-    wakeup: Arc<Wakeup>,
     recovery: RecoveryReport,
     /// The directory lock; dropped by `close` so the directory can be reopened at once.
     lock: Mutex<Option<Box<dyn LockGuard>>>,
@@ -797,7 +787,6 @@ impl Store {
             compaction: Mutex::new(()),
             spare: writer::SpareSlot::default(),
             compactor: compaction::Compactor::default(),
-            wakeup: Arc::default(),
             recovery: recovered.report,
             lock: Mutex::new(Some(guard)),
         });
@@ -846,7 +835,7 @@ impl Store {
         if batch.ops.is_empty() {
             return Ok(());
         }
-        let waiter = Arc::new(Waiter::new(&self.shared.wakeup));
+        let waiter = Arc::new(Waiter::new());
         self.commit_with(batch, Completion::waiter(waiter.clone()), false)?;
         waiter.wait()
     }
@@ -975,7 +964,7 @@ impl Store {
 
     /// Makes everything written so far durable (useful with `disabled`).
     pub fn flush(&self) -> Result<()> {
-        let waiter = Arc::new(Waiter::new(&self.shared.wakeup));
+        let waiter = Arc::new(Waiter::new());
         self.shared.submit_control(Work::Sync(Completion::waiter(waiter.clone())))?;
         waiter.wait()
     }

@@ -662,14 +662,14 @@ impl Writer {
                 }
             }
         }
-        let mut released = 0;
-        for placed in ready {
-            released += usize::from(placed.completion.complete_quietly(Ok(())));
+        // Every result first, then the wake-ups: a woken submitter that
+        // needs this thread's CPU then finds nothing left to wait for.
+        let waiters: Vec<_> =
+            ready.into_iter().filter_map(|placed| placed.completion.complete_quietly(Ok(()))).collect();
+        for waiter in &waiters {
+            waiter.wake();
         }
-        if released > 0 {
-            self.shared.wakeup.notify();
-        }
-        self.last_released = released;
+        self.last_released = waiters.len();
         Ok(())
     }
 
