@@ -608,8 +608,11 @@ def decode(data: bytes) -> Message:
         fields = _native.read_message(data)
     except ValueError as e:
         raise MessageFormatError(str(e)) from None
-    if fields is None:
-        return _decode_in_python(data)
+    return _message(fields if fields is not None else _read_in_python(data))
+
+
+def _message(fields: tuple[Any, ...]) -> Message:
+    """The message of the fields :func:`_native.read_message` reads."""
     (
         body_type,
         mode,
@@ -660,42 +663,51 @@ def decode(data: bytes) -> Message:
     return message
 
 
-def _decode_in_python(data: bytes) -> Message:
-    """:func:`decode`, read in Python (strings may hold encoded surrogates)."""
+def _read_in_python(data: bytes) -> tuple[Any, ...]:
+    """What :func:`_native.read_message` reads, in Python (strings may hold
+    encoded surrogates, which strict UTF-8 refuses)."""
     try:
         fixed, r = _header(data)
         _, body_type, mode, priority, ident, timestamp, expiration, delivery_time = fixed
-        cls = _TYPES.get(body_type)
-        if cls is None:
+        if body_type not in _TYPES:
             raise MessageFormatError(f"unknown body type {body_type}")
-        message = cls.__new__(cls)
-        Message.__init__(message)
-        message.delivery_mode = DeliveryMode(mode)
-        message.priority = priority
-        message.id = ident
-        message.timestamp = timestamp
-        message.expiration = expiration
-        message.delivery_time = delivery_time
-        message.message_id = r.str()
-        message.correlation_id = r.str()
-        message.type = r.str()
-        message.reply_to = r.str()
-        props = message._properties
+        message_id, correlation_id, message_type, reply_to = r.str(), r.str(), r.str(), r.str()
+        properties: dict[str | None, object] = {}
         for _ in range(r.u32()):
             name = r.str()
-            props[name or ""] = r.value()
-        if isinstance(message, TextMessage):
-            message._text = r.str()
-        elif isinstance(message, BytesMessage):
-            message._body = data[r.pos :]
-        elif isinstance(message, MapMessage):
-            message._map = {}
+            properties[name or ""] = r.value()
+        body: object = None
+        if body_type == TextMessage.BODY_TYPE:
+            body = r.str()
+        elif body_type == BytesMessage.BODY_TYPE:
+            body = data[r.pos :]
+        elif body_type == MapMessage.BODY_TYPE:
+            entries: dict[str, object] = {}
             for _ in range(r.u32()):
                 key = r.str()
-                message._map[key or ""] = r.value()
-        elif isinstance(message, StreamMessage):
-            message._values = [r.value() for _ in range(r.u32())]
-            message._position = 0
-        return message
-    except (struct.error, IndexError, UnicodeDecodeError, ValueError) as e:  # ValueError: a bad delivery mode
+                entries[key or ""] = r.value()
+            body = entries
+        elif body_type == StreamMessage.BODY_TYPE:
+            body = [r.value() for _ in range(r.u32())]
+        return (
+            body_type,
+            mode,
+            priority,
+            ident,
+            timestamp,
+            expiration,
+            delivery_time,
+            message_id,
+            correlation_id,
+            message_type,
+            reply_to,
+            properties,
+            body,
+        )
+    except (struct.error, IndexError, UnicodeDecodeError) as e:
         raise MessageFormatError(f"malformed message: {e}") from e
+
+
+def _decode_in_python(data: bytes) -> Message:
+    """:func:`decode`, read in Python."""
+    return _message(_read_in_python(data))
