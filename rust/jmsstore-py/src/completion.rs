@@ -114,18 +114,27 @@ const MAX_DRAIN: usize = 4096;
 
 /// Takes what is queued after `first`, up to `MAX_DRAIN` in all.
 fn drain<T>(rx: &Receiver<T>, first: T) -> Vec<T> {
-    let mut drained = vec![first];
+    let mut drained = Vec::new();
+    drain_into(rx, first, &mut drained);
+    drained
+}
+
+/// As [`drain`], into `drained` (kept from round to round: a buffer grown
+/// anew each round costs fresh memory every time).
+fn drain_into<T>(rx: &Receiver<T>, first: T, drained: &mut Vec<T>) {
+    drained.push(first);
     while drained.len() < MAX_DRAIN {
         let Ok(next) = rx.try_recv() else { break };
         drained.push(next);
     }
-    drained
 }
 
 fn run_followups(rx: Receiver<Delivery>, to_python: Sender<Vec<Delivery>>) {
+    let mut round = Vec::new();
     while let Ok(first) = rx.recv() {
         let mut for_python = Vec::new();
-        for mut d in drain(&rx, first) {
+        drain_into(&rx, first, &mut round);
+        for mut d in round.drain(..) {
             if let Some(followup) = d.followup.take() {
                 if d.outcome.is_ok() {
                     d.outcome = followup();

@@ -71,17 +71,24 @@ fn routes(given: Vec<(Option<String>, u32, PyRef<'_, Doorbell>)>) -> Vec<Route> 
 /// destination deleted meanwhile loses its copy: the stored one is deleted
 /// (lazily; a crash first only brings it back into a destination that no
 /// longer exists, which recovery drops). Returns the first other error.
+/// `owned`, if given, holds a copy of `data` the last route takes over.
 fn add_all(
     pager: &Pager,
     store: Option<&Store>,
     routes: &[Route],
     handles: &[Option<u64>],
     data: &[u8],
+    mut owned: Option<Box<[u8]>>,
     header: &Header,
 ) -> Result<()> {
     let mut first_error = None;
-    for (route, handle) in routes.iter().zip(handles) {
-        match pager.add(route.destination, &header.message(*handle), Some(data), data.len() as u32) {
+    for (i, (route, handle)) in routes.iter().zip(handles).enumerate() {
+        let message = header.message(*handle);
+        let added = match owned.take_if(|_| i + 1 == routes.len()) {
+            Some(body) => pager.add_owned(route.destination, &message, body),
+            None => pager.add(route.destination, &message, Some(data), data.len() as u32),
+        };
+        match added {
             Ok(_) => route.bell.ring(1),
             Err(_) if !pager.has_destination(route.destination) => {
                 if let (Some(store), Some(handle)) = (store, handle) {
@@ -130,7 +137,7 @@ pub fn send(
     Ok(py.detach(|| {
         let (batch, handles) = put_all(&store, &routes, &data)?;
         store.commit(batch)?;
-        add_all(&pager, Some(&store), &routes, &handles, &data, &header)?;
+        add_all(&pager, Some(&store), &routes, &handles, &data, None, &header)?;
         Ok::<_, Error>(handles)
     })?)
 }
@@ -163,11 +170,17 @@ pub fn send_async(
     let data_len = data.len();
     let submit = move || {
         let (batch, handles) = put_all(&store, &routes, &data)?;
-        let body: Vec<u8> = data.to_vec();
+        // Copied here, on the sender's thread, and handed to the pager.
+        let body: Box<[u8]> = Box::from(&data[..]);
         let published = handles.clone();
         let store_for_followup = store.clone();
         let followup: Followup = Box::new(move || {
-            add_all(&pager, Some(&store_for_followup), &routes, &published, &body, &header)?;
+            let store = Some(&*store_for_followup);
+            if routes.len() == 1 {
+                add_all(&pager, store, &routes, &published, &[], Some(body), &header)?;
+            } else {
+                add_all(&pager, store, &routes, &published, &body, None, &header)?;
+            }
             if let Some(durable) = durable {
                 durable.set();
             }

@@ -551,6 +551,14 @@ fn try_open(m: &Mutex<Inner>) -> Option<Result<MutexGuard<'_, Inner>>> {
     Some(Ok(inner))
 }
 
+/// A body the pager can hold (its length is kept in 32 bits).
+fn checked_body(body: Option<&[u8]>) -> Result<Option<&[u8]>> {
+    match body {
+        Some(b) if b.len() > u32::MAX as usize => Err(Error::invalid("body larger than 4 GiB")),
+        _ => Ok(body),
+    }
+}
+
 /// Takes the lock, waiting for it (`wait`) or not (None when it is taken).
 fn open_or_skip(m: &Mutex<Inner>, wait: bool) -> Result<Option<MutexGuard<'_, Inner>>> {
     if wait {
@@ -643,7 +651,18 @@ impl Pager {
     /// memory; `None` with `body_len` for a persistent message whose body is
     /// only in the store (recovering a backlog without reading it).
     pub fn add(&self, destination: u32, m: &NewMessage<'_>, body: Option<&[u8]>, body_len: u32) -> Result<Key> {
+        let body = checked_body(body)?.map(Box::from);
         Ok(self.add_with(true, destination, m, body, body_len)?.expect("a waiting add always adds"))
+    }
+
+    /// As [`Pager::add`] with a body the pager takes over (no copy). A
+    /// thread that only adds (the asynchronous send's completer) would
+    /// otherwise allocate every body it adds, and the consumers' threads
+    /// free them: allocators serve that pattern with fresh pages.
+    pub fn add_owned(&self, destination: u32, m: &NewMessage<'_>, body: Box<[u8]>) -> Result<Key> {
+        checked_body(Some(&body))?;
+        let body_len = body.len() as u32;
+        Ok(self.add_with(true, destination, m, Some(body), body_len)?.expect("a waiting add always adds"))
     }
 
     /// As [`Pager::add`], but only if it can be done at once: None (and
@@ -657,15 +676,17 @@ impl Pager {
         body: Option<&[u8]>,
         body_len: u32,
     ) -> Result<Option<Key>> {
+        let body = checked_body(body)?.map(Box::from);
         self.add_with(false, destination, m, body, body_len)
     }
 
+    /// Adds a message; the body (if any) is copied before the lock is taken.
     fn add_with(
         &self,
         wait: bool,
         destination: u32,
         m: &NewMessage<'_>,
-        body: Option<&[u8]>,
+        body: Option<Box<[u8]>>,
         body_len: u32,
     ) -> Result<Option<Key>> {
         if m.priority > 9 {
@@ -674,23 +695,18 @@ impl Pager {
         if body.is_none() && m.store_handle.is_none() {
             return Err(Error::invalid("a message without a body in memory needs a store handle"));
         }
-        if let Some(b) = body {
-            if b.len() > u32::MAX as usize {
-                return Err(Error::invalid("body larger than 4 GiB"));
-            }
-        }
         if m.store_handle == Some(0) {
             return Err(Error::UnknownHandle(0));
         }
         let Some(mut inner) = open_or_skip(&self.inner, wait)? else { return Ok(None) };
-        let resident_len = body.map_or(0, |b| b.len() as u64);
+        let resident_len = body.as_ref().map_or(0, |b| b.len() as u64);
         if !wait && inner.resident_bytes.saturating_add(resident_len) > self.options.message_buffer_size {
             return Ok(None);
         }
         let order = inner.destination(destination)?.order;
         let seq = inner.next_seq;
         inner.next_seq += 1;
-        let body_len = body.map_or(body_len, |b| b.len() as u32);
+        let body_len = body.as_ref().map_or(body_len, |b| b.len() as u32);
         let message = Message {
             id: m.id,
             seq,
@@ -699,7 +715,7 @@ impl Pager {
             delivery_time: m.delivery_time,
             store_handle: m.store_handle.unwrap_or(0),
             body: match body {
-                Some(b) => Body::Resident(b.into()),
+                Some(b) => Body::Resident(b),
                 None => Body::Store,
             },
             body_len,
@@ -1301,6 +1317,25 @@ mod tests {
         assert_eq!((s.messages, s.resident_bytes, s.paged_bytes), (0, 0, 0));
         assert!(s.read_ahead_hits > 0, "{s:?}");
         assert_eq!(s.paging_file_bytes, 0, "emptied paging files are truncated");
+    }
+
+    #[test]
+    fn an_owned_body_is_kept_and_counted_like_a_copied_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = pager(1 << 20, dir.path());
+        let q = p.create_destination("q", Order::Fifo).expect("dest");
+        let copied = p.add(q, &NewMessage { id: 1, ..NewMessage::default() }, Some(&[1; 700]), 0).expect("add");
+        let owned = p.add_owned(q, &NewMessage { id: 2, ..NewMessage::default() }, vec![2; 300].into()).expect("add");
+        let s = p.stats();
+        assert_eq!((s.messages, s.resident_messages, s.resident_bytes), (2, 2, 1000));
+        assert_eq!(p.body(owned).expect("body"), vec![2; 300]);
+        let refused = p.add_owned(q, &NewMessage { id: 3, priority: 10, ..NewMessage::default() }, vec![3; 10].into());
+        assert!(matches!(refused, Err(Error::InvalidArgument(_))), "{refused:?}");
+        assert_eq!(p.stats().messages, 2, "a refused add changes nothing");
+        for (key, fill, len) in [(copied, 1u8, 700), (owned, 2, 300)] {
+            let (k, body) = p.take(q, 0, None, false).expect("take").expect("a message");
+            assert_eq!((k, body), (key, vec![fill; len]));
+        }
     }
 
     #[test]
