@@ -23,6 +23,7 @@
 pub mod order;
 pub mod paging;
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
@@ -551,14 +552,6 @@ fn try_open(m: &Mutex<Inner>) -> Option<Result<MutexGuard<'_, Inner>>> {
     Some(Ok(inner))
 }
 
-/// A body the pager can hold (its length is kept in 32 bits).
-fn checked_body(body: Option<&[u8]>) -> Result<Option<&[u8]>> {
-    match body {
-        Some(b) if b.len() > u32::MAX as usize => Err(Error::invalid("body larger than 4 GiB")),
-        _ => Ok(body),
-    }
-}
-
 /// Takes the lock, waiting for it (`wait`) or not (None when it is taken).
 fn open_or_skip(m: &Mutex<Inner>, wait: bool) -> Result<Option<MutexGuard<'_, Inner>>> {
     if wait {
@@ -651,7 +644,8 @@ impl Pager {
     /// memory; `None` with `body_len` for a persistent message whose body is
     /// only in the store (recovering a backlog without reading it).
     pub fn add(&self, destination: u32, m: &NewMessage<'_>, body: Option<&[u8]>, body_len: u32) -> Result<Key> {
-        let body = checked_body(body)?.map(Box::from);
+        // Copied before the lock is taken: this add will happen.
+        let body = body.map(|b| Cow::Owned(b.to_vec()));
         Ok(self.add_with(true, destination, m, body, body_len)?.expect("a waiting add always adds"))
     }
 
@@ -660,9 +654,9 @@ impl Pager {
     /// otherwise allocate every body it adds, and the consumers' threads
     /// free them: allocators serve that pattern with fresh pages.
     pub fn add_owned(&self, destination: u32, m: &NewMessage<'_>, body: Box<[u8]>) -> Result<Key> {
-        checked_body(Some(&body))?;
         let body_len = body.len() as u32;
-        Ok(self.add_with(true, destination, m, Some(body), body_len)?.expect("a waiting add always adds"))
+        let body = Some(Cow::Owned(body.into_vec()));
+        Ok(self.add_with(true, destination, m, body, body_len)?.expect("a waiting add always adds"))
     }
 
     /// As [`Pager::add`], but only if it can be done at once: None (and
@@ -676,17 +670,18 @@ impl Pager {
         body: Option<&[u8]>,
         body_len: u32,
     ) -> Result<Option<Key>> {
-        let body = checked_body(body)?.map(Box::from);
-        self.add_with(false, destination, m, body, body_len)
+        // Copied under the lock, once it is sure to be added (a refused
+        // try is followed by a waiting add, which copies it).
+        self.add_with(false, destination, m, body.map(Cow::Borrowed), body_len)
     }
 
-    /// Adds a message; the body (if any) is copied before the lock is taken.
+    /// Adds a message; a borrowed body is copied under the lock.
     fn add_with(
         &self,
         wait: bool,
         destination: u32,
         m: &NewMessage<'_>,
-        body: Option<Box<[u8]>>,
+        body: Option<Cow<'_, [u8]>>,
         body_len: u32,
     ) -> Result<Option<Key>> {
         if m.priority > 9 {
@@ -694,6 +689,9 @@ impl Pager {
         }
         if body.is_none() && m.store_handle.is_none() {
             return Err(Error::invalid("a message without a body in memory needs a store handle"));
+        }
+        if body.as_ref().is_some_and(|b| b.len() > u32::MAX as usize) {
+            return Err(Error::invalid("body larger than 4 GiB"));
         }
         if m.store_handle == Some(0) {
             return Err(Error::UnknownHandle(0));
@@ -715,7 +713,7 @@ impl Pager {
             delivery_time: m.delivery_time,
             store_handle: m.store_handle.unwrap_or(0),
             body: match body {
-                Some(b) => Body::Resident(b),
+                Some(b) => Body::Resident(b.into_owned().into_boxed_slice()),
                 None => Body::Store,
             },
             body_len,
