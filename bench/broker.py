@@ -212,16 +212,24 @@ def drive(system: Any, producers: int, consumers: int, per_producer: int, cap: f
 
     Producers stop early once ``cap`` seconds have passed (then fewer are
     sent: ``capped``); consumers give up ``cap`` + 30 s after the start."""
-    barrier = threading.Barrier(producers + consumers + 1)
+    clock = time.perf_counter
+    start = [0.0]
+    deadline = [float("inf")]
+
+    def start_the_clock() -> None:
+        # Runs in the last thread to reach the barrier, before any is released:
+        # a run so short that it ends before the main thread is scheduled
+        # again still starts its clock before its first message.
+        start[0] = clock()
+        deadline[0] = start[0] + cap
+
+    barrier = threading.Barrier(producers + consumers + 1, action=start_the_clock)
     sent = [0] * producers
     got = [0] * consumers
     errors: list[BaseException] = []
     lock = threading.Lock()
     state = {"received": 0, "expected": producers * per_producer, "t_end": 0.0, "t_sent": 0.0}
     done = threading.Event()
-    clock = time.perf_counter
-    start = [0.0]
-    deadline = [float("inf")]
 
     def producer(i: int) -> None:
         try:
@@ -282,11 +290,9 @@ def drive(system: Any, producers: int, consumers: int, per_producer: int, cap: f
         t.start()
     if hasattr(system, "start"):
         system.start()
-    start[0] = clock()
-    deadline[0] = start[0] + cap
     with contextlib.suppress(threading.BrokenBarrierError):
         barrier.wait()  # broken: a thread failed to set up, its error is raised below
-    t0 = clock()
+    t0 = start[0]
     for t in pool_p:
         t.join()
     t_sent = clock()
