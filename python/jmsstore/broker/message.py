@@ -603,7 +603,7 @@ def decode(data: bytes) -> Message:
 
     Read natively in one call (a consumer decodes every message it hands
     out, holding the GIL); a message with a string that is not strict UTF-8
-    (an encoded surrogate) is read by :func:`_decode_in_python`."""
+    (an encoded surrogate) is read by :func:`_read_in_python`."""
     try:
         fields = _native.read_message(data)
     except ValueError as e:
