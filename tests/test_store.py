@@ -50,6 +50,28 @@ def test_put_read_update_delete(store: FileStore) -> None:
         store.read(h)
 
 
+def test_native_batch_delete_many(store: FileStore) -> None:
+    """The broker's acknowledgements delete a batch of handles in one call;
+    an unknown one among them fails the whole commit and deletes nothing."""
+    handles = [store.put("acks", b"m%d" % i) for i in range(3)]
+    native = store._native_store()
+    batch = native.batch()
+    batch.delete_many(handles[:2] + [handles[2] + 1000])
+    assert len(batch) == 3
+    with pytest.raises(UnknownHandleError):
+        native.commit(batch)
+    assert all(h in store for h in handles)
+    batch = native.batch()
+    batch.delete_many(handles[:2])
+    native.commit(batch)
+    assert [h in store for h in handles] == [False, False, True]
+    batch = native.batch()
+    batch.discard()
+    with pytest.raises(InvalidArgumentError):
+        batch.delete_many(handles[2:])
+    assert handles[2] in store
+
+
 def test_put_accepts_bytes_like_and_empty_body(store: FileStore) -> None:
     h1 = store.put("c", bytearray(b"ba"))
     h2 = store.put("c", memoryview(b"mv"))

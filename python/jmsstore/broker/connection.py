@@ -538,8 +538,7 @@ class Session:
             return
         native = self._server._store._native_store()
         batch = native.batch()
-        for h in handles:
-            batch.delete(h)
+        batch.delete_many(handles)
         self._server._settle(handles, batch)
         # No completion callback: a failed write poisons the store and the
         # next durable call reports it. Lazy: no flush of its own, it goes
@@ -865,12 +864,14 @@ class SendFuture(Future[Message]):
         self,
         message: Message,
         condition: threading.Condition,
+        lock: threading.RLock,
         on_completion: CompletionCallback | None,
         stats: Any,
     ) -> None:
         # Future.__init__'s attributes, with the shared condition; _waiters
         # is a property below.
         self._condition = condition
+        self._lock = lock  # the condition's lock, taken directly where nothing waits on the condition
         self._state = _RUNNING
         self._result = None
         self._exception = None
@@ -891,7 +892,7 @@ class SendFuture(Future[Message]):
 
     def _settle(self, error: BaseException | None) -> bool:
         """Records the outcome and tells the waiters; True if this call did."""
-        with self._condition:
+        with self._lock:
             if self._state != _RUNNING:
                 return False
             if error is None:
@@ -974,7 +975,9 @@ class MessageProducer:
     def __init__(self, session: Session, destination: Destination | None) -> None:
         self._session = session
         self.destination = destination
-        self._futures_condition = threading.Condition()  # shared by its SendFutures
+        # Shared by its SendFutures (Future makes a condition per instance).
+        self._futures_lock = threading.RLock()
+        self._futures_condition = threading.Condition(self._futures_lock)
         factory = session._connection._factory
         self._send_timeout = factory.send_timeout / 1000
         self._flow = (
@@ -1122,7 +1125,7 @@ class MessageProducer:
         server = session._server
         # In a transaction the send is counted when the commit publishes it.
         stats = None if session.transacted else server._stats
-        future = SendFuture(message, self._futures_condition, on_completion, stats)
+        future = SendFuture(message, self._futures_condition, self._futures_lock, on_completion, stats)
         if prepared is None or session.transacted:
             # Dropped (non-persistent, over the broker-wide limits), or in a transaction.
             if prepared is not None:
@@ -1233,8 +1236,9 @@ class MessageConsumer:
         stored = [d for d in deliveries if d.handle is not None]
         if stored:
             marker = server._mark([d.handle for d in stored], [d.redelivery_count + 1 for d in stored])  # type: ignore[misc]
-            for d in stored:
-                d.marker = marker
+            # Only the first of them waits for the record: the buffer hands
+            # them out in order, and the rest are in the same record.
+            stored[0].marker = marker
         with self._buffer_lock:
             if not (self._closed or self._stopping):
                 self._buffer.extend(deliveries)

@@ -85,6 +85,11 @@ expiry_log = logging.getLogger("jmsstore.expiration")
 _MARKER_ENTRY = struct.Struct("<QI")
 
 
+def _marker_body(handles: list[int], counts: list[int]) -> bytes:
+    """A delivery record's body: ``_MARKER_ENTRY`` (handle, delivery count) per message, packed in one call."""
+    return struct.pack(f"<{'QI' * len(handles)}", *itertools.chain.from_iterable(zip(handles, counts, strict=True)))
+
+
 def _destination_text(destination: Destination) -> str:
     """A destination as logs show it: ``queue://orders``, ``topic://prices``."""
     return f"{destination.kind}://{destination.name}"
@@ -1259,7 +1264,7 @@ class JMSServer:
         with self._lock:
             for h in handles:
                 self._markers_of.setdefault(h, []).append(marker)
-        body = b"".join(_MARKER_ENTRY.pack(h, c) for h, c in zip(handles, counts, strict=True))
+        body = _marker_body(handles, counts)
         marker.handle = self._store._native_store().put_async(
             self._collection("delivered"), body, durable=marker.durable
         )
@@ -1311,7 +1316,7 @@ class JMSServer:
                 if marker.handle is None or marker.dropped:
                     continue  # its write failed, or its delete is already decided
                 if marker.pending:
-                    txn.update(marker.handle, b"".join(_MARKER_ENTRY.pack(h, c) for h, c in marker.pending.items()))
+                    txn.update(marker.handle, _marker_body(list(marker.pending), list(marker.pending.values())))
                 else:
                     marker.dropped = True
                     txn.delete(marker.handle)

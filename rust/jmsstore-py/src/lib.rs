@@ -10,7 +10,10 @@ use pyo3::prelude::*;
 // (record buffers, completions): glibc's arenas contend there, mimalloc's
 // thread-local heaps do not. mimalloc 2 (the crate's `v2`), not 3: with 16
 // asynchronous senders, 3 kept faulting in fresh transparent huge pages
-// (the kernel zeroing 2 MiB each) for memory freed on other threads.
+// (the kernel zeroing 2 MiB each) for memory freed on other threads. 2 did
+// too, less often, while it asked for huge pages (`madvise`): `no_thp`
+// stops it asking, for its own memory only (the process's THP setting is
+// the application's).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

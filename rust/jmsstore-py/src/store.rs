@@ -82,6 +82,12 @@ impl NativeBatch {
         self.with(|b| b.delete(handle))
     }
 
+    /// Adds a delete for each handle, in order (one call for a consumer's
+    /// batch of acknowledgements). On an error the deletes before it stay.
+    fn delete_many(&self, handles: Vec<u64>) -> PyResult2<()> {
+        self.with(|b| handles.iter().try_for_each(|&h| b.delete(h)))
+    }
+
     /// Drops the batch without committing it.
     fn discard(&self) {
         self.batch.lock().unwrap_or_else(|p| p.into_inner()).take();
