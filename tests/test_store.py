@@ -56,7 +56,7 @@ def test_native_batch_delete_many(store: FileStore) -> None:
     handles = [store.put("acks", b"m%d" % i) for i in range(3)]
     native = store._native_store()
     batch = native.batch()
-    batch.delete_many(handles[:2] + [handles[2] + 1000])
+    batch.delete_many([*handles[:2], handles[2] + 1000])
     assert len(batch) == 3
     with pytest.raises(UnknownHandleError):
         native.commit(batch)
