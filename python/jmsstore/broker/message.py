@@ -668,7 +668,7 @@ def _read_in_python(data: bytes) -> tuple[Any, ...]:
     encoded surrogates, which strict UTF-8 refuses)."""
     try:
         fixed, r = _header(data)
-        _, body_type, mode, priority, ident, timestamp, expiration, delivery_time = fixed
+        body_type = fixed[1]
         if body_type not in _TYPES:
             raise MessageFormatError(f"unknown body type {body_type}")
         message_id, correlation_id, message_type, reply_to = r.str(), r.str(), r.str(), r.str()
@@ -689,21 +689,8 @@ def _read_in_python(data: bytes) -> tuple[Any, ...]:
             body = entries
         elif body_type == StreamMessage.BODY_TYPE:
             body = [r.value() for _ in range(r.u32())]
-        return (
-            body_type,
-            mode,
-            priority,
-            ident,
-            timestamp,
-            expiration,
-            delivery_time,
-            message_id,
-            correlation_id,
-            message_type,
-            reply_to,
-            properties,
-            body,
-        )
+        # The header's fields after its version, in read_message's order.
+        return (*fixed[1:], message_id, correlation_id, message_type, reply_to, properties, body)
     except (struct.error, IndexError, UnicodeDecodeError) as e:
         raise MessageFormatError(f"malformed message: {e}") from e
 

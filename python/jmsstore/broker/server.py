@@ -87,7 +87,8 @@ _MARKER_ENTRY = struct.Struct("<QI")
 
 def _marker_body(handles: list[int], counts: list[int]) -> bytes:
     """A delivery record's body: ``_MARKER_ENTRY`` (handle, delivery count) per message, packed in one call."""
-    return struct.pack(f"<{'QI' * len(handles)}", *itertools.chain.from_iterable(zip(handles, counts, strict=True)))
+    layout = _MARKER_ENTRY.format[0] + _MARKER_ENTRY.format[1:] * len(handles)
+    return struct.pack(layout, *itertools.chain.from_iterable(zip(handles, counts, strict=True)))
 
 
 def _destination_text(destination: Destination) -> str:
