@@ -214,14 +214,14 @@ def test_newer_format_version_is_unsupported(store_dir: Path) -> None:
     _store_with_records(store_dir)
     seg_path = Path(inspect.segments(store_dir)[0]["path"])
     data = bytearray(seg_path.read_bytes())
-    data[8:10] = struct.pack("<H", 2)
+    data[8:10] = struct.pack("<H", 3)
     data[76:80] = struct.pack("<I", crc32c(bytes(data[:76])))
     seg_path.write_bytes(bytes(data))
     with pytest.raises(UnsupportedFormatError) as info:
         FileStore(store_dir, max_segment_bytes=SEGMENT)
     assert type(info.value) is UnsupportedFormatError
     assert seg_path.name in str(info.value)
-    assert "version 2" in str(info.value)
+    assert "version 3" in str(info.value)
     with pytest.raises(UnsupportedFormatError):
         inspect.segments(store_dir)
 

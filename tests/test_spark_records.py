@@ -105,8 +105,8 @@ def test_a_store_of_a_newer_format_is_refused(spark: Any, tmp_path: Path) -> Non
     _make(store, "n", 3)
     segment = Path(inspect.segments(store)[0]["path"])
     data = bytearray(segment.read_bytes())
-    data[8:10] = struct.pack("<H", 2)  # the format version, after the 8-byte magic
+    data[8:10] = struct.pack("<H", 3)  # the format version, after the 8-byte magic
     data[76:80] = struct.pack("<I", crc32c(bytes(data[:76])))  # with a header checksum that fits
     segment.write_bytes(bytes(data))
-    with pytest.raises(Exception, match=r"(?s)not a readable jmsstore store.*version 2"):
+    with pytest.raises(Exception, match=r"(?s)not a readable jmsstore store.*version 3"):
         spark.read.format("jmsstore").load(str(store)).collect()

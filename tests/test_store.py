@@ -497,6 +497,7 @@ STATS_KEYS = {
     "bytes_written",
     "max_group_records",
     "rollovers",
+    "segments_recycled",
     "compactions",
     "compaction_bytes_reclaimed",
     "compressed_bodies",
@@ -582,6 +583,26 @@ def test_compact_reclaims_space_after_deletes(open_store: OpenStore) -> None:
         assert store.read(h) == body
     assert store.count("c0") == 51
     assert store.stats()["total_bytes"] < before["total_bytes"]
+
+
+def test_emptied_segments_are_recycled_and_their_old_records_stay_gone(open_store: OpenStore) -> None:
+    # Preallocated segments (the default): compaction keeps an emptied one's
+    # file, and a later rollover reuses it instead of zero-filling a new one.
+    store = open_store(max_segment_bytes=32 * 1024, compaction_threshold=0.0)
+    for h in [store.put("old", b"%05d" % i * 100) for i in range(150)]:
+        store.delete(h)
+    store.compact()
+    live: dict[int, bytes] = {}
+    while store.stats()["segments_recycled"] == 0:
+        assert len(live) < 1000, "no rollover into a recycled segment"
+        body = b"new %05d " % len(live) * 30
+        live[store.put("new", body)] = body
+    assert store.collections() == {"new": len(live)}
+    store.close()
+    store = open_store(max_segment_bytes=32 * 1024, recovery="strict")
+    assert store.collections() == {"new": len(live)}
+    assert dict(store.scan("new")) == live
+    assert store.recovery_report["torn_tail"] is None
 
 
 def test_compact_on_empty_and_clean_store(store: FileStore) -> None:

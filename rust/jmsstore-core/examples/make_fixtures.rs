@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 use jmsstore_core::codec::CodecId;
 use jmsstore_core::store::compaction::{Step, MANIFEST_SUFFIX};
 use jmsstore_core::store::format::{
-    append_record, parse_segment_file_name, RecordFields, RecordKind, SegmentHeader, FLAG_GROUP_END, SEGMENT_HEADER_LEN,
+    append_record, parse_segment_file_name, RecordFields, RecordKind, SegmentHeader, FLAG_GROUP_END, FORMAT_VERSION,
+    SEGMENT_HEADER_LEN,
 };
 use jmsstore_core::store::segment::{self, Step as ScanStep};
 use jmsstore_core::{Result, Store, StoreOptions};
@@ -146,7 +147,7 @@ fn newer_version(dir: &Path) -> Result<()> {
     }
     store.close()?;
     normalize(dir);
-    set_version(&dir.join("0000000001.seg"), 2);
+    set_version(&dir.join("0000000001.seg"), FORMAT_VERSION + 1);
     Ok(())
 }
 

@@ -176,16 +176,20 @@ pub fn read_segment_on(fs: &dyn FileSystem, path: &Path) -> Result<Vec<Item>> {
     let size = data.len();
     let mut items = Vec::new();
     let mut at = SEGMENT_HEADER_LEN.min(size);
-    if let Err(HeaderError::Bad(reason)) = SegmentHeader::decode(&data) {
-        items.push(Item::Damage { segment: number, start: 0, end: at as u64, reason });
+    let header = SegmentHeader::decode(&data);
+    if let Err(HeaderError::Bad(reason)) = &header {
+        items.push(Item::Damage { segment: number, start: 0, end: at as u64, reason: reason.clone() });
     }
+    let stale_below = header.ok().and_then(|h| h.stale_below());
+    let mut next = stale_below.unwrap_or(0);
     loop {
-        match segment::step(&data, at) {
+        match segment::step_in(&data, at, stale_below, next) {
             Step::End => break,
             Step::Record(rec) => {
                 let h = &rec.header;
                 let body = segment::verify(&data, at, h).map(|v| v.body.into_owned()).unwrap_or_default();
                 items.push(Item::Record(record_info(&data, at, number, h, body, true)));
+                next = h.sequence + 1;
                 at += h.total_len();
             }
             Step::Damage(reason) => {
@@ -198,7 +202,7 @@ pub fn read_segment_on(fs: &dyn FileSystem, path: &Path) -> Result<Vec<Item>> {
                     let body = crate::codec::decode(h.codec, stored, h.raw_len).unwrap_or_default();
                     items.push(Item::Record(record_info(&data, at, number, &h, body, false)));
                 }
-                let next = segment::resync(&data, at + 1);
+                let next = segment::resync_live(&data, at + 1, stale_below);
                 let end = next.unwrap_or_else(|| data.iter().rposition(|&b| b != 0).map_or(at, |p| p + 1).max(at));
                 items.push(Item::Damage { segment: number, start: at as u64, end: end as u64, reason });
                 match next {

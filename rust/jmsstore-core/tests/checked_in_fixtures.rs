@@ -166,11 +166,11 @@ fn the_newer_version_fixture_is_refused_in_every_mode_and_left_alone() -> TestRe
         let e = expect_err("open", Store::open(&dir, opts).map(|_| ()));
         match &e {
             Error::UnsupportedFormat { path, found, supported } => {
-                assert_eq!((path, *found, *supported), (&segment, 2, 1));
+                assert_eq!((path, *found, *supported), (&segment, 3, 2));
             }
             other => panic!("expected UnsupportedFormat, got {other:?}"),
         }
-        assert!(e.to_string().contains("format version 2"), "{e}");
+        assert!(e.to_string().contains("format version 3"), "{e}");
     }
     assert_eq!(std::fs::read(&segment)?, before);
     assert!(!dir.join("attic").exists());

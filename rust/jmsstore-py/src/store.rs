@@ -349,6 +349,7 @@ fn stats_dict<'py>(py: Python<'py>, s: &Stats) -> PyResult<Bound<'py, PyDict>> {
     d.set_item("bytes_written", s.bytes_written)?;
     d.set_item("max_group_records", s.max_group_records)?;
     d.set_item("rollovers", s.rollovers)?;
+    d.set_item("segments_recycled", s.segments_recycled)?;
     d.set_item("compactions", s.compactions)?;
     d.set_item("compaction_bytes_reclaimed", s.compaction_bytes_reclaimed)?;
     d.set_item("auto_compactions", s.auto_compactions)?;

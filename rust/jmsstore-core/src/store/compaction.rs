@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use super::format::{segment_file_name, RecordKind, SegmentHeader, SegmentKind, SEGMENT_HEADER_LEN};
 use super::index::Location;
 use super::segment::{self, Step as ScanStep};
-use super::{bump, lock, Completion, Progress, SegmentInfo, Shared, SyncPolicy, Waiter, Work};
+use super::{bump, lock, writer, Completion, Progress, SegmentInfo, Shared, SyncPolicy, Waiter, Work};
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, OpenMode, StorageFile};
 
@@ -182,6 +182,7 @@ pub fn read_manifest(fs: &dyn FileSystem, path: &Path) -> Result<Vec<u64>> {
 
 struct Input {
     number: u64,
+    kind: SegmentKind,
     path: PathBuf,
     file: Arc<dyn StorageFile>,
     used: u64,
@@ -309,7 +310,7 @@ pub(crate) fn compact(
             .into_iter()
             .map(|number| {
                 let s = &state.segments[&number];
-                Input { number, path: s.path.clone(), file: s.file.clone(), used: s.used }
+                Input { number, kind: s.kind, path: s.path.clone(), file: s.file.clone(), used: s.used }
             })
             .collect()
     };
@@ -346,6 +347,7 @@ pub(crate) fn compact(
                     next_sequence: 0,
                     epoch: 0,
                     compaction_id: id,
+                    recycled: false,
                 };
                 let part = write_part(&*shared.fs, &shared.dir, &header, out)?;
                 for (handle, old, at) in pending.drain(..) {
@@ -466,6 +468,12 @@ pub(crate) fn compact(
     }
 
     for input in &inputs {
+        // An emptied journal segment's file is reused rather than deleted when it can be.
+        if input.kind == SegmentKind::Journal
+            && writer::keep_for_recycling(shared, input.number, &input.path, &input.file)?
+        {
+            continue;
+        }
         fs.remove_file(&input.path).map_err(|e| Error::io("removing compacted segment", &input.path, e))?;
     }
     fs.sync_dir(dir).map_err(|e| Error::io("syncing store directory", dir, e))?;

@@ -6,7 +6,7 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `JMSSTORE` |
-//! | 8 | 2 | format version (1) |
+//! | 8 | 2 | format version: 1, or 2 for a recycled file (see below) |
 //! | 10 | 2 | segment kind: 1 journal (appended by the writer), 2 compacted |
 //! | 12 | 4 | header length (80) |
 //! | 16 | 16 | store id |
@@ -18,9 +18,25 @@
 //! | 72 | 4 | reserved (0) |
 //! | 76 | 4 | CRC-32C of bytes 0..76 |
 //!
-//! Records follow back to back. A zero word where a record would start marks
-//! the end of the written part (journal segments are preallocated with
-//! zeros). Each record is a 52-byte header, the collection name and the body
+//! Records follow back to back. Every write is followed by an 8-byte end
+//! word, which the next write starts over. In a segment of format version 1
+//! the end word is zeros, and zeros from where a record would start to the
+//! end of the file mark the end of the written part (journal segments are
+//! preallocated with zeros).
+//!
+//! A journal segment of format version 2 is a recycled file: the file of a
+//! segment that compaction emptied, reused without being zero-filled again
+//! (as ActiveMQ Artemis reuses journal files); older readers refuse it
+//! rather than misread it. After its written part it still holds its
+//! earlier life's records, whose checksums are valid. Its end word is
+//! therefore a marker: the magic `JME\xA5` and the CRC-32C of the sequence
+//! number the next record would have (the header's next sequence number
+//! before the first record). The written part ends exactly at such a
+//! marker; records of the earlier life all have sequence numbers below the
+//! header's (sequence numbers only grow over a store's life), and where one
+//! stands instead of a record or the marker, the segment is damaged.
+//!
+//! Each record is a 52-byte header, the collection name and the body
 //! as stored:
 //!
 //! | offset | size | field |
@@ -48,7 +64,24 @@ use crate::codec::CodecId;
 /// Segment file magic.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"JMSSTORE";
 /// The newest format version this build writes and reads.
-pub const FORMAT_VERSION: u16 = 1;
+pub const FORMAT_VERSION: u16 = 2;
+/// The format version of segments that are not recycled files.
+const PLAIN_VERSION: u16 = 1;
+/// The end word written after every write, marking where the written part ends.
+pub const END_WORD_LEN: usize = 8;
+/// Magic of a recycled segment's end word.
+pub const END_MAGIC: [u8; 4] = *b"JME\xA5";
+
+/// The end word after a write: zeros, or in a recycled segment the marker
+/// naming `next_sequence`, the sequence number the next record will have.
+pub fn end_word(recycled: bool, next_sequence: u64) -> [u8; END_WORD_LEN] {
+    let mut word = [0; END_WORD_LEN];
+    if recycled {
+        word[..4].copy_from_slice(&END_MAGIC);
+        word[4..].copy_from_slice(&crc32c::crc32c(&next_sequence.to_le_bytes()).to_le_bytes());
+    }
+    word
+}
 /// Segment header length.
 pub const SEGMENT_HEADER_LEN: usize = 80;
 /// Record magic.
@@ -90,6 +123,9 @@ pub struct SegmentHeader {
     pub epoch: u64,
     /// Which compaction wrote it (0 for journal segments).
     pub compaction_id: u64,
+    /// A recycled file: stale records of its earlier life may follow the
+    /// end of the written part (format version 2).
+    pub recycled: bool,
 }
 
 /// Why a segment header could not be read.
@@ -106,7 +142,8 @@ impl SegmentHeader {
     pub fn encode(&self) -> [u8; SEGMENT_HEADER_LEN] {
         let mut b = [0u8; SEGMENT_HEADER_LEN];
         b[0..8].copy_from_slice(&SEGMENT_MAGIC);
-        b[8..10].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        let version = if self.recycled { FORMAT_VERSION } else { PLAIN_VERSION };
+        b[8..10].copy_from_slice(&version.to_le_bytes());
         let kind: u16 = match self.kind {
             SegmentKind::Journal => 1,
             SegmentKind::Compacted => 2,
@@ -161,7 +198,14 @@ impl SegmentHeader {
             next_sequence: u64_at(48),
             epoch: u64_at(56),
             compaction_id: u64_at(64),
+            recycled: version >= 2,
         })
+    }
+
+    /// The lowest sequence number a record of this segment's own life can
+    /// have, if stale records may follow its written part (a recycled file).
+    pub fn stale_below(&self) -> Option<u64> {
+        (self.recycled && self.kind == SegmentKind::Journal).then_some(self.next_sequence)
     }
 }
 
@@ -359,11 +403,32 @@ mod tests {
             next_sequence: 2000,
             epoch: 3,
             compaction_id: 9,
+            recycled: false,
         };
         let mut b = h.encode();
+        assert_eq!(u16::from_le_bytes([b[8], b[9]]), 1);
         assert_eq!(SegmentHeader::decode(&b), Ok(h));
         b[33] ^= 1;
         assert!(matches!(SegmentHeader::decode(&b), Err(HeaderError::Bad(_))));
+    }
+
+    #[test]
+    fn a_recycled_journal_segment_is_version_2_and_names_its_stale_records() {
+        let h = SegmentHeader {
+            kind: SegmentKind::Journal,
+            store_id: [7; 16],
+            number: 5,
+            next_handle: 10,
+            next_sequence: 300,
+            epoch: 4,
+            compaction_id: 0,
+            recycled: true,
+        };
+        let b = h.encode();
+        assert_eq!(u16::from_le_bytes([b[8], b[9]]), 2);
+        assert_eq!(SegmentHeader::decode(&b), Ok(h.clone()));
+        assert_eq!(h.stale_below(), Some(300));
+        assert_eq!(SegmentHeader { recycled: false, ..h }.stale_below(), None);
     }
 
     #[test]
@@ -376,6 +441,7 @@ mod tests {
             next_sequence: 1,
             epoch: 0,
             compaction_id: 0,
+            recycled: false,
         };
         let mut b = h.encode();
         b[8..10].copy_from_slice(&7u16.to_le_bytes());

@@ -226,6 +226,8 @@ pub struct Stats {
     pub max_group_records: u64,
     /// Segment rollovers.
     pub rollovers: u64,
+    /// Rollovers into a recycled segment file (no zero filling).
+    pub segments_recycled: u64,
     /// Compactions run.
     pub compactions: u64,
     /// Bytes reclaimed by compaction.
@@ -253,6 +255,7 @@ struct Counters {
     bytes_written: AtomicU64,
     max_group_records: AtomicU64,
     rollovers: AtomicU64,
+    segments_recycled: AtomicU64,
     compactions: AtomicU64,
     compaction_bytes_reclaimed: AtomicU64,
     auto_compactions: AtomicU64,
@@ -631,23 +634,34 @@ impl Shared {
 
     fn read_record(&self, handle: u64) -> Result<Vec<u8>> {
         self.check_open()?;
-        let (loc, file, path) = {
-            let state = self.state();
-            let (loc, _) = state.index.get(handle).ok_or(Error::UnknownHandle(handle))?;
-            let seg = state.segments.get(&loc.segment).expect("index points at a known segment");
-            (loc, seg.file.clone(), seg.path.clone())
-        };
-        bump(&self.counters.reads, 1);
-        read_body_at(&*file, &path, loc)
+        loop {
+            let (loc, file, path) = {
+                let state = self.state();
+                let (loc, _) = state.index.get(handle).ok_or(Error::UnknownHandle(handle))?;
+                let seg = state.segments.get(&loc.segment).expect("index points at a known segment");
+                (loc, seg.file.clone(), seg.path.clone())
+            };
+            bump(&self.counters.reads, 1);
+            match read_body_at(&*file, &path, loc, handle) {
+                Ok(body) => return Ok(body),
+                // Compaction moved it meanwhile, and the file it was read
+                // from may have been recycled since: read it where it is now.
+                Err(e) if self.state().index.get(handle).map(|(l, _)| l) == Some(loc) => return Err(e),
+                Err(_) => {}
+            }
+        }
     }
 }
 
-/// Reads and verifies one record and returns its decoded body.
-pub(crate) fn read_body_at(file: &dyn StorageFile, path: &Path, loc: Location) -> Result<Vec<u8>> {
+/// Reads and verifies the record of `handle` and returns its decoded body.
+pub(crate) fn read_body_at(file: &dyn StorageFile, path: &Path, loc: Location, handle: u64) -> Result<Vec<u8>> {
     let mut buf = vec![0u8; loc.len as usize];
     file.read_exact_at(&mut buf, loc.offset).map_err(|e| Error::io("reading record", path, e))?;
     let header = segment::decode_header(&buf, 0)
         .ok_or_else(|| Error::corruption(path, loc.offset, "malformed record header"))?;
+    if header.handle != handle {
+        return Err(Error::corruption(path, loc.offset, format!("record of handle {}, not {handle}", header.handle)));
+    }
     let verified = segment::verify(&buf, 0, &header).map_err(|why| Error::corruption(path, loc.offset, why))?;
     Ok(verified.body.into_owned())
 }
@@ -1003,6 +1017,7 @@ impl Store {
             bytes_written: get(&c.bytes_written),
             max_group_records: get(&c.max_group_records),
             rollovers: get(&c.rollovers),
+            segments_recycled: get(&c.segments_recycled),
             compactions: get(&c.compactions),
             compaction_bytes_reclaimed: get(&c.compaction_bytes_reclaimed),
             auto_compactions: get(&c.auto_compactions),

@@ -110,6 +110,8 @@ pub struct ReusableTail {
     pub segment: u64,
     /// The sync epoch its next write must carry.
     pub epoch: u64,
+    /// A recycled file (its writes end with end markers).
+    pub recycled: bool,
 }
 
 /// Everything the store needs to start.
@@ -284,10 +286,12 @@ fn scan_segment(seg: &Opened, buf: &mut Vec<u8>, mode: RecoveryMode, last_journa
     let mut prev_epoch = seg.header.as_ref().map_or(0, |h| h.epoch);
     let mut prev_group_end = false;
     let mut prev_sequence = 0u64;
+    let stale_below = seg.header.as_ref().and_then(SegmentHeader::stale_below);
     let mut at = SEGMENT_HEADER_LEN.min(len);
     let mut used = at;
     loop {
-        let damage = match segment::step(data, at) {
+        let next = if scan.records.is_empty() { stale_below.unwrap_or(0) } else { prev_sequence + 1 };
+        let damage = match segment::step_in(data, at, stale_below, next) {
             Step::End => break,
             Step::Record(rec) if kind == SegmentKind::Journal && rec.header.sequence <= prev_sequence => {
                 format!("sequence number {} does not follow {prev_sequence}", rec.header.sequence)
@@ -338,7 +342,7 @@ fn scan_segment(seg: &Opened, buf: &mut Vec<u8>, mode: RecoveryMode, last_journa
             Step::Damage(reason) => reason,
         };
         // Damage at `at`.
-        if last_journal && is_torn_tail(data, at, prev_epoch, prev_group_end) {
+        if last_journal && is_torn_tail(data, at, prev_epoch, prev_group_end, stale_below) {
             let garbage = data[at..].iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
             scan.torn = Some(TornTail { segment: seg.number, offset: at as u64, bytes: garbage as u64 });
             break;
@@ -346,7 +350,7 @@ fn scan_segment(seg: &Opened, buf: &mut Vec<u8>, mode: RecoveryMode, last_journa
         if mode == RecoveryMode::Strict {
             return Err(Error::corruption(&seg.path, at as u64, damage));
         }
-        match segment::resync(data, at + 1) {
+        match segment::resync_live(data, at + 1, stale_below) {
             Some(next) => {
                 scan.ranges.push((at as u64, next as u64));
                 at = next;
@@ -577,7 +581,8 @@ pub fn recover(
                         bytes_lost: lost,
                     });
                 } else if Some(number) == last_journal && scan.torn.is_none() && scan.ends_cleanly && !read_only {
-                    reusable_tail = Some(ReusableTail { segment: number, epoch: scan.resume_epoch });
+                    let recycled = seg.header.as_ref().is_some_and(|h| h.recycled);
+                    reusable_tail = Some(ReusableTail { segment: number, epoch: scan.resume_epoch, recycled });
                 }
                 segments.insert(
                     number,
@@ -644,6 +649,7 @@ pub fn recover(
                 next_sequence,
                 epoch,
                 compaction_id: 0,
+                recycled: false,
             };
             let locs: Vec<Location> = keep.iter().map(|(_, l)| *l).collect();
             let written = compaction::write_segment_atomically(fs, dir, &header, &source.file, &locs)?;
@@ -701,12 +707,12 @@ fn bad_header(mode: RecoveryMode, path: &Path, reason: String) -> Result<Option<
 /// Damage at `at` in the last journal segment is a torn tail if every valid
 /// record after it was written in the same sync epoch as the damaged one:
 /// then that write was never synced, so nothing acknowledged is lost.
-fn is_torn_tail(data: &[u8], at: usize, prev_epoch: u64, prev_group_end: bool) -> bool {
+fn is_torn_tail(data: &[u8], at: usize, prev_epoch: u64, prev_group_end: bool, stale_below: Option<u64>) -> bool {
     // The damaged record belongs to the previous record's write, or (if that
     // write ended) to the next one, whose epoch is at most one higher.
     let max_damaged_epoch = prev_epoch + u64::from(prev_group_end);
     let mut from = at + 1;
-    while let Some(next) = segment::resync(data, from) {
+    while let Some(next) = segment::resync_live(data, from, stale_below) {
         let header = segment::decode_header(data, next).expect("resync returns valid records");
         if header.epoch > max_damaged_epoch {
             return false;

@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use super::format::{record_crc, RecordHeader, RECORD_HEADER_LEN, RECORD_MAGIC};
+use super::format::{end_word, record_crc, RecordHeader, END_WORD_LEN, RECORD_HEADER_LEN, RECORD_MAGIC};
 use crate::codec::{self, CodecId};
 
 /// Largest uncompressed body the format accepts (a sanity bound so that a
@@ -85,6 +85,45 @@ pub fn step(buf: &[u8], at: usize) -> Step<'_> {
     match verify(buf, at, &header) {
         Ok(v) => Step::Record(RecordView { offset: at, header, collection: v.collection, stored: v.stored }),
         Err(reason) => Step::Damage(reason),
+    }
+}
+
+/// Reads the record at `buf[at..]` of a segment whose header gave
+/// `stale_below` ([`super::format::SegmentHeader::stale_below`]); `next` is
+/// the sequence number a record here would have (the previous record's
+/// plus one, or the header's next sequence number). A recycled segment's
+/// written part ends only at the end marker naming `next`; anything else
+/// that is not a record of its own life is damage.
+pub fn step_in(buf: &[u8], at: usize, stale_below: Option<u64>, next: u64) -> Step<'_> {
+    let Some(floor) = stale_below else {
+        return step(buf, at);
+    };
+    if at >= buf.len() {
+        return Step::End;
+    }
+    if buf.len() - at >= END_WORD_LEN && buf[at..at + END_WORD_LEN] == end_word(true, next) {
+        return Step::End;
+    }
+    match step(buf, at) {
+        Step::Record(rec) if rec.header.sequence < floor => {
+            Step::Damage(format!("a record of the file's earlier life (sequence number {})", rec.header.sequence))
+        }
+        Step::End => Step::Damage("zeros where the end marker should be".into()),
+        other => other,
+    }
+}
+
+/// As [`resync`], skipping the stale records of a recycled segment.
+pub fn resync_live(buf: &[u8], from: usize, stale_below: Option<u64>) -> Option<usize> {
+    let floor = stale_below.unwrap_or(0);
+    let mut from = from;
+    loop {
+        let at = resync(buf, from)?;
+        let header = decode_header(buf, at).expect("resync returns valid records");
+        if header.sequence >= floor {
+            return Some(at);
+        }
+        from = at + header.total_len();
     }
 }
 

@@ -16,12 +16,18 @@
 //! the wait the next group would hold only the first few of them. A lone
 //! writer, or an idle disk, never waits.
 //!
-//! Segments are preallocated with zeros by the preparer thread, in the
-//! background, under a `.prep` name, once the active segment is half full;
-//! the flusher writes the header, syncs, and renames it into place when it
-//! rolls over. Appending into allocated blocks keeps `fdatasync` from having
-//! to commit a file-size change. On reopen, a last segment that ended
-//! cleanly with room left is appended to rather than replaced.
+//! Spare segments are made by the preparer thread, in the background,
+//! under a `.prep` name: one as soon as the store opens, then one each time
+//! the active segment is half full. The flusher writes the header, syncs,
+//! and renames the spare into place when it rolls over. Appending into
+//! allocated blocks keeps `fdatasync` from having to commit a file-size
+//! change, so a spare is either a new file preallocated with zeros or,
+//! better, a recycled one: the file of a journal segment that compaction
+//! emptied (see `format` for how its stale records are told apart). Zero
+//! filling writes a whole segment to the disk, under the flusher's writes.
+//! Every write ends with an end word that the next write starts over.
+//! On reopen, a last segment that ended cleanly with room left is appended
+//! to rather than replaced.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -30,8 +36,8 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use super::format::{
-    append_record, segment_file_name, set_record_flags, RecordFields, RecordKind, SegmentHeader, SegmentKind,
-    FLAG_GROUP_END, FLAG_TX, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
+    append_record, end_word, segment_file_name, set_record_flags, RecordFields, RecordKind, SegmentHeader, SegmentKind,
+    END_WORD_LEN, FLAG_GROUP_END, FLAG_TX, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
 };
 use super::index::Location;
 use super::recovery::ReusableTail;
@@ -51,21 +57,59 @@ enum SpareState {
     Idle,
     /// Wanted: the preparer is (or is about to be) making one.
     Empty,
-    Ready(PathBuf, Arc<dyn StorageFile>),
+    Ready(Spare),
     Failed,
     Stopped,
 }
 
-/// The slot the preparer fills with a ready segment file.
+/// A file ready to become the next journal segment.
+pub(crate) struct Spare {
+    path: PathBuf,
+    file: Arc<dyn StorageFile>,
+    /// A recycled segment file (stale records follow its end).
+    recycled: bool,
+}
+
+/// The slot the preparer fills with a ready segment file, and the emptied
+/// segment files kept for it to recycle.
 pub(crate) struct SpareSlot {
     state: Mutex<SpareState>,
     cv: Condvar,
+    recyclable: Mutex<Vec<PathBuf>>,
 }
 
 impl Default for SpareSlot {
     fn default() -> Self {
-        SpareSlot { state: Mutex::new(SpareState::Idle), cv: Condvar::new() }
+        SpareSlot { state: Mutex::new(SpareState::Idle), cv: Condvar::new(), recyclable: Mutex::new(Vec::new()) }
     }
+}
+
+/// Emptied segment files kept for recycling; more are deleted.
+const MAX_RECYCLABLE: usize = 2;
+
+/// Keeps the file of an emptied journal segment (already renamed out of
+/// the store's segments by the caller's `rename`) for the preparer, if it
+/// can be reused: a preallocated file of the current segment size, while
+/// fewer than `MAX_RECYCLABLE` wait. Returns false if the caller must
+/// delete it instead.
+pub(crate) fn keep_for_recycling(
+    shared: &Shared,
+    number: u64,
+    path: &Path,
+    file: &Arc<dyn StorageFile>,
+) -> Result<bool> {
+    if !shared.options.preallocate || file.len().ok() != Some(shared.options.max_segment_bytes) {
+        return Ok(false);
+    }
+    let mut recyclable = lock(&shared.spare.recyclable);
+    if recyclable.len() >= MAX_RECYCLABLE {
+        return Ok(false);
+    }
+    // A `.prep` name: a crash leaves it to recovery, which removes scratch files.
+    let target = shared.dir.join(format!("recycle-{number:010}.prep"));
+    shared.fs.rename(path, &target).map_err(|e| Error::io("keeping emptied segment for recycling", path, e))?;
+    recyclable.push(target);
+    Ok(true)
 }
 
 struct Active {
@@ -74,6 +118,8 @@ struct Active {
     path: PathBuf,
     /// Where the next write goes.
     offset: u64,
+    /// A recycled file: its end words are end markers.
+    recycled: bool,
 }
 
 /// One completed operation, to apply to the index.
@@ -124,12 +170,9 @@ pub(crate) fn start(
     epoch: u64,
     reuse: Option<ReusableTail>,
 ) -> Result<Threads> {
-    let (active, epoch) = match reuse.and_then(|tail| reopen_active(shared, tail.segment).transpose()) {
+    let (active, epoch) = match reuse.and_then(|tail| reopen_active(shared, tail).transpose()) {
         Some(active) => (active?, reuse.map_or(epoch, |tail| tail.epoch)),
-        None => {
-            let (path, file) = prepare_spare(shared)?;
-            (activate(shared, path, file, next_sequence, epoch, false)?, epoch)
-        }
+        None => (activate(shared, prepare_spare(shared)?, next_sequence, epoch, false)?, epoch),
     };
     let group_start = active.offset;
     let writer = Writer {
@@ -155,12 +198,18 @@ pub(crate) fn start(
         .name("jmsstore-preparer".into())
         .spawn(move || run_preparer(&preparer_shared))
         .map_err(|e| Error::io("starting preparer thread", &shared.dir, e))?;
+    // A spare from the start, as Artemis creates its minimum of journal
+    // files on start: the first rollover then finds one ready, and no
+    // segment is zero-filled while the store is busy before compaction has
+    // emptied one to recycle.
+    want_spare(shared);
     Ok(Threads { flusher, preparer })
 }
 
 /// Makes the recovered segment `number` the active one again if at least a
 /// quarter of it is free; `None` if not worth it.
-fn reopen_active(shared: &Shared, number: u64) -> Result<Option<Active>> {
+fn reopen_active(shared: &Shared, tail: ReusableTail) -> Result<Option<Active>> {
+    let number = tail.segment;
     let capacity = shared.options.max_segment_bytes;
     let mut state = shared.state();
     let Some(seg) = state.segments.get_mut(&number) else {
@@ -177,7 +226,7 @@ fn reopen_active(shared: &Shared, number: u64) -> Result<Option<Active>> {
     };
     seg.file = file.clone();
     seg.active = true;
-    Ok(Some(Active { number, file, path: seg.path.clone(), offset: seg.used }))
+    Ok(Some(Active { number, file, path: seg.path.clone(), offset: seg.used, recycled: tail.recycled }))
 }
 
 /// Stops the threads after the flusher has written everything queued.
@@ -186,12 +235,15 @@ pub(crate) fn shutdown(shared: &Shared, threads: Threads) {
     let _ = threads.flusher.join();
     {
         let mut spare = lock(&shared.spare.state);
-        if let SpareState::Ready(path, _) = std::mem::replace(&mut *spare, SpareState::Stopped) {
-            let _ = shared.fs.remove_file(&path);
+        if let SpareState::Ready(ready) = std::mem::replace(&mut *spare, SpareState::Stopped) {
+            let _ = shared.fs.remove_file(&ready.path);
         }
     }
     shared.spare.cv.notify_all();
     let _ = threads.preparer.join();
+    for path in lock(&shared.spare.recyclable).drain(..) {
+        let _ = shared.fs.remove_file(&path);
+    }
 }
 
 fn run_preparer(shared: &Shared) {
@@ -209,28 +261,45 @@ fn run_preparer(shared: &Shared) {
         let prepared = prepare_spare(shared);
         let mut spare = lock(&shared.spare.state);
         match (&*spare, prepared) {
-            (SpareState::Stopped, Ok((path, _))) => {
-                let _ = shared.fs.remove_file(&path);
+            (SpareState::Stopped, Ok(ready)) => {
+                let _ = shared.fs.remove_file(&ready.path);
                 return;
             }
             (SpareState::Stopped, Err(_)) => return,
-            (_, Ok((path, file))) => *spare = SpareState::Ready(path, file),
+            (_, Ok(ready)) => *spare = SpareState::Ready(ready),
             (_, Err(_)) => *spare = SpareState::Failed,
         }
         shared.spare.cv.notify_all();
     }
 }
 
-/// Creates a scratch segment file, filled with zeros if preallocating, synced.
-fn prepare_spare(shared: &Shared) -> Result<(PathBuf, Arc<dyn StorageFile>)> {
+/// A recycled segment file if one is kept, else a new scratch file, filled
+/// with zeros (and synced) if preallocating. Zero filling stops early when
+/// the store closes.
+fn prepare_spare(shared: &Shared) -> Result<Spare> {
+    loop {
+        let Some(path) = lock(&shared.spare.recyclable).pop() else {
+            break;
+        };
+        match shared.fs.open(&path, OpenMode::WRITE) {
+            Ok(file) => return Ok(Spare { path, file, recycled: true }),
+            Err(_) => {
+                let _ = shared.fs.remove_file(&path);
+            }
+        }
+    }
     let path = shared.dir.join(format!("spare-{:016x}.prep", rand::random::<u64>()));
     let file = shared.fs.open(&path, OpenMode::CREATE_NEW).map_err(|e| Error::io("creating segment", &path, e))?;
+    let stopped = || matches!(*lock(&shared.spare.state), SpareState::Stopped);
     let fill = || -> std::io::Result<()> {
         if shared.options.preallocate {
             let zeros = vec![0u8; 1 << 20];
             let size = shared.options.max_segment_bytes;
             let mut offset = 0u64;
             while offset < size {
+                if stopped() {
+                    return Err(std::io::Error::other("the store is closing"));
+                }
                 let n = (size - offset).min(zeros.len() as u64) as usize;
                 file.write_all_at(&zeros[..n], offset)?;
                 offset += n as u64;
@@ -243,19 +312,13 @@ fn prepare_spare(shared: &Shared) -> Result<(PathBuf, Arc<dyn StorageFile>)> {
         let _ = shared.fs.remove_file(&path);
         return Err(Error::io("preallocating segment", &path, e));
     }
-    Ok((path, file))
+    Ok(Spare { path, file, recycled: false })
 }
 
 /// Turns a prepared file into the active journal segment. `continues_tx`:
 /// its first record will continue a transaction begun in the current one.
-fn activate(
-    shared: &Shared,
-    prep_path: PathBuf,
-    file: Arc<dyn StorageFile>,
-    next_sequence: u64,
-    epoch: u64,
-    continues_tx: bool,
-) -> Result<Active> {
+fn activate(shared: &Shared, spare: Spare, next_sequence: u64, epoch: u64, continues_tx: bool) -> Result<Active> {
+    let Spare { path: prep_path, file, recycled } = spare;
     let number = shared.next_segment.fetch_add(1, Ordering::Relaxed);
     let header = SegmentHeader {
         kind: SegmentKind::Journal,
@@ -265,10 +328,14 @@ fn activate(
         next_sequence,
         epoch,
         compaction_id: 0,
+        recycled,
     };
     let path = shared.dir.join(segment_file_name(number));
     let setup = || -> Result<Arc<dyn StorageFile>> {
-        file.write_all_at(&header.encode(), 0).map_err(io("writing segment header", &prep_path))?;
+        // With its end word: a recycled file's old records start right after the header.
+        let mut head = header.encode().to_vec();
+        head.extend_from_slice(&end_word(recycled, next_sequence));
+        file.write_all_at(&head, 0).map_err(io("writing segment header", &prep_path))?;
         file.sync_data().map_err(io("syncing segment header", &prep_path))?;
         shared.fs.rename(&prep_path, &path).map_err(io("naming new segment", &prep_path))?;
         shared.fs.sync_dir(&shared.dir).map_err(io("syncing store directory", &shared.dir))?;
@@ -301,7 +368,7 @@ fn activate(
             continues_tx,
         },
     );
-    Ok(Active { number, file, path, offset: SEGMENT_HEADER_LEN as u64 })
+    Ok(Active { number, file, path, offset: SEGMENT_HEADER_LEN as u64, recycled })
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
@@ -387,8 +454,9 @@ impl Writer {
         }
     }
 
+    /// Where records must end: the end word after them must fit too.
     fn capacity(&self) -> u64 {
-        self.shared.options.max_segment_bytes
+        self.shared.options.max_segment_bytes - END_WORD_LEN as u64
     }
 
     fn process(&mut self, works: Vec<Work>) {
@@ -575,7 +643,11 @@ impl Writer {
         let counters = &self.shared.counters;
         let path = &self.active.path;
         let started = Instant::now();
-        if let Err(e) = self.active.file.write_all_at(&self.buf, self.group_start) {
+        let records_len = self.buf.len();
+        self.buf.extend_from_slice(&end_word(self.active.recycled, self.next_sequence));
+        let written = self.active.file.write_all_at(&self.buf, self.group_start);
+        self.buf.truncate(records_len);
+        if let Err(e) = written {
             let err = Error::io("writing segment", path, e);
             if matches!(err, Error::Full(_)) && !self.shared.options.preallocate {
                 // Drop whatever part of the write landed; the store stays usable.
@@ -609,7 +681,7 @@ impl Writer {
         self.active.offset = self.group_start + self.buf.len() as u64;
         self.group_start = self.active.offset;
         if self.active.offset > self.capacity() / 2 {
-            self.want_spare();
+            want_spare(&self.shared);
         }
         self.buf.clear();
         self.group_records = 0;
@@ -699,30 +771,24 @@ impl Writer {
             }
             taken
         };
-        let (path, file) = match taken {
-            SpareState::Ready(path, file) => (path, file),
+        let spare = match taken {
+            SpareState::Ready(ready) => ready,
             _ => prepare_spare(&self.shared)?,
         };
+        let recycled = spare.recycled;
         let active =
-            activate(&self.shared, path, file, self.next_sequence, self.epoch, continues_tx).map_err(|e| match e {
+            activate(&self.shared, spare, self.next_sequence, self.epoch, continues_tx).map_err(|e| match e {
                 Error::Full(why) => Error::Full(why),
                 other => Error::Poisoned(other.to_string()),
             })?;
         bump(&self.shared.counters.rollovers, 1);
+        if recycled {
+            bump(&self.shared.counters.segments_recycled, 1);
+        }
         self.active = active;
         self.group_start = self.active.offset;
         self.shared.compactor.poke();
         Ok(())
-    }
-
-    /// Asks the preparer for the next segment (once per segment).
-    fn want_spare(&self) {
-        let mut spare = lock(&self.shared.spare.state);
-        if let SpareState::Idle = *spare {
-            *spare = SpareState::Empty;
-            drop(spare);
-            self.shared.spare.cv.notify_all();
-        }
     }
 
     fn poison(&self, e: &Error) {
@@ -738,6 +804,16 @@ impl Writer {
 /// at most one past the previous write's (and on a segment's first write
 /// having its header's epoch): two syncs with no write between them must not
 /// skip an epoch.
+/// Asks the preparer for the next segment (once per segment).
+fn want_spare(shared: &Shared) {
+    let mut spare = lock(&shared.spare.state);
+    if let SpareState::Idle = *spare {
+        *spare = SpareState::Empty;
+        drop(spare);
+        shared.spare.cv.notify_all();
+    }
+}
+
 fn advance_epoch(epoch: &mut u64, written_in_epoch: &mut bool) {
     if *written_in_epoch {
         *epoch += 1;

@@ -128,7 +128,12 @@ impl DiskRecord {
 pub fn scan(bytes: &[u8]) -> (Vec<DiskRecord>, usize) {
     let mut records = Vec::new();
     let mut at = SEGMENT_HEADER_LEN;
-    while let Step::Record(rec) = segment::step(bytes, at) {
+    // A recycled file's records of its earlier life are not its records.
+    let stale_below =
+        SegmentHeader::decode(&bytes[..SEGMENT_HEADER_LEN.min(bytes.len())]).ok().and_then(|h| h.stale_below());
+    let mut next = stale_below.unwrap_or(0);
+    while let Step::Record(rec) = segment::step_in(bytes, at, stale_below, next) {
+        next = rec.header.sequence + 1;
         records.push(DiskRecord {
             offset: at,
             header: rec.header.clone(),
