@@ -87,11 +87,11 @@ impl Default for SpareSlot {
 /// Emptied segment files kept for recycling; more are deleted.
 const MAX_RECYCLABLE: usize = 2;
 
-/// Keeps the file of an emptied journal segment (already renamed out of
-/// the store's segments by the caller's `rename`) for the preparer, if it
-/// can be reused: a preallocated file of the current segment size, while
-/// fewer than `MAX_RECYCLABLE` wait. Returns false if the caller must
-/// delete it instead.
+/// Keeps the file of an emptied journal segment (no longer among the
+/// store's segments) for the preparer, renamed to a scratch name, if it can
+/// be reused: a preallocated file of the current segment size, while fewer
+/// than `MAX_RECYCLABLE` wait. Returns false if the caller must delete it
+/// instead.
 pub(crate) fn keep_for_recycling(
     shared: &Shared,
     number: u64,
@@ -799,11 +799,6 @@ impl Writer {
     }
 }
 
-/// A sync completed: later writes belong to the next epoch, but only if this
-/// one has any. Recovery's torn-tail rule relies on each write's epoch being
-/// at most one past the previous write's (and on a segment's first write
-/// having its header's epoch): two syncs with no write between them must not
-/// skip an epoch.
 /// Asks the preparer for the next segment (once per segment).
 fn want_spare(shared: &Shared) {
     let mut spare = lock(&shared.spare.state);
@@ -814,6 +809,11 @@ fn want_spare(shared: &Shared) {
     }
 }
 
+/// A sync completed: later writes belong to the next epoch, but only if this
+/// one has any. Recovery's torn-tail rule relies on each write's epoch being
+/// at most one past the previous write's (and on a segment's first write
+/// having its header's epoch): two syncs with no write between them must not
+/// skip an epoch.
 fn advance_epoch(epoch: &mut u64, written_in_epoch: &mut bool) {
     if *written_in_epoch {
         *epoch += 1;
