@@ -50,7 +50,7 @@ from typing import Any
 from jmsstore.broker import AckMode, DeliveryMode, JMSServer, Message
 
 from bench import bodies
-from bench.harness import Context, goal_cell, median, ratio
+from bench.harness import Context, StartLine, goal_cell, median, ratio
 from bench.peers import persist_queue, raw_disk, sqlite_queue
 from bench.store import settle
 
@@ -218,17 +218,8 @@ def drive(system: Any, producers: int, consumers: int, per_producer: int, cap: f
     Producers stop early once ``cap`` seconds have passed (then fewer are
     sent: ``capped``); consumers give up ``cap`` + 30 s after the start."""
     clock = time.perf_counter
-    start = [0.0]
-    deadline = [float("inf")]
-
-    def start_the_clock() -> None:
-        # Runs in the last thread to reach the barrier, before any is released:
-        # a run so short that it ends before the main thread is scheduled
-        # again still starts its clock before its first message.
-        start[0] = clock()
-        deadline[0] = start[0] + cap
-
-    barrier = threading.Barrier(producers + consumers + 1, action=start_the_clock)
+    line = StartLine(producers + consumers + 1)
+    barrier = line.barrier
     sent = [0] * producers
     got = [0] * consumers
     errors: list[BaseException] = []
@@ -245,7 +236,7 @@ def drive(system: Any, producers: int, consumers: int, per_producer: int, cap: f
             return
         try:
             barrier.wait()
-            stop = deadline[0]
+            stop = line.started + cap
             n = 0
             try:
                 while n < per_producer:
@@ -297,7 +288,7 @@ def drive(system: Any, producers: int, consumers: int, per_producer: int, cap: f
         system.start()
     with contextlib.suppress(threading.BrokenBarrierError):
         barrier.wait()  # broken: a thread failed to set up, its error is raised below
-    t0 = start[0]
+    t0 = line.started
     for t in pool_p:
         t.join()
     t_sent = clock()

@@ -17,6 +17,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,21 @@ BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
 REPO_DIR = BENCH_DIR.parent
 SCHEMA = 1
+
+
+class StartLine:
+    """Releases ``parties`` threads together and notes the moment, in
+    ``started`` (a ``perf_counter`` time). The clock starts in the last
+    thread to arrive, before any is released: a run so short that it ends
+    before the main thread is scheduled again still starts its clock before
+    its first piece of work."""
+
+    def __init__(self, parties: int) -> None:
+        self.started = 0.0
+        self.barrier = threading.Barrier(parties, action=self._start)
+
+    def _start(self) -> None:
+        self.started = time.perf_counter()
 
 
 @dataclass

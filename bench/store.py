@@ -32,7 +32,7 @@ from typing import Any
 from jmsstore import FileStore, _native
 
 from bench import bodies
-from bench.harness import REPO_DIR, Context, goal_cell, median, ratio
+from bench.harness import REPO_DIR, Context, StartLine, goal_cell, median, ratio
 from bench.peers import engine, raw_disk, sqlite_queue
 
 COLLECTION = "q"
@@ -86,10 +86,8 @@ def settle(store_dir: Path, timeout: float = 30.0) -> float:
 
 def _run_threads(threads: int, work: Callable[[int], None]) -> float:
     """Starts ``threads`` threads running ``work(i)``, releases them together, returns the wall time."""
-    started = [0.0]
-    # The clock starts as the last thread arrives, before any is released
-    # (the main thread may be scheduled again only after the work is done).
-    barrier = threading.Barrier(threads + 1, action=lambda: started.__setitem__(0, time.perf_counter()))
+    line = StartLine(threads + 1)
+    barrier = line.barrier
     errors: list[BaseException] = []
 
     def body(i: int) -> None:
@@ -103,7 +101,7 @@ def _run_threads(threads: int, work: Callable[[int], None]) -> float:
     for t in pool:
         t.start()
     barrier.wait()
-    t0 = started[0]
+    t0 = line.started
     for t in pool:
         t.join()
     seconds = time.perf_counter() - t0

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.harness import StartLine
 from bench.peers import age_ns, stamped
 
 BUSY_TIMEOUT_MS = 60_000
@@ -56,10 +57,8 @@ def put_throughput(
     rows_before = _rows(path)
     done = [0] * threads
     stop_at = float("inf") if deadline is None else deadline
-    started = [0.0]
-    # The clock starts as the last thread arrives, before any is released
-    # (the main thread may be scheduled again only after the work is done).
-    barrier = threading.Barrier(threads + 1, action=lambda: started.__setitem__(0, time.perf_counter()))
+    line = StartLine(threads + 1)
+    barrier = line.barrier
     retries = [0] * threads
     errors: list[BaseException] = []
 
@@ -96,7 +95,7 @@ def put_throughput(
         t.start()
     with contextlib.suppress(threading.BrokenBarrierError):
         barrier.wait()
-    t0 = started[0]
+    t0 = line.started
     for t in pool:
         t.join()
     seconds = time.perf_counter() - t0

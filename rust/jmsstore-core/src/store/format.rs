@@ -393,6 +393,20 @@ pub fn parse_segment_file_name(name: &str) -> Option<u64> {
 mod tests {
     use super::*;
 
+    /// A plain journal segment's header.
+    fn journal_header() -> SegmentHeader {
+        SegmentHeader {
+            kind: SegmentKind::Journal,
+            store_id: [1; 16],
+            number: 1,
+            next_handle: 1,
+            next_sequence: 1,
+            epoch: 0,
+            compaction_id: 0,
+            recycled: false,
+        }
+    }
+
     #[test]
     fn segment_header_round_trips_and_detects_damage() {
         let h = SegmentHeader {
@@ -414,16 +428,7 @@ mod tests {
 
     #[test]
     fn a_recycled_journal_segment_is_version_2_and_names_its_stale_records() {
-        let h = SegmentHeader {
-            kind: SegmentKind::Journal,
-            store_id: [7; 16],
-            number: 5,
-            next_handle: 10,
-            next_sequence: 300,
-            epoch: 4,
-            compaction_id: 0,
-            recycled: true,
-        };
+        let h = SegmentHeader { recycled: true, next_sequence: 300, ..journal_header() };
         let b = h.encode();
         assert_eq!(u16::from_le_bytes([b[8], b[9]]), 2);
         assert_eq!(SegmentHeader::decode(&b), Ok(h.clone()));
@@ -433,16 +438,7 @@ mod tests {
 
     #[test]
     fn newer_version_is_reported_as_such() {
-        let h = SegmentHeader {
-            kind: SegmentKind::Journal,
-            store_id: [1; 16],
-            number: 1,
-            next_handle: 1,
-            next_sequence: 1,
-            epoch: 0,
-            compaction_id: 0,
-            recycled: false,
-        };
+        let h = journal_header();
         let mut b = h.encode();
         b[8..10].copy_from_slice(&7u16.to_le_bytes());
         let crc = crc32c::crc32c(&b[0..76]);
