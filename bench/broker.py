@@ -167,7 +167,17 @@ class Ours:
         s = self.server.statistics()
         return {
             "store": s["store"],
-            "server": {k: s[k] for k in ("sent", "received", "acknowledged", "redelivered", "delivery_records")},
+            "server": {
+                k: s[k]
+                for k in (
+                    "sent",
+                    "received",
+                    "acknowledged",
+                    "redelivered",
+                    "delivery_records",
+                    "delivery_records_at_send",
+                )
+            },
         }
 
     def remaining(self) -> int:

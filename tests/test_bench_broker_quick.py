@@ -118,10 +118,15 @@ def test_ours_store_and_server_counters(report: dict[str, Any]) -> None:
         assert row["fsyncs_per_message"] == pytest.approx(store["fsyncs"] / n)
         if system == "non-persistent":
             assert store["puts"] == 0 and store["fsyncs"] == 0 and server["delivery_records"] == 0
+            assert server["delivery_records_at_send"] == 0
         else:
-            # every message stored once, plus a delivery record per prefetched batch
-            assert store["puts"] == n + server["delivery_records"]
-            assert 1 <= server["delivery_records"] <= n
+            # every message stored once, plus a delivery record per prefetched batch, or
+            # (synchronous sends to a waiting consumer) one written with the message
+            records = server["delivery_records"] + server["delivery_records_at_send"]
+            assert store["puts"] == n + records
+            assert 1 <= records <= n
+            if system == "async":
+                assert server["delivery_records_at_send"] == 0
             assert _positive(store["fsyncs"]) and _positive(row["avg_group"])
 
 

@@ -3,15 +3,21 @@ mode, §4.1.8 / §4.2.11 reliability of queues and topics, §8.3.3 durable subsc
 §3.4.3 JMSMessageID, §3.4.7 JMSRedelivered, §3.5.11 JMSXDeliveryCount, §6.2.11 Duplicate
 delivery of messages, §4.1.5 TemporaryQueue).
 
-Every test closes the server cleanly and reopens its directory (``restart``).
+Every test closes the server cleanly and reopens its directory (``restart``), except one
+that opens a copy of the files of a running server (what a crash leaves).
 """
 
 from __future__ import annotations
 
+import shutil
+import struct
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
-from jms_helpers import SOON, connect, drain, receive_all, send_texts, texts
+from jms_helpers import SMALL_SEGMENT, SOON, connect, drain, receive_all, send_texts, texts
 from jmsstore import (
     AckMode,
     DeliveryMode,
@@ -23,6 +29,7 @@ from jmsstore import (
     TextMessage,
     Topic,
 )
+from jmsstore._native import Signal
 
 
 def _text(message: Message | None) -> str | None:
@@ -305,3 +312,136 @@ def test_recovery_with_a_small_message_buffer(servers: Any) -> None:
     server = servers.restart(server)
     assert server.recovered["messages"] == 60
     assert texts(receive_all(server, queue)) == bodies
+
+
+# ---------------------------------------------------------------- delivery records written with the send
+
+
+def _wait_for_idle_consumer(server: JMSServer, queue: Queue) -> None:
+    """Until a consumer waits idle on ``queue`` (its receive looked, found nothing, and sleeps)."""
+    bell = server._queues[queue.name].bell
+    deadline = time.monotonic() + SOON
+    while bell.waiting()[1] == 0:
+        assert time.monotonic() < deadline, "the consumer never went idle"
+        time.sleep(0.005)
+
+
+def _delivery_records(server: JMSServer) -> list[tuple[int, int]]:
+    """(message store handle, delivery count) of every delivery record in the store."""
+    return [
+        entry
+        for _, body in server.store.scan(server._collection("delivered"))
+        for entry in struct.iter_unpack("<QI", body)
+    ]
+
+
+def test_a_send_to_a_waiting_consumer_carries_its_delivery_record(server: JMSServer, restart: Any) -> None:
+    """JMS 2.0 §3.4.7 / §9.1: a message sent while a consumer waits for it goes out with its
+    delivery record in the send's own store transaction, so the consumer hands it out without
+    a second write. The record does what the consumer's would: unacknowledged at the restart,
+    the message comes back flagged redelivered; acknowledged, it and its record are gone."""
+    queue = server.create_queue("Q")
+    connection = connect(server)
+    consumer = connection.create_session(False, AckMode.CLIENT).create_consumer(queue)
+    received: list[Message | None] = []
+    receiver = threading.Thread(target=lambda: received.append(consumer.receive(SOON)))
+    receiver.start()
+    _wait_for_idle_consumer(server, queue)
+    before = server.statistics()
+    send_texts(server, queue, ["m0"])
+    receiver.join()
+    assert [_text(m) for m in received] == ["m0"]
+    after = server.statistics()
+    assert after["delivery_records_at_send"] - before["delivery_records_at_send"] == 1
+    assert after["delivery_records"] == before["delivery_records"]  # the consumer wrote none
+    (stored,) = server.store.handles(server._collection("q/Q"))
+    assert _delivery_records(server) == [(stored, 1)]
+
+    server = restart(server)
+    with connect(server) as connection:
+        session = connection.create_session(False, AckMode.CLIENT)
+        (again,) = drain(session.create_consumer(queue))
+        assert (_text(again), again.redelivered, again.delivery_count) == ("m0", True, 2)
+        again.acknowledge()
+    assert server.message_count(queue) == 0
+    assert _delivery_records(server) == []
+    server = restart(server)
+    assert receive_all(server, queue) == []
+    assert _delivery_records(server) == []
+
+
+def test_a_send_time_record_of_a_message_never_taken_goes_at_a_clean_close(server: JMSServer, restart: Any) -> None:
+    """JMS 2.0 §3.4.7 / §3.5.11: a message no consumer took before a clean shutdown was
+    never delivered: after the restart it is delivered for the first time (count 1), although
+    its send wrote a delivery record because a consumer seemed to wait for it."""
+    queue = server.create_queue("Q")
+    # A consumer that waits and never looks: as a consumer that went idle and then died.
+    server._queues["Q"].bell.push_idle(Signal())
+    send_texts(server, queue, ["m0"])
+    assert server.statistics()["delivery_records_at_send"] == 1
+    assert len(_delivery_records(server)) == 1
+    server = restart(server)
+    assert _delivery_records(server) == []
+    assert [(_text(m), m.redelivered, m.delivery_count) for m in receive_all(server, queue)] == [("m0", False, 1)]
+
+
+def test_a_send_time_record_stays_after_a_crash_and_flags_the_message(
+    server: JMSServer, server_dir: Path, tmp_path: Path
+) -> None:
+    """JMS 2.0 §3.4.7: JMSRedelivered means the message was likely, not certainly,
+    delivered before. A message whose send wrote its delivery record and that no consumer
+    took before a crash comes back flagged (the price of sparing the consumer its own write);
+    the store's image after the crash is a copy of its files taken while the server runs."""
+    queue = server.create_queue("Q")
+    send_texts(server, queue, ["m0"])  # nobody waits: no record
+    server._queues["Q"].bell.push_idle(Signal())
+    send_texts(server, queue, ["m1"])
+    crashed = tmp_path / "crashed"
+    shutil.copytree(server_dir, crashed)
+    with JMSServer(crashed, max_segment_bytes=SMALL_SEGMENT) as image:
+        got = [(_text(m), m.redelivered, m.delivery_count) for m in receive_all(image, queue)]
+    assert got == [("m0", False, 1), ("m1", True, 2)]
+
+
+def test_a_selective_consumer_gets_no_send_time_records(server: JMSServer) -> None:
+    """A consumer with a selector may refuse the message: no record is written for it at the send."""
+    queue = server.create_queue("Q")
+    with connect(server) as connection:
+        consumer = connection.create_session().create_consumer(queue, selector="color = 'red'")
+        received: list[Message | None] = []
+        receiver = threading.Thread(target=lambda: received.append(consumer.receive(SOON)))
+        receiver.start()
+        _wait_for_idle_consumer(server, queue)
+        with connect(server, start=False) as sender:
+            session = sender.create_session()
+            message = session.create_text_message("red")
+            message.set_property("color", "red")
+            session.create_producer(queue).send(message)
+        receiver.join()
+    assert [_text(m) for m in received] == ["red"]
+    statistics = server.statistics()
+    assert statistics["delivery_records_at_send"] == 0
+    assert statistics["delivery_records"] == 1
+
+
+def test_send_time_records_of_prefetched_messages_given_back_go(server: JMSServer, restart: Any) -> None:
+    """JMS 2.0 §3.5.11: of two messages whose sends wrote their delivery records, a consumer
+    hands out the first and only prefetched the second when its session closes: after the
+    restart the first is redelivered (count 2), the second is delivered for the first time."""
+    queue = server.create_queue("Q")
+    server._queues["Q"].bell.push_idle(Signal())  # someone seems to wait: both sends write records
+    send_texts(server, queue, ["m0", "m1"])
+    assert server.statistics()["delivery_records_at_send"] == 2
+    connection = connect(server, messages_maximum=10)
+    session = connection.create_session(False, AckMode.CLIENT)
+    assert _text(session.create_consumer(queue).receive(SOON)) == "m0"
+    assert server.statistics()["delivery_records"] == 0  # both came with their records
+    session.close()
+    server.store.flush()
+    first, _ = server.store.handles(server._collection("q/Q"))
+    assert _delivery_records(server) == [(first, 1)]  # the given-back one's record went
+    server = restart(server)
+    assert [(_text(m), m.redelivered, m.delivery_count) for m in receive_all(server, queue)] == [
+        ("m0", True, 2),
+        ("m1", False, 1),
+    ]

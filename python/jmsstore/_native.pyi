@@ -20,6 +20,7 @@ class UnsupportedFormatError(StoreError): ...
 
 __all__ = [
     "Account",
+    "BirthMarks",
     "CorruptionError",
     "Damage",
     "Doorbell",
@@ -255,12 +256,27 @@ _MessageFields: TypeAlias = tuple[
 ]
 
 def read_message(data: bytes) -> _MessageFields | None: ...
+@final
+class BirthMarks:
+    """Delivery records written with their message's send, by message store handle."""
+
+    def __new__(cls, collection: str) -> BirthMarks: ...
+    @property
+    def collection(self) -> str: ...
+    @property
+    def written(self) -> int: ...
+    def claim(self, handles: list[int]) -> list[int]: ...
+    def take(self, handles: list[int]) -> list[int]: ...
+    def take_untaken(self) -> list[int]: ...
+    def __len__(self) -> int: ...
+
 def send(
     store: NativeStore,
     pager: NativePager,
     routes: list[tuple[str | None, int, Doorbell]],
     data: bytes,
     header: _Header,
+    marks: BirthMarks | None = None,
 ) -> list[int | None]: ...
 def send_async(
     store: NativeStore,

@@ -552,7 +552,10 @@ class Session:
         if not redelivered:
             # Before the pager release: once released, another consumer may take
             # a message and write a newer record for it, which _unmark would take.
-            self._server._unmark([d.handle for d in deliveries if d.handle is not None])
+            self._server._unmark(
+                [d.handle for d in deliveries if d.handle is not None],
+                [d.handle for d in deliveries if d.handle is not None and d.redelivery_count == 0],
+            )
         now = now_ms()
         pager = self._server._pager._native
         for d in deliveries:
@@ -1234,6 +1237,14 @@ class MessageConsumer:
         deliveries = [Delivery(target, key, count, handle, body) for key, count, handle, body in items]
         target.pending.add(len(deliveries), sum(len(d.body) for d in deliveries))
         stored = [d for d in deliveries if d.handle is not None]
+        if stored and len(server._birth_marks):
+            # Messages whose send wrote their delivery record need none of ours.
+            born = server._birth_marks.claim(
+                [d.handle for d in stored if d.handle is not None and not d.redelivery_count]
+            )
+            if born:
+                claimed = set(born)
+                stored = [d for d in stored if d.redelivery_count or d.handle not in claimed]
         if stored:
             marker = server._mark([d.handle for d in stored], [d.redelivery_count + 1 for d in stored])  # type: ignore[misc]
             # Only the first of them waits for the record: the buffer hands

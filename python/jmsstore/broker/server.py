@@ -18,6 +18,15 @@ is prefixed ``jms/<server name>/``):
   ``redelivered`` set and the delivery count raised (JMS 2.0 §6.2.11). A
   record is deleted with the last message it names.
 
+  A message sent synchronously (``send``, outside a transaction) to one
+  queue or subscription while a consumer without a selector waits idle
+  there gets its record in the send's own store transaction: the consumer takes it at once and hands it out without
+  a second write and a second wait. Should the server crash before the
+  message is handed out, it comes back flagged redelivered although it was
+  not: JMS allows that (§3.4.7, JMSRedelivered means "likely, but not
+  guaranteed", delivered before). A clean close deletes the records of
+  such messages no consumer took.
+
 Non-persistent messages, non-durable subscriptions and temporary queues live
 in the pager only.
 """
@@ -398,6 +407,9 @@ class JMSServer:
             self._durable: dict[tuple[str | None, str | None, bool, bool], SubscriptionState] = {}
             self._shared: dict[tuple[str | None, str | None, bool, bool], SubscriptionState] = {}
             self._markers_of: dict[int, list[Marker]] = {}
+            # Delivery records written with the send, by message store handle (natively: the
+            # send remembers one before the message is visible, without the GIL).
+            self._birth_marks = _native.BirthMarks(self._collection("delivered"))
             self._client_ids: set[str] = set()
             self._connections: weakref.WeakSet[Connection] = weakref.WeakSet()
             self._stats = ServerStats()
@@ -1198,6 +1210,7 @@ class JMSServer:
             [t.route if s else t.unstored_route for t, s in routes if not t.deleted],
             data,
             self._header(message),
+            self._birth_marks,
         )
         self._stats.sent += 1
 
@@ -1274,6 +1287,10 @@ class JMSServer:
 
     def _settle(self, handles: Iterable[int], txn: Transaction | NativeBatch) -> None:
         """``handles`` are being deleted in ``txn``: delete delivery records left naming nothing."""
+        handles = list(handles)
+        if len(self._birth_marks):
+            for record in self._birth_marks.take(handles):
+                txn.delete(record)
         with self._lock:
             for h in handles:
                 markers = self._markers_of.pop(h, None)
@@ -1285,10 +1302,15 @@ class JMSServer:
                         marker.dropped = True
                         txn.delete(marker.handle)
 
-    def _unmark(self, handles: Iterable[int]) -> None:
+    def _unmark(self, handles: Iterable[int], first: list[int]) -> None:
         """Prefetched messages went back without being handed out: take them
         out of the delivery record written for them (asynchronously; if a
-        crash comes first they only come back marked redelivered)."""
+        crash comes first they only come back marked redelivered). ``first``:
+        those of them never delivered before, whose record may be the send's."""
+        handles = list(handles)
+        # A record the send wrote names its message alone: it goes. (Not for
+        # a message delivered before: that record tells of the earlier delivery.)
+        born = self._birth_marks.take(first) if first and len(self._birth_marks) else []
         touched: dict[int, Marker] = {}
         with self._lock:
             for h in handles:
@@ -1300,7 +1322,7 @@ class JMSServer:
                     del self._markers_of[h]
                 marker.pending.pop(h, None)
                 touched[id(marker)] = marker
-        if not touched:
+        if not touched and not born:
             return
         for marker in touched.values():
             marker.durable.wait()  # for the record's write (outside the lock)
@@ -1313,6 +1335,8 @@ class JMSServer:
         # of them deletes a record, and nothing is submitted for it after.
         with self._lock:
             txn = self._store.transaction()
+            for record in born:
+                txn.delete(record)
             for marker in touched.values():
                 if marker.handle is None or marker.dropped:
                     continue  # its write failed, or its delete is already decided
@@ -1325,6 +1349,21 @@ class JMSServer:
                 txn.commit_async()
             else:
                 txn.rollback()
+
+    def _forget_untaken_marks(self) -> None:
+        """At a clean close: a message whose send wrote its delivery record
+        and that no consumer took was never delivered; it must not come back
+        flagged redelivered."""
+        records = self._birth_marks.take_untaken()
+        if not records:
+            return
+        try:
+            with self._store.transaction() as txn:
+                for record in records:
+                    txn.delete(record)
+        except JmsStoreError as e:
+            # After a crash instead they come back flagged redelivered: allowed, see the module notes.
+            log.warning("could not delete the delivery records of %d messages never delivered: %s", len(records), e)
 
     # ------------------------------------------------------------ expiry
 
@@ -1582,6 +1621,7 @@ class JMSServer:
                 "moved_to_error_destination": s.moved_to_error_destination,
                 "dropped_after_redelivery_limit": s.dropped_after_redelivery_limit,
                 "delivery_records": s.delivery_records,
+                "delivery_records_at_send": self._birth_marks.written,
                 "dropped_over_system_limit": s.dropped_over_system_limit,
                 "expired_redirected": s.expired_redirected,
                 "subscription_limit_deleted_count": sum(
@@ -1681,6 +1721,7 @@ class JMSServer:
         self._scanner_stop.set()
         if self._scanner is not None:
             self._scanner.join()
+        self._forget_untaken_marks()
         with self._lock:
             self._closed = True
             self._pager.close()

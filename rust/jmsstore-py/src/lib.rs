@@ -22,6 +22,7 @@ mod codec;
 mod completion;
 mod errors;
 mod inspect;
+mod marks;
 mod message;
 mod pager;
 mod progress;
@@ -38,6 +39,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<wake::Signal>()?;
     m.add_class::<account::Account>()?;
     m.add_class::<wake::Doorbell>()?;
+    m.add_class::<marks::BirthMarks>()?;
     m.add_class::<inspect::Record>()?;
     m.add_class::<inspect::Damage>()?;
     m.add_function(wrap_pyfunction!(inspect::segments, m)?)?;

@@ -13,6 +13,7 @@ use pyo3::pybacked::PyBackedBytes;
 
 use crate::completion::{self, Followup};
 use crate::errors::PyResult2;
+use crate::marks::{self, BirthMarks, Marks};
 use crate::pager::NativePager;
 use crate::store::{NativeStore, DETACH_ABOVE};
 use crate::wake::{Bell, Doorbell, Signal};
@@ -72,6 +73,7 @@ fn routes(given: Vec<(Option<String>, u32, PyRef<'_, Doorbell>)>) -> Vec<Route> 
 /// (lazily; a crash first only brings it back into a destination that no
 /// longer exists, which recovery drops). Returns the first other error.
 /// `owned`, if given, holds a copy of `data` the last route takes over.
+#[allow(clippy::too_many_arguments)]
 fn add_all(
     pager: &Pager,
     store: Option<&Store>,
@@ -80,6 +82,7 @@ fn add_all(
     data: &[u8],
     mut owned: Option<Box<[u8]>>,
     header: &Header,
+    marks: Option<&Marks>,
 ) -> Result<()> {
     let mut first_error = None;
     for (i, (route, handle)) in routes.iter().zip(handles).enumerate() {
@@ -94,9 +97,11 @@ fn add_all(
                 if let (Some(store), Some(handle)) = (store, handle) {
                     let mut batch = store.batch();
                     // Already gone if the destination's deletion removed it first.
-                    if batch.delete(*handle).is_ok() {
-                        let _ = store.commit_lazy(batch, |_| {});
+                    let _ = batch.delete(*handle);
+                    if let Some(record) = marks.and_then(|m| m.forget(*handle)) {
+                        let _ = batch.delete(record);
                     }
+                    let _ = store.commit_lazy(batch, |_| {});
                 }
             }
             Err(e) => {
@@ -107,7 +112,18 @@ fn add_all(
     first_error.map_or(Ok(()), Err)
 }
 
-fn put_all(store: &Store, routes: &[Route], data: &[u8]) -> Result<(Batch, Vec<Option<u64>>)> {
+/// A stored copy and the delivery record written with it: (message handle, record handle).
+type BirthMark = Option<(u64, u64)>;
+
+/// Puts the stored copies in one batch. With `marks_in` (the delivery
+/// records' collection), a message for one destination where a consumer
+/// waits to take it gets its delivery record in the same batch.
+fn put_all(
+    store: &Store,
+    routes: &[Route],
+    data: &[u8],
+    marks_in: Option<&str>,
+) -> Result<(Batch, Vec<Option<u64>>, BirthMark)> {
     let mut batch = store.batch();
     let mut handles = Vec::with_capacity(routes.len());
     for route in routes {
@@ -116,13 +132,22 @@ fn put_all(store: &Store, routes: &[Route], data: &[u8]) -> Result<(Batch, Vec<O
             None => None,
         });
     }
-    Ok((batch, handles))
+    let mut mark = None;
+    if let (Some(collection), [route], [Some(handle)]) = (marks_in, routes, handles.as_slice()) {
+        if route.bell.expects_taker() {
+            mark = Some((*handle, marks::put_record(&mut batch, collection, *handle)?));
+        }
+    }
+    Ok((batch, handles, mark))
 }
 
 /// Sends a message: stores the copies of the routes with a collection
 /// (one transaction), waits until durable, then publishes every route.
-/// Returns the store handles (None for copies not stored).
+/// Returns the store handles (None for copies not stored). With `marks`,
+/// a delivery record goes into the same transaction when a consumer waits
+/// for the message (see [`BirthMarks`]).
 #[pyfunction]
+#[pyo3(signature = (store, pager, routes, data, header, marks=None))]
 pub fn send(
     py: Python<'_>,
     store: &NativeStore,
@@ -130,14 +155,21 @@ pub fn send(
     routes: Vec<(Option<String>, u32, PyRef<'_, Doorbell>)>,
     data: PyBackedBytes,
     header: HeaderArgs,
+    marks: Option<PyRef<'_, BirthMarks>>,
 ) -> PyResult2<Vec<Option<u64>>> {
     let routes = self::routes(routes);
     let header = Header::new(header);
     let (store, pager) = (store.shared(), pager.shared());
+    let marks_in = marks.as_ref().map(|m| m.collection.as_str());
+    let marks = marks.as_ref().map(|m| &*m.marks);
     Ok(py.detach(|| {
-        let (batch, handles) = put_all(&store, &routes, &data)?;
+        let (batch, handles, mark) = put_all(&store, &routes, &data, marks_in)?;
         store.commit(batch)?;
-        add_all(&pager, Some(&store), &routes, &handles, &data, None, &header)?;
+        // Known before the message is visible: a consumer may take it at once.
+        if let (Some(marks), Some((message, record))) = (marks, mark) {
+            marks.remember(message, record);
+        }
+        add_all(&pager, Some(&store), &routes, &handles, &data, None, &header, marks)?;
         Ok::<_, Error>(handles)
     })?)
 }
@@ -147,7 +179,9 @@ pub fn send(
 /// the GIL: a sender waiting on it wakes at once), then calls
 /// `callback(0, error)` if given. Without a callback a failure sets
 /// `durable` with the error, and nothing runs in Python. A refused send
-/// raises here and calls nothing.
+/// raises here and calls nothing. (No delivery record with the message, as
+/// `send` writes: a consumer of asynchronous senders mostly finds a batch
+/// waiting, and one record of its own covers the whole batch.)
 #[pyfunction]
 #[pyo3(signature = (store, pager, routes, data, header, callback=None, durable=None))]
 #[allow(clippy::too_many_arguments)]
@@ -169,7 +203,7 @@ pub fn send_async(
     let (store, pager) = (store.shared(), pager.shared());
     let data_len = data.len();
     let submit = move || {
-        let (batch, handles) = put_all(&store, &routes, &data)?;
+        let (batch, handles, _) = put_all(&store, &routes, &data, None)?;
         // Copied here, on the sender's thread, and handed to the pager.
         let body: Box<[u8]> = Box::from(&data[..]);
         let published = handles.clone();
@@ -177,9 +211,9 @@ pub fn send_async(
         let followup: Followup = Box::new(move || {
             let store = Some(&*store_for_followup);
             if routes.len() == 1 {
-                add_all(&pager, store, &routes, &published, &[], Some(body), &header)?;
+                add_all(&pager, store, &routes, &published, &[], Some(body), &header, None)?;
             } else {
-                add_all(&pager, store, &routes, &published, &body, None, &header)?;
+                add_all(&pager, store, &routes, &published, &body, None, &header, None)?;
             }
             if let Some(durable) = durable {
                 durable.set();

@@ -234,6 +234,17 @@ impl Bell {
         }
     }
 
+    /// True if a message added now is about to be taken: a consumer waits
+    /// idle, or was woken and has not looked yet, or a session has
+    /// listeners; and no consumer has a selector (which might refuse it).
+    pub fn expects_taker(&self) -> bool {
+        let waiting = lock(&self.waiting);
+        waiting.selective == 0
+            && (!waiting.listeners.is_empty()
+                || !waiting.on_the_way.is_empty()
+                || waiting.idle.iter().any(|flag| !flag.is_set()))
+    }
+
     fn ring_all(&self) {
         let mut waiting = lock(&self.waiting);
         for flag in &waiting.listeners {
