@@ -424,6 +424,24 @@ def test_a_selective_consumer_gets_no_send_time_records(server: JMSServer) -> No
     assert statistics["delivery_records"] == 1
 
 
+def test_a_delayed_message_gets_no_send_time_record(server: JMSServer) -> None:
+    """JMS 2.0 §7.9: a message with a delivery delay cannot be taken before it is due, so a
+    waiting consumer is no reason to write its delivery record at the send."""
+    queue = server.create_queue("Q")
+    with connect(server) as connection:
+        consumer = connection.create_session().create_consumer(queue)
+        received: list[Message | None] = []
+        receiver = threading.Thread(target=lambda: received.append(consumer.receive(SOON)))
+        receiver.start()
+        _wait_for_idle_consumer(server, queue)
+        send_texts(server, queue, ["later"], delivery_delay=100)
+        receiver.join()
+    assert [_text(m) for m in received] == ["later"]
+    statistics = server.statistics()
+    assert statistics["delivery_records_at_send"] == 0
+    assert statistics["delivery_records"] == 1
+
+
 def test_send_time_records_of_prefetched_messages_given_back_go(server: JMSServer, restart: Any) -> None:
     """JMS 2.0 §3.5.11: of two messages whose sends wrote their delivery records, a consumer
     hands out the first and only prefetched the second when its session closes: after the

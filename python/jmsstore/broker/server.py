@@ -18,9 +18,10 @@ is prefixed ``jms/<server name>/``):
   ``redelivered`` set and the delivery count raised (JMS 2.0 §6.2.11). A
   record is deleted with the last message it names.
 
-  A message sent synchronously (``send``, outside a transaction) to one
-  queue or subscription while a consumer without a selector waits idle
-  there gets its record in the send's own store transaction: the consumer takes it at once and hands it out without
+  A message sent synchronously (``send``, outside a transaction, without a
+  delivery delay) to one queue or subscription while a consumer without a
+  selector waits idle there gets its record in the send's own store
+  transaction: the consumer takes it at once and hands it out without
   a second write and a second wait. Should the server crash before the
   message is handed out, it comes back flagged redelivered although it was
   not: JMS allows that (§3.4.7, JMSRedelivered means "likely, but not
@@ -1210,7 +1211,8 @@ class JMSServer:
             [t.route if s else t.unstored_route for t, s in routes if not t.deleted],
             data,
             self._header(message),
-            self._birth_marks,
+            # Not for a delayed message: no consumer can take it before it is due.
+            self._birth_marks if message.delivery_time <= message.timestamp else None,
         )
         self._stats.sent += 1
 

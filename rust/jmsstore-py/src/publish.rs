@@ -95,13 +95,19 @@ fn add_all(
             Ok(_) => route.bell.ring(1),
             Err(_) if !pager.has_destination(route.destination) => {
                 if let (Some(store), Some(handle)) = (store, handle) {
+                    // Each in a batch of its own: the store refuses a whole
+                    // batch that deletes something already gone, and the
+                    // destination's deletion may have removed the message first.
                     let mut batch = store.batch();
-                    // Already gone if the destination's deletion removed it first.
-                    let _ = batch.delete(*handle);
-                    if let Some(record) = marks.and_then(|m| m.forget(*handle)) {
-                        let _ = batch.delete(record);
+                    if batch.delete(*handle).is_ok() {
+                        let _ = store.commit_lazy(batch, |_| {});
                     }
-                    let _ = store.commit_lazy(batch, |_| {});
+                    if let Some(record) = marks.and_then(|m| m.forget(*handle)) {
+                        let mut batch = store.batch();
+                        if batch.delete(record).is_ok() {
+                            let _ = store.commit_lazy(batch, |_| {});
+                        }
+                    }
                 }
             }
             Err(e) => {
