@@ -463,3 +463,18 @@ def test_send_time_records_of_prefetched_messages_given_back_go(server: JMSServe
         ("m0", True, 2),
         ("m1", False, 1),
     ]
+
+
+def test_a_stopped_listener_gets_no_send_time_records(server: JMSServer, restart: Any) -> None:
+    """JMS 2.0 §6.1.5: a stopped connection's listeners are not called; a message sent
+    meanwhile is not about to be delivered, so its send writes no delivery record, and a
+    restart before the connection starts delivers it for the first time."""
+    queue = server.create_queue("Q")
+    connection = connect(server, start=False)
+    heard: list[Message] = []
+    connection.create_session().create_consumer(queue).set_message_listener(heard.append)
+    send_texts(server, queue, ["m0"])
+    assert server.statistics()["delivery_records_at_send"] == 0
+    assert heard == []
+    server = restart(server)
+    assert [(_text(m), m.redelivered, m.delivery_count) for m in receive_all(server, queue)] == [("m0", False, 1)]

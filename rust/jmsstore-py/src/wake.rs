@@ -235,14 +235,13 @@ impl Bell {
     }
 
     /// True if a message added now is about to be taken: a consumer waits
-    /// idle, or was woken and has not looked yet, or a session has
-    /// listeners; and no consumer has a selector (which might refuse it).
+    /// idle in a receive, or was woken and has not looked yet; and no
+    /// consumer has a selector (which might refuse it). Sessions with
+    /// listeners do not count: they stay registered while their connection
+    /// is stopped, and a listener may be busy for long.
     pub fn expects_taker(&self) -> bool {
         let waiting = lock(&self.waiting);
-        waiting.selective == 0
-            && (!waiting.listeners.is_empty()
-                || !waiting.on_the_way.is_empty()
-                || waiting.idle.iter().any(|flag| !flag.is_set()))
+        waiting.selective == 0 && (!waiting.on_the_way.is_empty() || waiting.idle.iter().any(|flag| !flag.is_set()))
     }
 
     fn ring_all(&self) {
