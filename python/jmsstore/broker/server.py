@@ -44,7 +44,7 @@ import struct
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -1287,9 +1287,8 @@ class JMSServer:
         self._stats.delivery_records += 1
         return marker
 
-    def _settle(self, handles: Iterable[int], txn: Transaction | NativeBatch) -> None:
+    def _settle(self, handles: list[int], txn: Transaction | NativeBatch) -> None:
         """``handles`` are being deleted in ``txn``: delete delivery records left naming nothing."""
-        handles = list(handles)
         if len(self._birth_marks):
             for record in self._birth_marks.take(handles):
                 txn.delete(record)
@@ -1304,12 +1303,11 @@ class JMSServer:
                         marker.dropped = True
                         txn.delete(marker.handle)
 
-    def _unmark(self, handles: Iterable[int], first: list[int]) -> None:
+    def _unmark(self, handles: list[int], first: list[int]) -> None:
         """Prefetched messages went back without being handed out: take them
         out of the delivery record written for them (asynchronously; if a
         crash comes first they only come back marked redelivered). ``first``:
         those of them never delivered before, whose record may be the send's."""
-        handles = list(handles)
         # A record the send wrote names its message alone: it goes. (Not for
         # a message delivered before: that record tells of the earlier delivery.)
         born = self._birth_marks.take(first) if first and len(self._birth_marks) else []

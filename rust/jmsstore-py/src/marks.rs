@@ -17,7 +17,6 @@ use jmsstore_core::Result;
 use pyo3::prelude::*;
 
 /// One message's record: its store handle, and whether a consumer took the message.
-#[derive(Clone, Copy)]
 struct Mark {
     record: u64,
     taken: bool,
@@ -104,9 +103,14 @@ impl BirthMarks {
     /// Forgets the records of messages no consumer took (at a clean close:
     /// those messages were never delivered): the record handles, to delete.
     fn take_untaken(&self) -> Vec<u64> {
-        let mut marks = self.marks.lock();
-        let untaken: Vec<u64> = marks.iter().filter(|(_, m)| !m.taken).map(|(&h, _)| h).collect();
-        untaken.into_iter().filter_map(|h| marks.remove(&h).map(|m| m.record)).collect()
+        let mut records = Vec::new();
+        self.marks.lock().retain(|_, mark| {
+            if !mark.taken {
+                records.push(mark.record);
+            }
+            mark.taken
+        });
+        records
     }
 
     /// Records remembered now.
