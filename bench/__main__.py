@@ -93,10 +93,25 @@ def main(argv: list[str] | None = None) -> int:
         help="run only these benchmarks of the suite (store: put,recovery,codecs; pager: memory,drain,sorted; "
         "broker: the systems non-persistent,persistent,async,sqlite,sqlite-batch,pq-sqlite,pq-file)",
     )
+    parser.add_argument(
+        "--pin-python",
+        metavar="CPU,...",
+        help="broker: run every producer and consumer thread (ours and the peers') on these CPUs only; a tuning "
+        "experiment, its goal ratios are reported but not counted",
+    )
     parser.add_argument("--no-engine", action="store_true", help="skip building/running the native-thread example")
     args = parser.parse_args(argv)
     if args.scale <= 0:
         parser.error("--scale must be positive")
+    pin_python = None
+    if args.pin_python:
+        try:
+            pin_python = sorted({int(c) for c in args.pin_python.split(",")})
+        except ValueError:
+            parser.error(f"--pin-python takes CPU numbers, not {args.pin_python!r}")
+        usable = os.sched_getaffinity(0)
+        if not set(pin_python) <= usable:
+            parser.error(f"--pin-python: this process may run on CPUs {sorted(usable)} only")
     ctx = harness.Context(
         suite=args.suite,
         quick=args.quick,
@@ -107,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             "threads": [int(t) for t in args.threads.split(",")] if args.threads else None,
             "engine": not args.no_engine,
             "only": [n.strip() for n in args.only.split(",")] if args.only else None,
+            "pin_python": pin_python,
         },
     )
     with ctx:

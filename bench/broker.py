@@ -33,12 +33,17 @@ Goals (ratios of figures of the same run): (a) ``persistent`` with 16
 producers >= 10x ``pq-sqlite`` with 16 producers; (b) ``async`` >= 0.70x
 ``non-persistent`` at every thread count. Fsyncs per message are counted
 for ours (store ``stats()``), not for the peers.
+
+``--pin-python CPU,...`` runs every producer and consumer thread (ours and
+the peers') on those CPUs only: a tuning experiment, whose goal ratios are
+reported but not counted.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import os
 import shutil
 import threading
 import time
@@ -222,11 +227,15 @@ def open_system(name: str, directory: Path, body: bytes) -> Any:
 # --------------------------------------------------------------------------
 
 
-def drive(system: Any, producers: int, consumers: int, per_producer: int, cap: float) -> dict[str, Any]:
+def drive(
+    system: Any, producers: int, consumers: int, per_producer: int, cap: float, cpus: list[int] | None = None
+) -> dict[str, Any]:
     """Producers and consumers together until every message sent is received.
 
     Producers stop early once ``cap`` seconds have passed (then fewer are
-    sent: ``capped``); consumers give up ``cap`` + 30 s after the start."""
+    sent: ``capped``); consumers give up ``cap`` + 30 s after the start.
+    ``cpus``: the CPUs every producer and consumer thread runs on (None:
+    wherever the scheduler puts them)."""
     clock = time.perf_counter
     line = StartLine(producers + consumers + 1)
     barrier = line.barrier
@@ -239,6 +248,8 @@ def drive(system: Any, producers: int, consumers: int, per_producer: int, cap: f
 
     def producer(i: int) -> None:
         try:
+            if cpus is not None:
+                os.sched_setaffinity(0, cpus)
             send, finish = system.producer()
         except BaseException as e:
             errors.append(e)
@@ -263,6 +274,8 @@ def drive(system: Any, producers: int, consumers: int, per_producer: int, cap: f
 
     def consumer(i: int) -> None:
         try:
+            if cpus is not None:
+                os.sched_setaffinity(0, cpus)
             receive, close = system.consumer()
         except BaseException as e:
             errors.append(e)
@@ -338,7 +351,7 @@ def measure(ctx: Context, name: str, threads: int, per_producer: int, body: byte
     shutil.rmtree(directory, ignore_errors=True)
     system = open_system(name, directory, body)
     try:
-        run = drive(system, threads, threads, per_producer, cap)
+        run = drive(system, threads, threads, per_producer, cap, ctx.options.get("pin_python"))
         run["remaining"] = system.remaining()
         run["wrong_bodies"] = system.wrong_bodies
         run["send_errors"] = getattr(system, "send_errors", 0)
@@ -429,6 +442,7 @@ def bench_throughput(ctx: Context) -> None:
         "baseline": BASELINE,
         "receive_timeout_s": RECEIVE_TIMEOUT,
         "persist_queue": persist_queue.version(),
+        "python_threads_cpus": ctx.options.get("pin_python"),
         "method": "per thread count, rounds of every system one after the other (fresh queue/store each), ratios "
         "taken within a round; rates and ratios are medians over the rounds; in the full mode our systems send "
         "ours_messages_factor times the peers' messages",
@@ -521,7 +535,12 @@ def _goals(ctx: Context, rows: list[dict[str, Any]], counts: list[int]) -> list[
                 "target": GOAL_ASYNC_VS_NON_PERSISTENT,
             }
         )
+    pinned = ctx.options.get("pin_python")
     for g in out:
+        if pinned:
+            # A tuning experiment: the goals are stated for threads where the scheduler puts them.
+            g["status"] = "not counted: threads pinned"
+            continue
         g["status"] = goal_cell(g["ratio"], g["op"], g["target"])
         ctx.goal("throughput", g["what"], "ratio", g["ratio"], g["op"], g["target"])
     return out
@@ -560,6 +579,11 @@ def _report(
                 f"vs {BASELINE}: ratio to persist-queue's SQLiteQueue at the same thread count, taken within a round;",
                 "fsync/msg and avg group (records per flush) from the store's stats(), ours only; "
                 f"{rounds_n} round(s), medians.",
+                *(
+                    [f"every producer and consumer thread (ours and the peers') on CPU(s) {cpus} only (--pin-python)."]
+                    if (cpus := ctx.options.get("pin_python"))
+                    else []
+                ),
             ]
         ),
     )

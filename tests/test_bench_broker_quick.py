@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from bench.broker import drive
+
 REPO = Path(__file__).resolve().parent.parent
 SCALE = "0.25"  # 500 messages per run (496 with 16 producers)
 THREADS = [1, 4, 16]
@@ -159,3 +161,85 @@ def test_goal_ratios_printed(run: tuple[dict[str, Any], str]) -> None:
     table = stdout.split("== Goal ratios", 1)[1].split("\n== ", 1)[0]
     for g in report["benchmarks"]["throughput"]["goal_ratios"]:
         assert g["what"] in table
+
+
+class _AffinityProbe:
+    """A system for drive() whose threads note the CPUs they may run on."""
+
+    def __init__(self) -> None:
+        self.seen: list[set[int]] = []
+        self.queue: list[int] = []
+
+    def producer(self) -> tuple[Any, Any]:
+        self.seen.append(os.sched_getaffinity(0))
+        return lambda: self.queue.append(1), lambda: None
+
+    def consumer(self) -> tuple[Any, Any]:
+        self.seen.append(os.sched_getaffinity(0))
+
+        def receive(timeout: float) -> int:
+            try:
+                self.queue.pop()
+            except IndexError:  # another consumer took the last one
+                return 0
+            return 1
+
+        return receive, lambda: None
+
+
+def test_drive_pins_every_worker_thread_when_asked() -> None:
+    cpu = min(os.sched_getaffinity(0))
+    pinned = _AffinityProbe()
+    run = drive(pinned, 3, 2, 10, 30.0, [cpu])
+    assert run["received"] == 30
+    assert pinned.seen == [{cpu}] * 5
+    free = _AffinityProbe()
+    drive(free, 3, 2, 10, 30.0)
+    assert free.seen == [os.sched_getaffinity(0)] * 5  # left where the scheduler puts them
+
+
+def test_pinned_run_reports_its_goal_ratios_without_counting_them(tmp_path: Path) -> None:
+    out = tmp_path / "pinned.json"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    cpu = min(os.sched_getaffinity(0))
+    command = [
+        sys.executable,
+        "-m",
+        "bench",
+        "broker",
+        "--quick",
+        "--scale",
+        "0.1",
+        "--threads",
+        "1",
+        "--dir",
+        str(tmp_path),
+    ]
+    command += ["--only", "non-persistent,async", "--pin-python", str(cpu), "--json", str(out)]
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    data = json.loads(out.read_text())
+    assert data["settings"]["throughput"]["python_threads_cpus"] == [cpu]
+    goals = data["benchmarks"]["throughput"]["goal_ratios"]
+    assert [g["goal"] for g in goals] == ["b"]
+    assert goals[0]["status"] == "not counted: threads pinned"
+    assert [g for g in data["goals"] if g["benchmark"] == "throughput"] == []
+    assert f"on CPU(s) [{cpu}] only (--pin-python)" in proc.stdout
+
+
+def test_pin_python_refuses_cpus_it_may_not_use(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    for bad in ("x", str(max(os.sched_getaffinity(0)) + 1000)):
+        proc = subprocess.run(
+            [sys.executable, "-m", "bench", "broker", "--quick", "--pin-python", bad, "--dir", str(tmp_path)],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert "--pin-python" in proc.stderr
+    assert list(tmp_path.iterdir()) == []  # refused before anything ran
