@@ -105,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--scale must be positive")
     pin_python = None
     if args.pin_python:
+        if args.suite != "broker":
+            parser.error("--pin-python is an option of the broker suite")
         try:
             pin_python = sorted({int(c) for c in args.pin_python.split(",")})
         except ValueError:

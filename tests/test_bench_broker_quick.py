@@ -228,12 +228,13 @@ def test_pinned_run_reports_its_goal_ratios_without_counting_them(tmp_path: Path
     assert f"on CPU(s) [{cpu}] only (--pin-python)" in proc.stdout
 
 
-def test_pin_python_refuses_cpus_it_may_not_use(tmp_path: Path) -> None:
+def test_pin_python_refuses_bad_cpus_and_other_suites(tmp_path: Path) -> None:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    for bad in ("x", str(max(os.sched_getaffinity(0)) + 1000)):
+    cpu = str(min(os.sched_getaffinity(0)))
+    for suite, bad in (("broker", "x"), ("broker", str(max(os.sched_getaffinity(0)) + 1000)), ("store", cpu)):
         proc = subprocess.run(
-            [sys.executable, "-m", "bench", "broker", "--quick", "--pin-python", bad, "--dir", str(tmp_path)],
+            [sys.executable, "-m", "bench", suite, "--quick", "--pin-python", bad, "--dir", str(tmp_path)],
             cwd=REPO,
             env=env,
             capture_output=True,
