@@ -385,6 +385,22 @@ def test_a_send_time_record_of_a_message_never_taken_goes_at_a_clean_close(serve
     assert [(_text(m), m.redelivered, m.delivery_count) for m in receive_all(server, queue)] == [("m0", False, 1)]
 
 
+def test_a_send_completing_while_the_server_closes_leaves_no_record(server: JMSServer, restart: Any) -> None:
+    """JMS 2.0 §3.4.7: once a closing server has deleted the records of messages nobody took,
+    a send still completing writes none (nothing would delete it): after the restart its
+    message is delivered for the first time."""
+    queue = server.create_queue("Q")
+    server._queues["Q"].bell.push_idle(Signal())  # someone seems to wait
+    server._forget_untaken_marks()  # what close() does once its connections are closed
+    send_texts(server, queue, ["late"])
+    assert server.statistics()["delivery_records_at_send"] == 0
+    assert len(server._birth_marks) == 0
+    server.store.flush()
+    assert _delivery_records(server) == []
+    server = restart(server)
+    assert [(_text(m), m.redelivered, m.delivery_count) for m in receive_all(server, queue)] == [("late", False, 1)]
+
+
 def test_a_send_time_record_stays_after_a_crash_and_flags_the_message(
     server: JMSServer, server_dir: Path, tmp_path: Path
 ) -> None:

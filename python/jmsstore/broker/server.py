@@ -1353,7 +1353,7 @@ class JMSServer:
     def _forget_untaken_marks(self) -> None:
         """At a clean close: a message whose send wrote its delivery record
         and that no consumer took was never delivered; it must not come back
-        flagged redelivered."""
+        flagged redelivered. Sends still completing write no more records."""
         records = self._birth_marks.take_untaken()
         if not records:
             return

@@ -23,26 +23,45 @@ struct Mark {
 }
 
 #[derive(Default)]
-pub struct Marks {
+struct Registry {
     /// Message store handle -> its record.
-    by_message: Mutex<HashMap<u64, Mark>>,
+    by_message: HashMap<u64, Mark>,
+    /// The server is closing: its untaken records were deleted, no more are remembered.
+    closed: bool,
+}
+
+#[derive(Default)]
+pub struct Marks {
+    registry: Mutex<Registry>,
     written: AtomicU64,
 }
 
 impl Marks {
-    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Mark>> {
-        self.by_message.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Remembers `record` for `message` (once durable, before the message is visible).
-    pub fn remember(&self, message: u64, record: u64) {
-        self.lock().insert(message, Mark { record, taken: false });
+    /// Whether sends should still write records (not once the server closes).
+    pub fn open(&self) -> bool {
+        !self.lock().closed
+    }
+
+    /// Remembers `record` for `message` (once durable, before the message is
+    /// visible). False if the server closed meanwhile: the record is the
+    /// caller's to delete (its message was never delivered).
+    pub fn remember(&self, message: u64, record: u64) -> bool {
+        let mut registry = self.lock();
+        if registry.closed {
+            return false;
+        }
+        registry.by_message.insert(message, Mark { record, taken: false });
         self.written.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// Forgets the record of `message` (the message is gone): its handle, to delete.
     pub fn forget(&self, message: u64) -> Option<u64> {
-        self.lock().remove(&message).map(|m| m.record)
+        self.lock().by_message.remove(&message).map(|m| m.record)
     }
 }
 
@@ -80,10 +99,10 @@ impl BirthMarks {
     /// before), the ones whose record the send wrote: they need no record
     /// of the consumer's. They count as taken from now on.
     fn claim(&self, handles: Vec<u64>) -> Vec<u64> {
-        let mut marks = self.marks.lock();
+        let mut registry = self.marks.lock();
         handles
             .into_iter()
-            .filter(|h| match marks.get_mut(h) {
+            .filter(|h| match registry.by_message.get_mut(h) {
                 Some(mark) => {
                     mark.taken = true;
                     true
@@ -96,15 +115,19 @@ impl BirthMarks {
     /// Forgets the records of `handles` (acknowledged or otherwise deleted,
     /// or given back never handed out): the record handles, to delete.
     fn take(&self, handles: Vec<u64>) -> Vec<u64> {
-        let mut marks = self.marks.lock();
-        handles.into_iter().filter_map(|h| marks.remove(&h).map(|m| m.record)).collect()
+        let mut registry = self.marks.lock();
+        handles.into_iter().filter_map(|h| registry.by_message.remove(&h).map(|m| m.record)).collect()
     }
 
     /// Forgets the records of messages no consumer took (at a clean close:
     /// those messages were never delivered): the record handles, to delete.
+    /// From now on no record is remembered: a send still completing hands
+    /// its record back for deletion (see `Marks::remember`).
     fn take_untaken(&self) -> Vec<u64> {
         let mut records = Vec::new();
-        self.marks.lock().retain(|_, mark| {
+        let mut registry = self.marks.lock();
+        registry.closed = true;
+        registry.by_message.retain(|_, mark| {
             if !mark.taken {
                 records.push(mark.record);
             }
@@ -115,7 +138,7 @@ impl BirthMarks {
 
     /// Records remembered now.
     fn __len__(&self) -> usize {
-        self.marks.lock().len()
+        self.marks.lock().by_message.len()
     }
 
     /// Delivery records written with a send so far.

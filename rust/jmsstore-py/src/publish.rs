@@ -166,14 +166,21 @@ pub fn send(
     let routes = self::routes(routes);
     let header = Header::new(header);
     let (store, pager) = (store.shared(), pager.shared());
-    let marks_in = marks.as_ref().map(|m| m.collection.as_str());
+    let marks_in = marks.as_ref().filter(|m| m.marks.open()).map(|m| m.collection.as_str());
     let marks = marks.as_ref().map(|m| &*m.marks);
     Ok(py.detach(|| {
         let (batch, handles, mark) = put_all(&store, &routes, &data, marks_in)?;
         store.commit(batch)?;
         // Known before the message is visible: a consumer may take it at once.
         if let (Some(marks), Some((message, record))) = (marks, mark) {
-            marks.remember(message, record);
+            if !marks.remember(message, record) {
+                // The server closed meanwhile and deleted the records of messages
+                // nobody took; this one was not taken either.
+                let mut batch = store.batch();
+                if batch.delete(record).is_ok() {
+                    let _ = store.commit_lazy(batch, |_| {});
+                }
+            }
         }
         add_all(&pager, Some(&store), &routes, &handles, &data, None, &header, marks)?;
         Ok::<_, Error>(handles)
