@@ -246,10 +246,13 @@ def drive(
     state = {"received": 0, "expected": producers * per_producer, "t_end": 0.0, "t_sent": 0.0}
     done = threading.Event()
 
+    def pin() -> None:
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+
     def producer(i: int) -> None:
         try:
-            if cpus is not None:
-                os.sched_setaffinity(0, cpus)
+            pin()
             send, finish = system.producer()
         except BaseException as e:
             errors.append(e)
@@ -274,8 +277,7 @@ def drive(
 
     def consumer(i: int) -> None:
         try:
-            if cpus is not None:
-                os.sched_setaffinity(0, cpus)
+            pin()
             receive, close = system.consumer()
         except BaseException as e:
             errors.append(e)

@@ -95,18 +95,11 @@ fn add_all(
             Ok(_) => route.bell.ring(1),
             Err(_) if !pager.has_destination(route.destination) => {
                 if let (Some(store), Some(handle)) = (store, handle) {
-                    // Each in a batch of its own: the store refuses a whole
-                    // batch that deletes something already gone, and the
-                    // destination's deletion may have removed the message first.
-                    let mut batch = store.batch();
-                    if batch.delete(*handle).is_ok() {
-                        let _ = store.commit_lazy(batch, |_| {});
-                    }
+                    // Each in a batch of its own: the destination's deletion
+                    // may have removed the message first.
+                    delete_lazily(store, *handle);
                     if let Some(record) = marks.and_then(|m| m.forget(*handle)) {
-                        let mut batch = store.batch();
-                        if batch.delete(record).is_ok() {
-                            let _ = store.commit_lazy(batch, |_| {});
-                        }
+                        delete_lazily(store, record);
                     }
                 }
             }
@@ -116,6 +109,15 @@ fn add_all(
         }
     }
     first_error.map_or(Ok(()), Err)
+}
+
+/// Deletes `handle` in a lazy batch of its own, if it is still there (the
+/// store refuses a whole batch that deletes something already gone).
+fn delete_lazily(store: &Store, handle: u64) {
+    let mut batch = store.batch();
+    if batch.delete(handle).is_ok() {
+        let _ = store.commit_lazy(batch, |_| {});
+    }
 }
 
 /// A stored copy and the delivery record written with it: (message handle, record handle).
@@ -176,10 +178,7 @@ pub fn send(
             if !marks.remember(message, record) {
                 // The server closed meanwhile and deleted the records of messages
                 // nobody took; this one was not taken either.
-                let mut batch = store.batch();
-                if batch.delete(record).is_ok() {
-                    let _ = store.commit_lazy(batch, |_| {});
-                }
+                delete_lazily(&store, record);
             }
         }
         add_all(&pager, Some(&store), &routes, &handles, &data, None, &header, marks)?;
