@@ -20,16 +20,20 @@ import pytest
 from jms_helpers import SMALL_SEGMENT, SOON, connect, drain, receive_all, send_texts, texts
 from jmsstore import (
     AckMode,
+    Connection,
     DeliveryMode,
     InvalidDestinationError,
     JMSServer,
     MapMessage,
     Message,
     Queue,
+    StoreFullError,
     TextMessage,
     Topic,
+    TransactionRolledBackError,
 )
 from jmsstore._native import Signal
+from jmsstore.store import Transaction
 
 
 def _text(message: Message | None) -> str | None:
@@ -494,3 +498,89 @@ def test_a_stopped_listener_gets_no_send_time_records(server: JMSServer, restart
     assert heard == []
     server = restart(server)
     assert [(_text(m), m.redelivered, m.delivery_count) for m in receive_all(server, queue)] == [("m0", False, 1)]
+
+
+class _FailingCommits:
+    """Makes the next store transaction commit raise (nothing written), the way a
+    full disk refuses a write without poisoning the store: an acknowledgement that fails."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.armed = 0
+        real = Transaction.commit
+
+        def commit(txn: Transaction) -> None:
+            if self.armed:
+                self.armed -= 1
+                txn.rollback()
+                raise StoreFullError("no space left on device (injected)")
+            real(txn)
+
+        monkeypatch.setattr(Transaction, "commit", commit)
+
+
+def _one_record_of_each_kind(server: JMSServer, queue: Queue) -> None:
+    """m0 carries its send-time record (someone seemed to wait); m1 gets the consumer's."""
+    bell = server._queues[queue.name].bell
+    waiting = Signal()
+    bell.push_idle(waiting)
+    send_texts(server, queue, ["m0"])
+    bell.forget_idle(waiting)
+    send_texts(server, queue, ["m1"])
+    assert server.statistics()["delivery_records_at_send"] == 1
+
+
+def _assert_all_gone_before_and_after_a_restart(
+    server: JMSServer, queue: Queue, connection: Connection, restart: Any
+) -> None:
+    server.store.flush()
+    assert server.message_count(queue) == 0
+    assert _delivery_records(server) == []
+    connection.close()
+    server = restart(server)
+    assert receive_all(server, queue) == []
+
+
+def test_a_failed_acknowledgement_leaves_the_delivery_records_to_the_next_one(
+    server: JMSServer, restart: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """JMS 2.0 §6.2.10: an acknowledge that fails leaves the messages unacknowledged; the
+    next one deletes them and their delivery records (the send's and the consumer's) at
+    once, not at a restart."""
+    queue = server.create_queue("Q")
+    _one_record_of_each_kind(server, queue)
+    failing = _FailingCommits(monkeypatch)
+    connection = connect(server)
+    session = connection.create_session(False, AckMode.CLIENT)
+    got = drain(session.create_consumer(queue))
+    assert texts(got) == ["m0", "m1"]
+    server.store.flush()
+    records = sorted(_delivery_records(server))
+    assert len(records) == 2
+    failing.armed = 1
+    with pytest.raises(StoreFullError):
+        got[1].acknowledge()
+    assert server.message_count(queue) == 2
+    assert sorted(_delivery_records(server)) == records  # nothing written
+    got[1].acknowledge()
+    _assert_all_gone_before_and_after_a_restart(server, queue, connection, restart)
+
+
+def test_a_failed_commit_leaves_the_delivery_records_to_the_next_one(
+    server: JMSServer, restart: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """JMS 2.0 §6.2.7: a commit that fails rolls back, and its messages are redelivered;
+    the commit that then consumes them deletes their delivery records too."""
+    queue = server.create_queue("Q")
+    _one_record_of_each_kind(server, queue)
+    failing = _FailingCommits(monkeypatch)
+    connection = connect(server)
+    session = connection.create_session(True)
+    consumer = session.create_consumer(queue)
+    assert texts(drain(consumer)) == ["m0", "m1"]
+    failing.armed = 1
+    with pytest.raises(TransactionRolledBackError):
+        session.commit()
+    again = drain(consumer)
+    assert [(_text(m), m.redelivered) for m in again] == [("m0", True), ("m1", True)]
+    session.commit()
+    _assert_all_gone_before_and_after_a_restart(server, queue, connection, restart)

@@ -517,8 +517,12 @@ class Session:
             txn = self._server._store.transaction()
             for h in handles:
                 txn.delete(h)
-            self._server._settle(handles, txn)
-            txn.commit()
+            settled = self._server._settle(handles, txn)
+            try:
+                txn.commit()
+            except BaseException:
+                self._server._unsettle(settled)  # the messages stay, unacknowledged
+                raise
         remove = self._server._pager._native.remove
         for d in deliveries:
             remove(d.key)
@@ -656,18 +660,21 @@ class Session:
         # A deleted destination took its messages with it: nothing left to acknowledge.
         acks = [d for d in acks if not d.target.deleted]
         txn = server._store.transaction()
+        settled = None
         try:
             written = [server._write(routes, data, txn) for _, routes, _, data in sends]
             handles = [d.handle for d in acks if d.handle is not None]
             for h in handles:
                 txn.delete(h)
-            server._settle(handles, txn)
+            settled = server._settle(handles, txn)
             if len(txn):
                 txn.commit()
             else:
                 txn.rollback()
         except BaseException as e:
             txn.rollback()
+            if settled is not None:
+                server._unsettle(settled)  # before the release: the messages go back with their records
             for state, routes, _, data in sends:
                 server._unsend(state, routes, len(data))
                 _unpend(routes, len(data))

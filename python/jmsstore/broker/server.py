@@ -46,7 +46,7 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from jmsstore import _native
 from jmsstore._native import Doorbell, Signal
@@ -132,6 +132,14 @@ class Marker:
         except BaseException:
             self.handle = None
             raise
+
+
+class Settled(NamedTuple):
+    """What ``JMSServer._settle`` took for a transaction, to give back if it fails."""
+
+    born: list[tuple[int, int]]  # (message, record) from the birth marks
+    named: list[tuple[int, list[Marker], list[int | None]]]  # message, its markers, its count in each
+    dropped: list[Marker]  # markers whose record's delete went into the transaction
 
 
 class Target:
@@ -1287,21 +1295,41 @@ class JMSServer:
         self._stats.delivery_records += 1
         return marker
 
-    def _settle(self, handles: list[int], txn: Transaction | NativeBatch) -> None:
-        """``handles`` are being deleted in ``txn``: delete delivery records left naming nothing."""
-        if len(self._birth_marks):
-            for record in self._birth_marks.take(handles):
-                txn.delete(record)
+    def _settle(self, handles: list[int], txn: Transaction | NativeBatch) -> Settled:
+        """``handles`` are being deleted in ``txn``: delete delivery records
+        left naming nothing. Returns what it took, for ``_unsettle`` if
+        ``txn`` fails while the messages stay."""
+        born = self._birth_marks.take(handles) if len(self._birth_marks) else []
+        for _, record in born:
+            txn.delete(record)
+        named: list[tuple[int, list[Marker], list[int | None]]] = []
+        dropped: list[Marker] = []
         with self._lock:
             for h in handles:
                 markers = self._markers_of.pop(h, None)
                 if not markers:
                     continue
+                named.append((h, markers, [marker.pending.pop(h, None) for marker in markers]))
                 for marker in markers:
-                    marker.pending.pop(h, None)
                     if not marker.pending and marker.handle is not None and not marker.dropped:
                         marker.dropped = True
+                        dropped.append(marker)
                         txn.delete(marker.handle)
+        return Settled(born, named, dropped)
+
+    def _unsettle(self, settled: Settled) -> None:
+        """The transaction of a ``_settle`` failed and its messages stay:
+        their delivery records are theirs again, for their next delete."""
+        if settled.born:
+            self._birth_marks.give_back(settled.born)
+        with self._lock:
+            for marker in settled.dropped:
+                marker.dropped = False
+            for h, markers, counts in settled.named:
+                for marker, count in zip(markers, counts, strict=True):
+                    if count is not None:
+                        marker.pending[h] = count
+                self._markers_of[h] = markers + self._markers_of.get(h, [])
 
     def _unmark(self, handles: list[int], first: list[int]) -> None:
         """Prefetched messages went back without being handed out: take them
@@ -1335,7 +1363,7 @@ class JMSServer:
         # of them deletes a record, and nothing is submitted for it after.
         with self._lock:
             txn = self._store.transaction()
-            for record in born:
+            for _, record in born:
                 txn.delete(record)
             for marker in touched.values():
                 if marker.handle is None or marker.dropped:

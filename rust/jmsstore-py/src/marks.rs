@@ -113,10 +113,21 @@ impl BirthMarks {
     }
 
     /// Forgets the records of `handles` (acknowledged or otherwise deleted,
-    /// or given back never handed out): the record handles, to delete.
-    fn take(&self, handles: Vec<u64>) -> Vec<u64> {
+    /// or given back never handed out): (message, record) pairs, the
+    /// records to delete.
+    fn take(&self, handles: Vec<u64>) -> Vec<(u64, u64)> {
         let mut registry = self.marks.lock();
-        handles.into_iter().filter_map(|h| registry.by_message.remove(&h).map(|m| m.record)).collect()
+        handles.into_iter().filter_map(|h| registry.by_message.remove(&h).map(|m| (h, m.record))).collect()
+    }
+
+    /// Remembers again, as taken, records `take` gave out whose delete did
+    /// not happen (its transaction failed): the message's later delete
+    /// takes them again.
+    fn give_back(&self, taken: Vec<(u64, u64)>) {
+        let mut registry = self.marks.lock();
+        for (message, record) in taken {
+            registry.by_message.insert(message, Mark { record, taken: true });
+        }
     }
 
     /// Forgets the records of messages no consumer took (at a clean close:
