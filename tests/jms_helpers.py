@@ -15,6 +15,7 @@ Fixtures:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -133,3 +134,12 @@ def browse_texts(server: JMSServer, queue: Queue) -> list[str | None]:
         session = connection.create_session()
         with session.create_browser(queue) as browser:
             return texts(browser.messages())
+
+
+def wait_for_idle_consumer(server: JMSServer, queue: Queue) -> None:
+    """Until a consumer waits idle on ``queue`` (its receive looked, found nothing, and sleeps)."""
+    bell = server._queues[queue.name].bell
+    deadline = time.monotonic() + SOON
+    while bell.waiting()[1] == 0:
+        assert time.monotonic() < deadline, "the consumer never went idle"
+        time.sleep(0.005)

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 import pytest
-from jms_helpers import NOTHING, SOON, connect, drain, receive_all, send_texts, texts
+from jms_helpers import NOTHING, SOON, connect, drain, receive_all, send_texts, texts, wait_for_idle_consumer
 from jmsstore import AckMode, IllegalStateError, JMSServer, Message, TextMessage
 
 
@@ -362,7 +362,7 @@ def test_close_from_another_thread_ends_a_blocked_receive(server: JMSServer, clo
         results: list[object] = []
         receiver = threading.Thread(target=lambda: results.append(consumer.receive()))
         receiver.start()
-        time.sleep(0.1)  # let it block (if it has not yet, close still ends it: it sees the consumer closed)
+        wait_for_idle_consumer(server, queue)  # blocked in the receive
         (session if closing == "session" else consumer).close()
         receiver.join(SOON)
         assert not receiver.is_alive()

@@ -30,6 +30,10 @@ def _wait_for(condition: object, what: str) -> None:
     assert condition(), what  # type: ignore[operator]
 
 
+def _expiry_logs(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "jmsstore.expiration"]
+
+
 def test_expired_messages_are_discarded_when_a_consumer_looks(server: JMSServer, servers: Servers) -> None:
     """Scan interval 0: "expired messages are passively removed from the
     system as they are discovered"; their quota room comes back."""
@@ -53,7 +57,8 @@ def test_an_active_scan_removes_expired_messages_nobody_looks_for(server: JMSSer
     _send_expiring(server, queue, "old")
     _wait_for(lambda: server.statistics()["expired"] == 1, "the scan removed it")
     assert server.message_count(queue) == 0
-    assert len(list(server.store.handles(server._collection("q/Q")))) == 0
+    # The scan counts it, then deletes its record (a store write it waits for).
+    _wait_for(lambda: not list(server.store.handles(server._collection("q/Q"))), "its record was deleted")
 
 
 def test_the_log_policy_logs_the_seed_format(
@@ -65,8 +70,9 @@ def test_the_log_policy_logs_the_seed_format(
     )
     with caplog.at_level(logging.INFO, logger="jmsstore.expiration"):
         _send_expiring(server, queue, "old", Color="White", Weight=2680)
-        _wait_for(lambda: server.statistics()["expired"] == 1, "the scan removed it")
-    [record] = [r for r in caplog.records if r.name == "jmsstore.expiration"]
+        # Logged just after it is counted: wait for the log itself.
+        _wait_for(lambda: _expiry_logs(caplog), "the scan logged it")
+    [record] = _expiry_logs(caplog)
     lines = record.getMessage().splitlines()
     assert lines[0].startswith("<ExpiredJMSMessage JMSMessageID='ID:jms1-") and lines[0].endswith("' >")
     assert lines[1:] == [
@@ -84,15 +90,14 @@ def test_the_log_policy_shows_where_it_expired_and_its_delivery_state(
     queue = server.create_queue("Q", expiration_policy="log", expiration_logging_policy="%header%")
     with connect(server) as connection:
         session = connection.create_session(ack_mode=AckMode.CLIENT)
-        session.create_producer(queue).send(TextMessage("m"), time_to_live=300)
+        session.create_producer(queue).send(TextMessage("m"), time_to_live=60_000)
         consumer = session.create_consumer(queue)
         assert consumer.receive(SOON) is not None
         session.recover()  # back, redelivered
         consumer.close()
-    time.sleep(0.4)
     with caplog.at_level(logging.INFO, logger="jmsstore.expiration"):
-        server._expire(int(time.time() * 1000))
-    [record] = [r for r in caplog.records if r.name == "jmsstore.expiration"]
+        server._expire(int(time.time() * 1000) + 120_000)  # a scan two minutes on: it has expired
+    [record] = _expiry_logs(caplog)
     headers = record.getMessage().splitlines()[1]
     assert "JMSDestination='queue://Q'" in headers, headers
     assert "JMSRedelivered='true'" in headers
@@ -107,8 +112,9 @@ def test_the_log_policy_with_no_fields_logs_the_message_id_only(
     queue = server.create_queue("Q", expiration_policy="log")
     with caplog.at_level(logging.INFO, logger="jmsstore.expiration"):
         _send_expiring(server, queue, "old")
-        _wait_for(lambda: server.statistics()["expired"] == 1, "the scan removed it")
-    [record] = [r for r in caplog.records if r.name == "jmsstore.expiration"]
+        # Logged just after it is counted: wait for the log itself.
+        _wait_for(lambda: _expiry_logs(caplog), "the scan logged it")
+    [record] = _expiry_logs(caplog)
     text = record.getMessage()
     assert text.startswith("<ExpiredJMSMessage JMSMessageID='ID:jms1-") and text.endswith("' />")
     assert "\n" not in text
@@ -141,7 +147,8 @@ def test_expiry_is_counted_per_durable_subscription(server: JMSServer, servers: 
     with connect(server, "c", start=False) as connection:
         connection.create_session().create_durable_subscriber(topic, "s").close()
     _send_expiring(server, topic, "old")
-    _wait_for(lambda: server.statistics()["expired"] == 1, "the scan removed it")
+    # Counted on the server first, then on the subscription: wait for the latter.
+    _wait_for(lambda: server.durable_subscriptions()[0]["messages_expired"] == 1, "the scan removed it")
     [sub] = server.durable_subscriptions()
     assert (sub["messages_expired"], sub["messages_current"]) == (1, 0)
     assert server.statistics()["topics"]["T"]["messages_expired"] == 1

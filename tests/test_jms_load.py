@@ -45,6 +45,7 @@ def test_producers_faster_than_consumers_against_a_quota(tmp_path: Path) -> None
     wrong_errors: list[BaseException] = []
     received: list[str] = []
     stop = threading.Event()
+    producers_done = threading.Event()
     samples: list[tuple[int, int]] = []  # (messages held, RSS KiB)
     connection = factory.create_connection()
     connection.start()
@@ -69,7 +70,7 @@ def test_producers_faster_than_consumers_against_a_quota(tmp_path: Path) -> None
         while True:
             message = consumer.receive(0.2)
             if message is None:
-                if stop.is_set():
+                if producers_done.is_set():  # not just `stop`: a send in progress may still land
                     return
                 continue
             received.append(message.text[: -len(BODY)])  # type: ignore[attr-defined]
@@ -89,6 +90,7 @@ def test_producers_faster_than_consumers_against_a_quota(tmp_path: Path) -> None
     stop.set()
     for t in threads:
         t.join(SOON * 4)
+    producers_done.set()
     consumer.join(SOON * 12)
     statistics = server.statistics()
     connection.close()

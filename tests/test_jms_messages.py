@@ -17,7 +17,17 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from jms_helpers import NOTHING, SMALL_SEGMENT, SOON, connect, drain, receive_all, send_texts, texts
+from jms_helpers import (
+    NOTHING,
+    SMALL_SEGMENT,
+    SOON,
+    connect,
+    drain,
+    receive_all,
+    send_texts,
+    texts,
+    wait_for_idle_consumer,
+)
 from jmsstore import (
     AckMode,
     BytesMessage,
@@ -734,7 +744,7 @@ def test_close_ends_a_pending_receive(server: JMSServer, close_what: str) -> Non
         waiting = threading.Thread(target=receive)
         waiting.start()
         assert receiving.wait(SOON)
-        time.sleep(0.1)  # well into the receive
+        wait_for_idle_consumer(server, queue)  # blocked in the receive
         {"connection": connection, "session": session, "consumer": consumer}[close_what].close()
         waiting.join(SOON)
         assert not waiting.is_alive()

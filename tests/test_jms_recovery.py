@@ -12,12 +12,20 @@ from __future__ import annotations
 import shutil
 import struct
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from jms_helpers import SMALL_SEGMENT, SOON, connect, drain, receive_all, send_texts, texts
+from jms_helpers import (
+    SMALL_SEGMENT,
+    SOON,
+    connect,
+    drain,
+    receive_all,
+    send_texts,
+    texts,
+    wait_for_idle_consumer,
+)
 from jmsstore import (
     AckMode,
     Connection,
@@ -321,15 +329,6 @@ def test_recovery_with_a_small_message_buffer(servers: Any) -> None:
 # ---------------------------------------------------------------- delivery records written with the send
 
 
-def _wait_for_idle_consumer(server: JMSServer, queue: Queue) -> None:
-    """Until a consumer waits idle on ``queue`` (its receive looked, found nothing, and sleeps)."""
-    bell = server._queues[queue.name].bell
-    deadline = time.monotonic() + SOON
-    while bell.waiting()[1] == 0:
-        assert time.monotonic() < deadline, "the consumer never went idle"
-        time.sleep(0.005)
-
-
 def _delivery_records(server: JMSServer) -> list[tuple[int, int]]:
     """(message store handle, delivery count) of every delivery record in the store."""
     return [
@@ -350,7 +349,7 @@ def test_a_send_to_a_waiting_consumer_carries_its_delivery_record(server: JMSSer
     received: list[Message | None] = []
     receiver = threading.Thread(target=lambda: received.append(consumer.receive(SOON)))
     receiver.start()
-    _wait_for_idle_consumer(server, queue)
+    wait_for_idle_consumer(server, queue)
     before = server.statistics()
     send_texts(server, queue, ["m0"])
     receiver.join()
@@ -431,7 +430,7 @@ def test_a_selective_consumer_gets_no_send_time_records(server: JMSServer) -> No
         received: list[Message | None] = []
         receiver = threading.Thread(target=lambda: received.append(consumer.receive(SOON)))
         receiver.start()
-        _wait_for_idle_consumer(server, queue)
+        wait_for_idle_consumer(server, queue)
         with connect(server, start=False) as sender:
             session = sender.create_session()
             message = session.create_text_message("red")
@@ -453,7 +452,7 @@ def test_a_delayed_message_gets_no_send_time_record(server: JMSServer) -> None:
         received: list[Message | None] = []
         receiver = threading.Thread(target=lambda: received.append(consumer.receive(SOON)))
         receiver.start()
-        _wait_for_idle_consumer(server, queue)
+        wait_for_idle_consumer(server, queue)
         send_texts(server, queue, ["later"], delivery_delay=100)
         receiver.join()
     assert [_text(m) for m in received] == ["later"]
