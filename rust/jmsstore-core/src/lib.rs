@@ -6,11 +6,13 @@
 //!   simulate power loss;
 //! - [`codec`]: body codecs (gzip, LZF with ZV framing, zstd);
 //! - [`inspect`]: a read-only reader of every record in a store directory,
-//!   for tools and Spark.
+//!   for tools and Spark;
+//! - [`background`]: how the engine starts its own threads.
 
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+pub mod background;
 pub mod calibrate;
 pub mod codec;
 pub mod error;

@@ -10,10 +10,9 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::thread;
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
-use jmsstore_core::Error;
+use jmsstore_core::{background, Error};
 use pyo3::prelude::*;
 
 use crate::errors::PyStoreError;
@@ -97,13 +96,9 @@ fn completer() -> &'static Sender<Delivery> {
     COMPLETER.get_or_init(|| {
         let (tx, rx) = unbounded();
         let (to_python, from_native) = unbounded();
-        thread::Builder::new()
-            .name("jmsstore-callbacks".into())
-            .spawn(move || run_callbacks(from_native))
+        background::spawn("jmsstore-callbacks", move || run_callbacks(from_native))
             .expect("the callback thread starts");
-        thread::Builder::new()
-            .name("jmsstore-completer".into())
-            .spawn(move || run_followups(rx, to_python))
+        background::spawn("jmsstore-completer", move || run_followups(rx, to_python))
             .expect("the completer thread starts");
         tx
     })

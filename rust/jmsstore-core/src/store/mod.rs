@@ -807,9 +807,8 @@ impl Store {
         let threads = writer::start(&shared, recovered.next_sequence, recovered.epoch, recovered.reusable_tail)?;
         let compactor = if shared.options.compaction_threshold > 0.0 {
             let background = shared.clone();
-            let spawned = std::thread::Builder::new()
-                .name("jmsstore-compactor".into())
-                .spawn(move || compaction::run_compactor(&background));
+            let spawned =
+                crate::background::spawn("jmsstore-compactor", move || compaction::run_compactor(&background));
             match spawned {
                 Ok(handle) => Some(handle),
                 Err(e) => {

@@ -32,7 +32,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::{self, JoinHandle};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::format::{
@@ -189,14 +189,10 @@ pub(crate) fn start(
         last_sync: Duration::ZERO,
         written_in_epoch: false,
     };
-    let flusher = thread::Builder::new()
-        .name("jmsstore-flusher".into())
-        .spawn(move || writer.run())
+    let flusher = crate::background::spawn("jmsstore-flusher", move || writer.run())
         .map_err(|e| Error::io("starting flusher thread", &shared.dir, e))?;
     let preparer_shared = shared.clone();
-    let preparer = thread::Builder::new()
-        .name("jmsstore-preparer".into())
-        .spawn(move || run_preparer(&preparer_shared))
+    let preparer = crate::background::spawn("jmsstore-preparer", move || run_preparer(&preparer_shared))
         .map_err(|e| Error::io("starting preparer thread", &shared.dir, e))?;
     // A spare from the start, as Artemis creates its minimum of journal
     // files on start: the first rollover then finds one ready, and no
