@@ -29,8 +29,10 @@ from jmsstore import (
     Message,
     MessageConsumer,
     Queue,
+    StoreFullError,
     TextMessage,
 )
+from jmsstore.store import Transaction
 
 SMALL_SEGMENT = 1 << 20
 NOTHING = 0.5  # seconds a receive waits in "nothing arrives" checks
@@ -143,3 +145,21 @@ def wait_for_idle_consumer(server: JMSServer, queue: Queue) -> None:
     while bell.waiting()[1] == 0:
         assert time.monotonic() < deadline, "the consumer never went idle"
         time.sleep(0.005)
+
+
+class FailingCommits:
+    """Makes the next ``armed`` store transaction commits raise (nothing written), the way
+    a full disk refuses a write without poisoning the store."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.armed = 0
+        real = Transaction.commit
+
+        def commit(txn: Transaction) -> None:
+            if self.armed:
+                self.armed -= 1
+                txn.rollback()
+                raise StoreFullError("no space left on device (injected)")
+            real(txn)
+
+        monkeypatch.setattr(Transaction, "commit", commit)

@@ -1,12 +1,13 @@
 """The engine's own threads (the store's flusher, preparer and compactor, the binding's
-completer and callback threads) run as SCHED_BATCH on Linux: their wake-ups never preempt
-the application's threads, such as the one holding the GIL. The application's threads keep
-their policy."""
+completer) run as SCHED_BATCH on Linux: their wake-ups never preempt the application's
+threads, such as the one holding the GIL. The application's threads, and the binding's
+callback thread (it runs the application's callbacks), keep their policy."""
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,19 +15,31 @@ from jmsstore import JMSServer, TextMessage
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="scheduling policies are Linux's")
 
-ENGINE_THREADS = {"jmsstore-flushe", "jmsstore-prepar", "jmsstore-compac", "jmsstore-comple", "jmsstore-callba"}
+# As the kernel keeps thread names: at most 15 characters.
+ENGINE_THREADS = {"jmsstore-flushe", "jmsstore-prepar", "jmsstore-compac", "jmsstore-comple"}
+CALLBACK_THREAD = "jmsstore-callba"
 
 
-def _threads() -> dict[int, str]:
-    """This process's threads: id -> name (as the kernel keeps it: at most 15 characters)."""
+def _native_threads() -> dict[int, str]:
+    """The threads of this process that Python did not start: id -> name."""
+    python_threads = {t.native_id for t in threading.enumerate()}
     out = {}
-    for tid in os.listdir("/proc/self/task"):
+    for tid in map(int, os.listdir("/proc/self/task")):
+        if tid in python_threads:
+            continue
         try:
             with open(f"/proc/self/task/{tid}/comm") as comm:
-                out[int(tid)] = comm.read().strip()
+                out[tid] = comm.read().strip()
         except FileNotFoundError:  # ended meanwhile
             continue
     return out
+
+
+def _policy(tid: int) -> int | None:
+    try:
+        return os.sched_getscheduler(tid)
+    except ProcessLookupError:  # ended meanwhile
+        return None
 
 
 def test_engine_threads_run_as_batch_and_the_applications_do_not(tmp_path: Path) -> None:
@@ -34,10 +47,15 @@ def test_engine_threads_run_as_batch_and_the_applications_do_not(tmp_path: Path)
         queue = server.create_queue("Q")
         with server.connection_factory().create_connection() as connection:
             producer = connection.create_session().create_producer(queue)
-            producer.send_async(TextMessage("starts the completer")).result(5)
-        threads = _threads()
-        engine = {tid: name for tid, name in threads.items() if name.startswith("jmsstore-")}
-        assert set(engine.values()) >= ENGINE_THREADS, engine
-        policies = {name: os.sched_getscheduler(tid) for tid, name in engine.items()}
+            # With a callback: starts the completer and the callback thread.
+            done = threading.Event()
+            producer.send_async(TextMessage("x"), on_completion=lambda *_: done.set()).result(5)
+            assert done.wait(5)
+        threads = _native_threads()
+        names = set(threads.values())
+        assert names >= ENGINE_THREADS | {CALLBACK_THREAD}, threads
+        policies = {name: _policy(tid) for tid, name in threads.items() if name in ENGINE_THREADS}
         assert set(policies.values()) == {os.SCHED_BATCH}, policies
+        callbacks = [_policy(tid) for tid, name in threads.items() if name == CALLBACK_THREAD]
+        assert callbacks == [os.SCHED_OTHER]
         assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the caller's thread is untouched

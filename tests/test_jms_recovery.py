@@ -19,6 +19,7 @@ import pytest
 from jms_helpers import (
     SMALL_SEGMENT,
     SOON,
+    FailingCommits,
     connect,
     drain,
     receive_all,
@@ -41,7 +42,6 @@ from jmsstore import (
     TransactionRolledBackError,
 )
 from jmsstore._native import Signal
-from jmsstore.store import Transaction
 
 
 def _text(message: Message | None) -> str | None:
@@ -499,24 +499,6 @@ def test_a_stopped_listener_gets_no_send_time_records(server: JMSServer, restart
     assert [(_text(m), m.redelivered, m.delivery_count) for m in receive_all(server, queue)] == [("m0", False, 1)]
 
 
-class _FailingCommits:
-    """Makes the next store transaction commit raise (nothing written), the way a
-    full disk refuses a write without poisoning the store: an acknowledgement that fails."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.armed = 0
-        real = Transaction.commit
-
-        def commit(txn: Transaction) -> None:
-            if self.armed:
-                self.armed -= 1
-                txn.rollback()
-                raise StoreFullError("no space left on device (injected)")
-            real(txn)
-
-        monkeypatch.setattr(Transaction, "commit", commit)
-
-
 def _one_record_of_each_kind(server: JMSServer, queue: Queue) -> None:
     """m0 carries its send-time record (someone seemed to wait); m1 gets the consumer's."""
     bell = server._queues[queue.name].bell
@@ -547,7 +529,7 @@ def test_a_failed_acknowledgement_leaves_the_delivery_records_to_the_next_one(
     once, not at a restart."""
     queue = server.create_queue("Q")
     _one_record_of_each_kind(server, queue)
-    failing = _FailingCommits(monkeypatch)
+    failing = FailingCommits(monkeypatch)
     connection = connect(server)
     session = connection.create_session(False, AckMode.CLIENT)
     got = drain(session.create_consumer(queue))
@@ -571,7 +553,7 @@ def test_a_failed_commit_leaves_the_delivery_records_to_the_next_one(
     the commit that then consumes them deletes their delivery records too."""
     queue = server.create_queue("Q")
     _one_record_of_each_kind(server, queue)
-    failing = _FailingCommits(monkeypatch)
+    failing = FailingCommits(monkeypatch)
     connection = connect(server)
     session = connection.create_session(True)
     consumer = session.create_consumer(queue)
@@ -583,3 +565,37 @@ def test_a_failed_commit_leaves_the_delivery_records_to_the_next_one(
     assert [(_text(m), m.redelivered) for m in again] == [("m0", True), ("m1", True)]
     session.commit()
     _assert_all_gone_before_and_after_a_restart(server, queue, connection, restart)
+
+
+def test_a_failed_acknowledgement_sharing_a_record_with_a_finished_one_gets_a_new_record(
+    server: JMSServer,
+) -> None:
+    """JMS 2.0 §3.4.7: two messages delivered in one batch share one delivery record.
+    If the acknowledgement of the first fails after the second's went through (and
+    deleted the record they shared), the first, still unacknowledged, gets a new record:
+    a crash would bring it back flagged redelivered."""
+    queue = server.create_queue("Q")
+    send_texts(server, queue, ["m0", "m1"])  # nobody waits: the consumer writes the record
+    connection = connect(server)
+    got = drain(connection.create_session(False, AckMode.CLIENT).create_consumer(queue))
+    assert texts(got) == ["m0", "m1"]
+    server.store.flush()
+    h0, h1 = server.store.handles(server._collection("q/Q"))
+    assert sorted(_delivery_records(server)) == [(h0, 1), (h1, 1)]  # one record naming both
+    # The acknowledgement of m0 settles, then m1's settles and commits, then m0's commit fails.
+    first = server.store.transaction()
+    first.delete(h0)
+    settled = server._settle([h0], first)
+    with server.store.transaction() as second:
+        second.delete(h1)
+        server._settle([h1], second)
+    first.rollback()
+    server._unsettle(settled)
+    server.store.flush()
+    assert _delivery_records(server) == [(h0, 1)]
+    with server.store.transaction() as third:  # m0's acknowledgement, at last
+        third.delete(h0)
+        server._settle([h0], third)
+    server.store.flush()
+    assert _delivery_records(server) == []
+    connection.close()

@@ -13,8 +13,8 @@ import time
 from typing import Any
 
 import pytest
-from jms_helpers import NOTHING, SOON, browse_texts, connect, drain, receive_all, send_texts, texts
-from jmsstore import AckMode, JMSServer, Message, TextMessage
+from jms_helpers import NOTHING, SOON, FailingCommits, browse_texts, connect, drain, receive_all, send_texts, texts
+from jmsstore import AckMode, JMSServer, Message, StoreFullError, TextMessage, TransactionRolledBackError
 
 
 def _now_ms() -> int:
@@ -345,3 +345,55 @@ def test_error_destination_can_be_a_topic(server: JMSServer) -> None:
         session.rollback()
         assert [_state(m) for m in drain(watcher)] == [("poison", False, 1)]
     assert server.message_count(queue) == 0
+
+
+@pytest.mark.parametrize("returned_by", ["recover", "rollback"])
+def test_a_move_past_the_limit_that_the_store_refuses_is_tried_again(
+    server: JMSServer, monkeypatch: pytest.MonkeyPatch, returned_by: str
+) -> None:
+    """Seed 000 / JMS 2.0 §6.2.10: a message past its redelivery limit goes to the error
+    destination. If the store refuses the move (a full disk), the message stays on its
+    destination, redelivered, and its next return moves it; the other messages returned
+    with it go back as usual."""
+    server.create_queue("DLQ")
+    queue = server.create_queue("Q", redelivery_limit=0, error_destination="DLQ")
+    send_texts(server, queue, ["m0", "m1"])
+    failing = FailingCommits(monkeypatch)
+    with connect(server) as connection:
+        transacted = returned_by == "rollback"
+        session = connection.create_session(transacted, AckMode.CLIENT)
+        consumer = session.create_consumer(queue)
+        assert texts(drain(consumer)) == ["m0", "m1"]
+        failing.armed = 1  # the first move fails, the second goes through
+        with pytest.raises(StoreFullError):
+            session.recover() if returned_by == "recover" else session.rollback()
+        assert server.message_count(queue) == 1  # m0 stayed; m1 moved
+        [again] = drain(consumer)
+        assert (_text(again), again.redelivered) == ("m0", True)
+        session.recover() if returned_by == "recover" else session.rollback()
+    assert server.message_count(queue) == 0
+    assert texts(receive_all(server, server.queue("DLQ"))) == ["m1", "m0"]
+
+
+def test_a_failed_commit_whose_move_past_the_limit_fails_too_still_rolls_back(
+    server: JMSServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """JMS 2.0 §6.2.7: a commit that fails raises TransactionRolledBackError, even when
+    returning its message past the redelivery limit fails as well (the disk is still full):
+    the message stays, and its next return moves it."""
+    server.create_queue("DLQ")
+    queue = server.create_queue("Q", redelivery_limit=0, error_destination="DLQ")
+    send_texts(server, queue, ["m0"])
+    failing = FailingCommits(monkeypatch)
+    with connect(server) as connection:
+        session = connection.create_session(True)
+        consumer = session.create_consumer(queue)
+        assert texts(drain(consumer)) == ["m0"]
+        failing.armed = 2  # the commit, then the move
+        with pytest.raises(TransactionRolledBackError):
+            session.commit()
+        assert server.message_count(queue) == 1
+        assert texts(drain(consumer)) == ["m0"]
+        session.rollback()
+    assert server.message_count(queue) == 0
+    assert texts(receive_all(server, server.queue("DLQ"))) == ["m0"]

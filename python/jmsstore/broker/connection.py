@@ -545,7 +545,9 @@ class Session:
         batch.delete_many(handles)
         self._server._settle(handles, batch)
         # No completion callback: a failed write poisons the store and the
-        # next durable call reports it. Lazy: no flush of its own, it goes
+        # next durable call reports it, except on a full disk, which loses
+        # just these deletes (their messages come back after a restart,
+        # redelivered, as after a crash). Lazy: no flush of its own, it goes
         # out with the next group written anyway (or within 10 ms).
         native.commit_async(batch, None, True)
 
@@ -562,6 +564,7 @@ class Session:
             )
         now = now_ms()
         pager = self._server._pager._native
+        failure: BaseException | None = None  # of a move past the redelivery limit: the others still go back
         for d in deliveries:
             target = d.target
             if target.deleted:
@@ -570,7 +573,10 @@ class Session:
             if redelivered:
                 settings = target.settings
                 if 0 <= settings.redelivery_limit < d.redelivery_count + 1:
-                    self._server_expel(d)
+                    try:
+                        self._server_expel(d)
+                    except BaseException as e:
+                        failure = failure or e
                     continue
                 if settings.redelivery_delay:
                     when = now + settings.redelivery_delay
@@ -582,9 +588,13 @@ class Session:
             else:
                 pager.release(d.key, False, None)
             target.notify()
+        if failure is not None:
+            raise failure
 
     def _server_expel(self, d: Delivery) -> None:
-        """Moves a message past its redelivery limit to the error destination, or drops it."""
+        """Moves a message past its redelivery limit to the error destination, or
+        drops it. If the store refuses, it goes back to its destination,
+        redelivered: its next return tries again."""
         server = self._server
         error = d.target.settings.error_destination
         routes: list[tuple[Target, bool]] = []
@@ -594,14 +604,24 @@ class Session:
             if state is not None:
                 routes = server._routes(state, message)
         txn = server._store.transaction()
-        handles = server._write(routes, d.body, txn) if routes else []
-        if d.handle is not None:
-            txn.delete(d.handle)
-            server._settle([d.handle], txn)
-        if len(txn):
-            txn.commit()
-        else:
+        settled = None
+        try:
+            handles = server._write(routes, d.body, txn) if routes else []
+            if d.handle is not None:
+                txn.delete(d.handle)
+                settled = server._settle([d.handle], txn)
+            if len(txn):
+                txn.commit()
+            else:
+                txn.rollback()
+        except BaseException:
             txn.rollback()
+            if settled is not None:
+                server._unsettle(settled)
+            server._pager._native.release(d.key, True, None)
+            server._stats.redelivered += 1
+            d.target.notify()
+            raise
         server._pager._native.remove(d.key)
         server._count_out(d.target, 1, len(d.body))  # (no longer pending: _release took it off)
         if routes:
@@ -678,7 +698,11 @@ class Session:
             for state, routes, _, data in sends:
                 server._unsend(state, routes, len(data))
                 _unpend(routes, len(data))
-            self._release(acks, redelivered=True)
+            try:
+                self._release(acks, redelivered=True)
+            except JmsStoreError as moving:
+                # Every message went back; one past its redelivery limit is moved at its next return.
+                log.warning("after a failed commit, a message could not be moved past its redelivery limit: %s", moving)
             raise TransactionRolledBackError(f"commit failed, the transaction was rolled back: {e}") from e
         remove = server._pager._native.remove
         for d in acks:

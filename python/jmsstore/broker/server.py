@@ -138,7 +138,7 @@ class Settled(NamedTuple):
     """What ``JMSServer._settle`` took for a transaction, to give back if it fails."""
 
     born: list[tuple[int, int]]  # (message, record) from the birth marks
-    named: list[tuple[int, list[Marker], list[int | None]]]  # message, its markers, its count in each
+    markers_naming: list[tuple[int, list[Marker], list[int | None]]]  # message, its markers, its count in each
     dropped: list[Marker]  # markers whose record's delete went into the transaction
 
 
@@ -1302,34 +1302,43 @@ class JMSServer:
         born = self._birth_marks.take(handles) if len(self._birth_marks) else []
         for _, record in born:
             txn.delete(record)
-        named: list[tuple[int, list[Marker], list[int | None]]] = []
+        markers_naming: list[tuple[int, list[Marker], list[int | None]]] = []
         dropped: list[Marker] = []
         with self._lock:
             for h in handles:
                 markers = self._markers_of.pop(h, None)
                 if not markers:
                     continue
-                named.append((h, markers, [marker.pending.pop(h, None) for marker in markers]))
+                markers_naming.append((h, markers, [marker.pending.pop(h, None) for marker in markers]))
                 for marker in markers:
                     if not marker.pending and marker.handle is not None and not marker.dropped:
                         marker.dropped = True
                         dropped.append(marker)
                         txn.delete(marker.handle)
-        return Settled(born, named, dropped)
+        return Settled(born, markers_naming, dropped)
 
     def _unsettle(self, settled: Settled) -> None:
         """The transaction of a ``_settle`` failed and its messages stay:
         their delivery records are theirs again, for their next delete."""
         if settled.born:
             self._birth_marks.give_back(settled.born)
+        unrecorded: dict[int, int] = {}  # message -> delivery count, whose record another delete took
         with self._lock:
             for marker in settled.dropped:
                 marker.dropped = False
-            for h, markers, counts in settled.named:
+            for h, markers, counts in settled.markers_naming:
                 for marker, count in zip(markers, counts, strict=True):
-                    if count is not None:
+                    if count is None:
+                        continue
+                    if marker.dropped:
+                        # Meanwhile the record's other messages went, and their
+                        # transaction deleted it: this one needs a new record.
+                        unrecorded[h] = max(count, unrecorded.get(h, 0))
+                    else:
                         marker.pending[h] = count
                 self._markers_of[h] = markers + self._markers_of.get(h, [])
+        if unrecorded:
+            self._mark(list(unrecorded), list(unrecorded.values()))
 
     def _unmark(self, handles: list[int], first: list[int]) -> None:
         """Prefetched messages went back without being handed out: take them

@@ -1,5 +1,7 @@
 //! The engine's own threads: the store's flusher, preparer and compactor,
-//! and the binding's completer and callback threads.
+//! and the binding's completer thread. (Not the binding's callback thread:
+//! it runs the application's code, and threads it starts inherit its
+//! policy.)
 //!
 //! On Linux they run as `SCHED_BATCH`: the same share of CPU time as any
 //! thread, but their wake-ups never preempt the thread running on a CPU.
@@ -10,7 +12,9 @@
 //! threads they take an idle CPU at once, or wait for the running thread's
 //! time slice to end. Interleaved A/B pairs, 16 producers + 16 consumers:
 //! `send_async` faster in 12 of 14 (median ratio 1.09), synchronous sends
-//! in 11 of 16 (1.06); no clear change with 1 or 4 (README, *Performance*).
+//! in 11 of 16 (1.06); with 4 + 4, no gain (1.00 and 0.97; README,
+//! *Performance*). A thread started under another policy than the default
+//! (a real-time one, say) keeps it.
 
 use std::io;
 use std::thread::{self, JoinHandle};
@@ -28,9 +32,28 @@ where
     })
 }
 
-/// Makes the calling thread `SCHED_BATCH`; false if the system refused.
+/// Starts a named thread that runs the application's code (the binding's
+/// callback thread) under the default policy, even when an engine thread
+/// starts it (threads inherit their creator's policy).
+pub fn spawn_foreground<F, T>(name: &str, work: F) -> io::Result<JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    thread::Builder::new().name(name.into()).spawn(move || {
+        undo_batch();
+        work()
+    })
+}
+
+/// Makes the calling thread `SCHED_BATCH` if it runs under the default
+/// policy; false if it does not, or if the system refused.
 #[cfg(target_os = "linux")]
 fn make_batch() -> bool {
+    // SAFETY: no arguments to uphold; pid 0 is the calling thread.
+    if unsafe { libc::sched_getscheduler(0) } != libc::SCHED_OTHER {
+        return false;
+    }
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: `param` is a valid sched_param for the call's duration; pid 0
     // is the calling thread.
@@ -42,29 +65,73 @@ fn make_batch() -> bool {
     false
 }
 
-/// Whether the calling thread runs as `SCHED_BATCH`.
+/// Puts a `SCHED_BATCH` calling thread back under the default policy.
 #[cfg(target_os = "linux")]
-pub fn is_batch() -> bool {
-    // SAFETY: no arguments to uphold; pid 0 is the calling thread.
-    unsafe { libc::sched_getscheduler(0) == libc::SCHED_BATCH }
+fn undo_batch() {
+    // SAFETY: as in `make_batch`.
+    if unsafe { libc::sched_getscheduler(0) } == libc::SCHED_BATCH {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: as in `make_batch`.
+        unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) };
+    }
 }
 
-/// Whether the calling thread runs as `SCHED_BATCH` (never, off Linux).
 #[cfg(not(target_os = "linux"))]
-pub fn is_batch() -> bool {
-    false
-}
+fn undo_batch() {}
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
 
+    fn is_batch() -> bool {
+        // SAFETY: no arguments to uphold; pid 0 is the calling thread.
+        unsafe { libc::sched_getscheduler(0) == libc::SCHED_BATCH }
+    }
+
     #[test]
     fn engine_threads_are_batch_and_named_and_the_caller_is_untouched() {
+        // Where the system refuses the policy (a sandbox), the thread stays as it was.
+        let allowed = thread::spawn(make_batch).join().unwrap();
         let handle = spawn("jmsstore-test", || (is_batch(), thread::current().name().map(str::to_owned))).unwrap();
         let (batch, name) = handle.join().unwrap();
         assert_eq!(name.as_deref(), Some("jmsstore-test"));
-        assert_eq!(batch, cfg!(target_os = "linux"));
+        assert_eq!(batch, allowed);
         assert!(!is_batch(), "the calling thread keeps its policy");
+    }
+
+    #[test]
+    fn a_foreground_thread_started_by_an_engine_thread_is_not_batch() {
+        let from_engine = spawn("jmsstore-test", || {
+            let inherited = is_batch();
+            let started = spawn_foreground("jmsstore-test-fg", is_batch).unwrap().join().unwrap();
+            (inherited, started)
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+        let allowed = thread::spawn(make_batch).join().unwrap();
+        assert_eq!(from_engine, (allowed, false));
+    }
+
+    #[test]
+    fn a_thread_under_another_policy_keeps_it() {
+        let idle = thread::spawn(|| {
+            let param = libc::sched_param { sched_priority: 0 };
+            // SAFETY: as in `make_batch`. Lowering a thread's own policy to idle needs no privilege.
+            if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
+                return None;
+            }
+            Some((make_batch(), unsafe { libc::sched_getscheduler(0) }))
+        })
+        .join()
+        .unwrap();
+        match idle {
+            Some((switched, policy)) => {
+                assert!(!switched);
+                assert_eq!(policy, libc::SCHED_IDLE);
+            }
+            // A sandbox that refuses policies refuses the engine's too.
+            None => assert!(!thread::spawn(make_batch).join().unwrap()),
+        }
     }
 }

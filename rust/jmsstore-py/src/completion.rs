@@ -96,7 +96,9 @@ fn completer() -> &'static Sender<Delivery> {
     COMPLETER.get_or_init(|| {
         let (tx, rx) = unbounded();
         let (to_python, from_native) = unbounded();
-        background::spawn("jmsstore-callbacks", move || run_callbacks(from_native))
+        // Not an engine thread: it runs the application's callbacks (and
+        // whatever threads they start inherit its scheduling policy).
+        background::spawn_foreground("jmsstore-callbacks", move || run_callbacks(from_native))
             .expect("the callback thread starts");
         background::spawn("jmsstore-completer", move || run_followups(rx, to_python))
             .expect("the completer thread starts");

@@ -122,7 +122,8 @@ impl BirthMarks {
 
     /// Remembers again, as taken, records `take` gave out whose delete did
     /// not happen (its transaction failed): the message's later delete
-    /// takes them again.
+    /// takes them again. Only for messages a consumer took (acknowledged
+    /// ones): an untaken record would then outlive a clean close.
     fn give_back(&self, taken: Vec<(u64, u64)>) {
         let mut registry = self.marks.lock();
         for (message, record) in taken {
