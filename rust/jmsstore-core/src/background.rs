@@ -11,8 +11,8 @@
 //! commit, the completer once per batch of asynchronous sends). As batch
 //! threads they take an idle CPU at once, or wait for the running thread's
 //! time slice to end. Interleaved A/B pairs, 16 producers + 16 consumers:
-//! `send_async` faster in 12 of 14 (median ratio 1.09), synchronous sends
-//! in 11 of 16 (1.06); with 4 + 4, no gain (1.00 and 0.97; README,
+//! `send_async` faster in 14 of 18 (median ratio 1.09); synchronous sends
+//! in 12 of 20 (1.04), within the noise; with 4 + 4, no gain (README,
 //! *Performance*). A thread started under another policy than the default
 //! (a real-time one, say) keeps it.
 
