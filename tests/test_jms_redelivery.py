@@ -397,3 +397,30 @@ def test_a_failed_commit_whose_move_past_the_limit_fails_too_still_rolls_back(
         session.rollback()
     assert server.message_count(queue) == 0
     assert texts(receive_all(server, server.queue("DLQ"))) == ["m0"]
+
+
+def test_a_listener_session_survives_a_refused_move_past_the_limit(
+    server: JMSServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listener that raises returns its message (AUTO); past the redelivery limit it is
+    moved. When the store refuses the move, the session's thread goes on: the message comes
+    back to the listener, and its next return moves it."""
+    server.create_queue("DLQ")
+    queue = server.create_queue("Q", redelivery_limit=0, error_destination="DLQ")
+    send_texts(server, queue, ["m0"])
+    failing = FailingCommits(monkeypatch)
+    failing.armed = 1  # the first move
+    seen: list[bool] = []
+
+    def listener(message: Message) -> None:
+        seen.append(message.redelivered)
+        raise RuntimeError("poison")
+
+    with connect(server) as connection:
+        connection.create_session().create_consumer(queue).set_message_listener(listener)
+        deadline = time.monotonic() + SOON
+        while server.message_count(server.queue("DLQ")) == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert seen == [False, True]
+    assert server.message_count(queue) == 0
+    assert texts(receive_all(server, server.queue("DLQ"))) == ["m0"]

@@ -787,7 +787,11 @@ class Session:
                             with self._lock:
                                 if d in self._delivered:
                                     self._delivered.remove(d)
-                            self._release([d], redelivered=True)
+                            try:
+                                self._release([d], redelivered=True)
+                            except JmsStoreError:
+                                # Past its redelivery limit and not movable now: it went back, and is tried again.
+                                log.exception("moving a message past its redelivery limit failed")
                         continue
                     if self.ack_mode == AckMode.AUTO:
                         self._ack([d], sync=False)
