@@ -42,6 +42,7 @@ from jmsstore import (
     TransactionRolledBackError,
 )
 from jmsstore._native import Signal
+from jmsstore.broker.server import Settled
 
 
 def _text(message: Message | None) -> str | None:
@@ -585,7 +586,8 @@ def test_a_failed_acknowledgement_sharing_a_record_with_a_finished_one_gets_a_ne
     # The acknowledgement of m0 settles, then m1's settles and commits, then m0's commit fails.
     first = server.store.transaction()
     first.delete(h0)
-    settled = server._settle([h0], first)
+    settled = Settled()
+    server._settle([h0], first, settled)
     with server.store.transaction() as second:
         second.delete(h1)
         server._settle([h1], second)

@@ -50,6 +50,7 @@ from jmsstore.broker.server import (
     JMSServer,
     Marker,
     QueueState,
+    Settled,
     SubscriptionSpec,
     SubscriptionState,
     Target,
@@ -517,7 +518,8 @@ class Session:
             txn = self._server._store.transaction()
             for h in handles:
                 txn.delete(h)
-            settled = self._server._settle(handles, txn)
+            settled = Settled()
+            self._server._settle(handles, txn, settled)
             try:
                 txn.commit()
             except BaseException:
@@ -575,9 +577,10 @@ class Session:
                 if 0 <= settings.redelivery_limit < d.redelivery_count + 1:
                     try:
                         self._server_expel(d)
+                        continue
                     except BaseException as e:
+                        # Not moved: it goes back like any redelivered message, its next return tries again.
                         failure = failure or e
-                    continue
                 if settings.redelivery_delay:
                     when = now + settings.redelivery_delay
                     pager.release(d.key, True, when)
@@ -593,8 +596,7 @@ class Session:
 
     def _server_expel(self, d: Delivery) -> None:
         """Moves a message past its redelivery limit to the error destination, or
-        drops it. If the store refuses, it goes back to its destination,
-        redelivered: its next return tries again."""
+        drops it. If the store refuses, nothing changed: it raises."""
         server = self._server
         error = d.target.settings.error_destination
         routes: list[tuple[Target, bool]] = []
@@ -604,23 +606,19 @@ class Session:
             if state is not None:
                 routes = server._routes(state, message)
         txn = server._store.transaction()
-        settled = None
+        settled = Settled()
         try:
             handles = server._write(routes, d.body, txn) if routes else []
             if d.handle is not None:
                 txn.delete(d.handle)
-                settled = server._settle([d.handle], txn)
+                server._settle([d.handle], txn, settled)
             if len(txn):
                 txn.commit()
             else:
                 txn.rollback()
         except BaseException:
             txn.rollback()
-            if settled is not None:
-                server._unsettle(settled)
-            server._pager._native.release(d.key, True, None)
-            server._stats.redelivered += 1
-            d.target.notify()
+            server._unsettle(settled)
             raise
         server._pager._native.remove(d.key)
         server._count_out(d.target, 1, len(d.body))  # (no longer pending: _release took it off)
@@ -680,21 +678,20 @@ class Session:
         # A deleted destination took its messages with it: nothing left to acknowledge.
         acks = [d for d in acks if not d.target.deleted]
         txn = server._store.transaction()
-        settled = None
+        settled = Settled()
         try:
             written = [server._write(routes, data, txn) for _, routes, _, data in sends]
             handles = [d.handle for d in acks if d.handle is not None]
             for h in handles:
                 txn.delete(h)
-            settled = server._settle(handles, txn)
+            server._settle(handles, txn, settled)
             if len(txn):
                 txn.commit()
             else:
                 txn.rollback()
         except BaseException as e:
             txn.rollback()
-            if settled is not None:
-                server._unsettle(settled)  # before the release: the messages go back with their records
+            server._unsettle(settled)  # before the release: the messages go back with their records
             for state, routes, _, data in sends:
                 server._unsend(state, routes, len(data))
                 _unpend(routes, len(data))

@@ -46,7 +46,7 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from jmsstore import _native
 from jmsstore._native import Doorbell, Signal
@@ -134,12 +134,14 @@ class Marker:
             raise
 
 
-class Settled(NamedTuple):
+@dataclass
+class Settled:
     """What ``JMSServer._settle`` took for a transaction, to give back if it fails."""
 
-    born: list[tuple[int, int]]  # (message, record) from the birth marks
-    markers_naming: list[tuple[int, list[Marker], list[int | None]]]  # message, its markers, its count in each
-    dropped: list[Marker]  # markers whose record's delete went into the transaction
+    born: list[tuple[int, int]] = field(default_factory=list)  # (message, record) from the birth marks
+    # Message, its markers, its count in each.
+    markers_naming: list[tuple[int, list[Marker], list[int | None]]] = field(default_factory=list)
+    dropped: list[Marker] = field(default_factory=list)  # markers whose record's delete went into the transaction
 
 
 class Target:
@@ -1295,27 +1297,31 @@ class JMSServer:
         self._stats.delivery_records += 1
         return marker
 
-    def _settle(self, handles: list[int], txn: Transaction | NativeBatch) -> Settled:
+    def _settle(self, handles: list[int], txn: Transaction | NativeBatch, undo: Settled | None = None) -> None:
         """``handles`` are being deleted in ``txn``: delete delivery records
-        left naming nothing. Returns what it took, for ``_unsettle`` if
-        ``txn`` fails while the messages stay."""
-        born = self._birth_marks.take(handles) if len(self._birth_marks) else []
-        for _, record in born:
-            txn.delete(record)
-        markers_naming: list[tuple[int, list[Marker], list[int | None]]] = []
-        dropped: list[Marker] = []
+        left naming nothing. ``undo`` (for a caller whose messages stay if
+        ``txn`` fails) records what it took, for ``_unsettle``; the
+        acknowledgement path, which cannot undo, spares the bookkeeping."""
+        if len(self._birth_marks):
+            born = self._birth_marks.take(handles)
+            for _, record in born:
+                txn.delete(record)
+            if undo is not None:
+                undo.born.extend(born)
         with self._lock:
             for h in handles:
                 markers = self._markers_of.pop(h, None)
                 if not markers:
                     continue
-                markers_naming.append((h, markers, [marker.pending.pop(h, None) for marker in markers]))
+                if undo is not None:
+                    undo.markers_naming.append((h, markers, [marker.pending.get(h) for marker in markers]))
                 for marker in markers:
+                    marker.pending.pop(h, None)
                     if not marker.pending and marker.handle is not None and not marker.dropped:
                         marker.dropped = True
-                        dropped.append(marker)
                         txn.delete(marker.handle)
-        return Settled(born, markers_naming, dropped)
+                        if undo is not None:
+                            undo.dropped.append(marker)
 
     def _unsettle(self, settled: Settled) -> None:
         """The transaction of a ``_settle`` failed and its messages stay:
