@@ -81,6 +81,8 @@ log = logging.getLogger("jmsstore.broker")
 
 CompletionCallback = Callable[[Message, BaseException | None], None]
 MessageListener = Callable[[Message], None]
+# A charged send's record, to give it back if the send fails.
+_Charge = tuple[JMSServer, QueueState | TopicState, list[tuple[Target, bool]], int]
 
 # Header fields a selector may use that the pager's resident header holds;
 # any other identifier makes the filter decode the message.
@@ -916,7 +918,11 @@ class SendFuture(Future[Message]):
         self._on_completion = on_completion
         self._stats = stats
         self._armed = False
-        self._undo: Callable[[], None] | None = None  # takes a failed send's charge back
+        # What a failed send gives back: (server, destination state, routes, size).
+        # Data, not a closure: a closure would keep the encoded message and
+        # five more objects alive per send in flight (about 7% of async
+        # throughput at 16 producers, measured in interleaved pairs).
+        self._charge: _Charge | None = None
         self._durable = Signal()  # set natively (by the store), or by _completed with a listener
 
     @property
@@ -936,9 +942,10 @@ class SendFuture(Future[Message]):
                 self._exception = error
                 if self._stats is not None:
                     self._stats.sent -= 1  # counted when sent
-                undo, self._undo = self._undo, None
-                if undo is not None:
-                    undo()  # its quota room and counts, once
+                charge, self._charge = self._charge, None
+                if charge is not None:
+                    server, state, routes, size = charge
+                    server._unsend(state, routes, size)  # its quota room and counts, once
             self._state = _FINISHED
             for waiter in self._armed_waiters or ():
                 if error is None:
@@ -1172,7 +1179,7 @@ class MessageProducer:
             threading.Thread(target=future._completed, args=(None, None), daemon=True).start()
             return future
         state, routes, data = prepared
-        future._undo = lambda: server._unsend(state, routes, len(data))
+        future._charge = (server, state, routes, len(data))
         try:
             if on_completion is None:
                 # Told natively, success or failure: nothing runs in Python.
