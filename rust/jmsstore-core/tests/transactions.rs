@@ -234,3 +234,41 @@ fn power_loss_while_a_transaction_is_written_never_leaves_it_half_visible() {
     }
     assert!(crash_points > 100, "only {crash_points} crash points");
 }
+
+#[test]
+fn a_shared_body_is_stored_as_a_copied_one_and_compressed_when_it_shrinks() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    // gzip above 100 bytes: the large body is compressed, the small one kept as it is.
+    let opts = StoreOptions { codec: jmsstore_core::codec::Codec::Gzip, compression_threshold: 100, ..small(64 << 10) };
+    let model = {
+        let store = Store::open(dir.path(), opts.clone())?;
+        let small_body: Arc<[u8]> = Arc::from(body("small", 60));
+        let large_body: Arc<[u8]> = Arc::from(vec![b'x'; 4000]);
+        let mut tx = store.batch();
+        let a = tx.put_shared("q", &small_body)?;
+        let b = tx.put_shared("q", &large_body)?;
+        let c = tx.put("q", &large_body)?;
+        store.commit(tx)?;
+        // The caller's bodies are unchanged and still shared only by the caller.
+        assert_eq!(Arc::strong_count(&small_body), 1);
+        assert_eq!(Arc::strong_count(&large_body), 1);
+        assert_eq!(store.stats().compressed_bodies, 2);
+        let model: Contents = [
+            (a, ("q".to_string(), small_body.to_vec())),
+            (b, ("q".to_string(), large_body.to_vec())),
+            (c, ("q".to_string(), large_body.to_vec())),
+        ]
+        .into();
+        assert_contents(&store, &model);
+        // Too large, or in a bad collection: refused, nothing queued.
+        let huge: Arc<[u8]> = Arc::from(vec![0u8; 65 << 10]);
+        let mut refused = store.batch();
+        assert!(matches!(refused.put_shared("q", &huge), Err(Error::InvalidArgument(_))));
+        assert!(matches!(refused.put_shared("", &small_body), Err(Error::InvalidArgument(_))));
+        assert!(refused.is_empty());
+        model
+    };
+    let store = Store::open(dir.path(), opts)?;
+    assert_contents(&store, &model);
+    Ok(())
+}

@@ -190,7 +190,7 @@ pub fn deliver_after(
     handle: u64,
     outstanding: &Arc<Outstanding>,
 ) -> impl FnOnce(jmsstore_core::Result<()>) + Send + 'static {
-    let tx = completer().clone();
+    let tx = completer(); // a static sender: no count to raise and lower per send
     outstanding.add();
     let ticket = Ticket(outstanding.clone());
     move |result| {

@@ -9,7 +9,7 @@ use jmsstore_core::pager::{NewMessage, Pager};
 use jmsstore_core::store::Batch;
 use jmsstore_core::{Error, Result, Store};
 use pyo3::prelude::*;
-use pyo3::pybacked::PyBackedBytes;
+use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
 
 use crate::completion::{self, Followup};
 use crate::errors::PyResult2;
@@ -53,44 +53,43 @@ impl Header {
     }
 }
 
-/// Where one copy goes: its store collection (None: not stored), its pager
-/// destination and who waits there.
+/// Where one copy goes, as Python passes it: its store collection (None:
+/// not stored), its pager destination and its doorbell.
+type RouteArgs<'py> = (Option<PyBackedStr>, u32, PyRef<'py, Doorbell>);
+
+/// Where one copy goes in the pager, and who waits there.
 struct Route {
-    collection: Option<String>,
     destination: u32,
     bell: Arc<Bell>,
 }
 
-fn routes(given: Vec<(Option<String>, u32, PyRef<'_, Doorbell>)>) -> Vec<Route> {
+/// The routes' store collections (borrowed from Python's strings: no copy
+/// per send) and their pager routes.
+fn split(given: Vec<RouteArgs<'_>>) -> (Vec<Option<PyBackedStr>>, Vec<Route>) {
     given
         .into_iter()
-        .map(|(collection, destination, bell)| Route { collection, destination, bell: bell.bell.clone() })
-        .collect()
+        .map(|(collection, destination, bell)| (collection, Route { destination, bell: bell.bell.clone() }))
+        .unzip()
 }
 
 /// Adds the message to every route's destination and rings its bell. A
 /// destination deleted meanwhile loses its copy: the stored one is deleted
 /// (lazily; a crash first only brings it back into a destination that no
 /// longer exists, which recovery drops). Returns the first other error.
-/// `owned`, if given, holds a copy of `data` the last route takes over.
-#[allow(clippy::too_many_arguments)]
+/// Every route's pager copy shares `body`.
 fn add_all(
     pager: &Pager,
     store: Option<&Store>,
     routes: &[Route],
     handles: &[Option<u64>],
-    data: &[u8],
-    mut owned: Option<Box<[u8]>>,
+    body: &Arc<[u8]>,
     header: &Header,
     marks: Option<&Marks>,
 ) -> Result<()> {
     let mut first_error = None;
-    for (i, (route, handle)) in routes.iter().zip(handles).enumerate() {
+    for (route, handle) in routes.iter().zip(handles) {
         let message = header.message(*handle);
-        let added = match owned.take_if(|_| i + 1 == routes.len()) {
-            Some(body) => pager.add_owned(route.destination, &message, body),
-            None => pager.add(route.destination, &message, Some(data), data.len() as u32),
-        };
+        let added = pager.add_shared(route.destination, &message, body.clone());
         match added {
             Ok(_) => route.bell.ring(1),
             Err(_) if !pager.has_destination(route.destination) => {
@@ -128,15 +127,16 @@ type BirthMark = Option<(u64, u64)>;
 /// waits to take it gets its delivery record in the same batch.
 fn put_all(
     store: &Store,
+    collections: &[Option<PyBackedStr>],
     routes: &[Route],
-    data: &[u8],
+    body: &Arc<[u8]>,
     marks_in: Option<&str>,
 ) -> Result<(Batch, Vec<Option<u64>>, BirthMark)> {
     let mut batch = store.batch();
-    let mut handles = Vec::with_capacity(routes.len());
-    for route in routes {
-        handles.push(match &route.collection {
-            Some(collection) => Some(batch.put(collection, data)?),
+    let mut handles = Vec::with_capacity(collections.len());
+    for collection in collections {
+        handles.push(match collection {
+            Some(collection) => Some(batch.put_shared(collection, body)?),
             None => None,
         });
     }
@@ -160,18 +160,20 @@ pub fn send(
     py: Python<'_>,
     store: &NativeStore,
     pager: &NativePager,
-    routes: Vec<(Option<String>, u32, PyRef<'_, Doorbell>)>,
+    routes: Vec<RouteArgs<'_>>,
     data: PyBackedBytes,
     header: HeaderArgs,
     marks: Option<PyRef<'_, BirthMarks>>,
 ) -> PyResult2<Vec<Option<u64>>> {
-    let routes = self::routes(routes);
+    let (collections, routes) = split(routes);
     let header = Header::new(header);
     let (store, pager) = (store.shared(), pager.shared());
     let marks_in = marks.as_ref().filter(|m| m.marks.open()).map(|m| m.collection.as_str());
     let marks = marks.as_ref().map(|m| &*m.marks);
     Ok(py.detach(|| {
-        let (batch, handles, mark) = put_all(&store, &routes, &data, marks_in)?;
+        // One copy of the body: the store's record and the pager share it.
+        let body: Arc<[u8]> = Arc::from(&data[..]);
+        let (batch, handles, mark) = put_all(&store, &collections, &routes, &body, marks_in)?;
         store.commit(batch)?;
         // Known before the message is visible: a consumer may take it at once.
         if let (Some(marks), Some((message, record))) = (marks, mark) {
@@ -181,14 +183,14 @@ pub fn send(
                 delete_lazily(&store, record);
             }
         }
-        add_all(&pager, Some(&store), &routes, &handles, &data, None, &header, marks)?;
+        add_all(&pager, Some(&store), &routes, &handles, &body, &header, marks)?;
         Ok::<_, Error>(handles)
     })?)
 }
 
-/// As `send`, without waiting: returns the handles at once; once durable
-/// the completer thread publishes the message and sets `durable` (without
-/// the GIL: a sender waiting on it wakes at once), then calls
+/// As `send`, without waiting: returns at once; once durable the
+/// completer thread publishes the message and sets `durable` (without the
+/// GIL: a sender waiting on it wakes at once), then calls
 /// `callback(0, error)` if given. Without a callback a failure sets
 /// `durable` with the error, and nothing runs in Python. A refused send
 /// raises here and calls nothing. (No delivery record with the message, as
@@ -201,42 +203,36 @@ pub fn send_async(
     py: Python<'_>,
     store: &NativeStore,
     pager: &NativePager,
-    routes: Vec<(Option<String>, u32, PyRef<'_, Doorbell>)>,
+    routes: Vec<RouteArgs<'_>>,
     data: PyBackedBytes,
     header: HeaderArgs,
     callback: Option<Py<PyAny>>,
     durable: Option<PyRef<'_, Signal>>,
-) -> PyResult2<Vec<Option<u64>>> {
+) -> PyResult2<()> {
     let durable = durable.map(|s| s.flag());
     let fail = if callback.is_none() { durable.clone() } else { None };
-    let routes = self::routes(routes);
+    let (collections, routes) = split(routes);
     let header = Header::new(header);
     let outstanding = store.outstanding();
     let (store, pager) = (store.shared(), pager.shared());
-    let data_len = data.len();
+    let (collections, data) = (&collections, &data);
     let submit = move || {
-        let (batch, handles, _) = put_all(&store, &routes, &data, None)?;
-        // Copied here, on the sender's thread, and handed to the pager.
-        let body: Box<[u8]> = Box::from(&data[..]);
-        let published = handles.clone();
-        let store_for_followup = store.clone();
+        // Copied once, here on the sender's thread: the store's record
+        // shares it until written, and the pager keeps it.
+        let body: Arc<[u8]> = Arc::from(&data[..]);
+        let (batch, handles, _) = put_all(&store, collections, &routes, &body, None)?;
+        let followup_store = store.clone();
         let followup: Followup = Box::new(move || {
-            let store = Some(&*store_for_followup);
-            if routes.len() == 1 {
-                add_all(&pager, store, &routes, &published, &[], Some(body), &header, None)?;
-            } else {
-                add_all(&pager, store, &routes, &published, &body, None, &header, None)?;
-            }
+            add_all(&pager, Some(&*followup_store), &routes, &handles, &body, &header, None)?;
             if let Some(durable) = durable {
                 durable.set();
             }
             Ok(0)
         });
-        store.commit_async(batch, completion::deliver_after(Some(followup), callback, fail, 0, &outstanding))?;
-        Ok::<_, Error>(handles)
+        store.commit_async(batch, completion::deliver_after(Some(followup), callback, fail, 0, &outstanding))
     };
     // A small body is copied faster than the GIL changes hands.
-    if data_len < DETACH_ABOVE {
+    if data.len() < DETACH_ABOVE {
         return Ok(submit()?);
     }
     Ok(py.detach(submit)?)

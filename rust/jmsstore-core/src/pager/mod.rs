@@ -23,7 +23,6 @@
 pub mod order;
 pub mod paging;
 
-use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
@@ -208,8 +207,24 @@ impl PagedAt {
     }
 }
 
+/// A new message's body: copied under the pager lock, or shared as it is.
+enum NewBody<'a> {
+    Borrowed(&'a [u8]),
+    Shared(Arc<[u8]>),
+}
+
+impl NewBody<'_> {
+    fn len(&self) -> usize {
+        match self {
+            NewBody::Borrowed(b) => b.len(),
+            NewBody::Shared(b) => b.len(),
+        }
+    }
+}
+
 enum Body {
-    Resident(Box<[u8]>),
+    /// Shared: an asynchronous send's store record refers to the same bytes until written.
+    Resident(Arc<[u8]>),
     Store,
     Paged(PagedAt),
 }
@@ -473,7 +488,7 @@ impl Inner {
     /// Makes a paged-out body resident again (read-ahead).
     fn make_resident(&mut self, slot: u32, bytes: Vec<u8>) {
         let message = self.slots[slot as usize].message.as_mut().expect("slot holds a message");
-        match std::mem::replace(&mut message.body, Body::Resident(bytes.into_boxed_slice())) {
+        match std::mem::replace(&mut message.body, Body::Resident(Arc::from(bytes))) {
             Body::Paged(at) => {
                 self.paging.free(at.unpack());
                 self.paged_messages -= 1;
@@ -645,17 +660,18 @@ impl Pager {
     /// only in the store (recovering a backlog without reading it).
     pub fn add(&self, destination: u32, m: &NewMessage<'_>, body: Option<&[u8]>, body_len: u32) -> Result<Key> {
         // Copied before the lock is taken: this add will happen.
-        let body = body.map(|b| Cow::Owned(b.to_vec()));
+        let body = body.map(|b| NewBody::Shared(Arc::from(b)));
         Ok(self.add_with(true, destination, m, body, body_len)?.expect("a waiting add always adds"))
     }
 
-    /// As [`Pager::add`] with a body the pager takes over (no copy). A
-    /// thread that only adds (the asynchronous send's completer) would
+    /// As [`Pager::add`] with a body the pager shares (no copy): an
+    /// asynchronous send's store record holds the same bytes until it is
+    /// written. A thread that only adds (the send's completer) would
     /// otherwise allocate every body it adds, and the consumers' threads
     /// free them: allocators serve that pattern with fresh pages.
-    pub fn add_owned(&self, destination: u32, m: &NewMessage<'_>, body: Box<[u8]>) -> Result<Key> {
+    pub fn add_shared(&self, destination: u32, m: &NewMessage<'_>, body: Arc<[u8]>) -> Result<Key> {
         let body_len = body.len() as u32;
-        let body = Some(Cow::Owned(body.into_vec()));
+        let body = Some(NewBody::Shared(body));
         Ok(self.add_with(true, destination, m, body, body_len)?.expect("a waiting add always adds"))
     }
 
@@ -672,7 +688,7 @@ impl Pager {
     ) -> Result<Option<Key>> {
         // Copied under the lock, once it is sure to be added (a refused
         // try is followed by a waiting add, which copies it).
-        self.add_with(false, destination, m, body.map(Cow::Borrowed), body_len)
+        self.add_with(false, destination, m, body.map(NewBody::Borrowed), body_len)
     }
 
     /// Adds a message; a borrowed body is copied under the lock.
@@ -681,7 +697,7 @@ impl Pager {
         wait: bool,
         destination: u32,
         m: &NewMessage<'_>,
-        body: Option<Cow<'_, [u8]>>,
+        body: Option<NewBody<'_>>,
         body_len: u32,
     ) -> Result<Option<Key>> {
         if m.priority > 9 {
@@ -713,7 +729,8 @@ impl Pager {
             delivery_time: m.delivery_time,
             store_handle: m.store_handle.unwrap_or(0),
             body: match body {
-                Some(b) => Body::Resident(b.into_owned().into_boxed_slice()),
+                Some(NewBody::Borrowed(b)) => Body::Resident(Arc::from(b)),
+                Some(NewBody::Shared(b)) => Body::Resident(b),
                 None => Body::Store,
             },
             body_len,
@@ -844,7 +861,7 @@ impl Pager {
                 let header = inner.header(m);
                 let accepted = match &m.body {
                     _ if !with_body => f(&header, None),
-                    Body::Resident(b) => f(&header, Some(b)),
+                    Body::Resident(b) => f(&header, Some(&b[..])),
                     Body::Paged(_) | Body::Store => match self.read_body(inner, m) {
                         Ok((b, _)) => {
                             body_reads += 1;
@@ -1318,16 +1335,16 @@ mod tests {
     }
 
     #[test]
-    fn an_owned_body_is_kept_and_counted_like_a_copied_one() {
+    fn a_shared_body_is_kept_and_counted_like_a_copied_one() {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = pager(1 << 20, dir.path());
         let q = p.create_destination("q", Order::Fifo).expect("dest");
         let copied = p.add(q, &NewMessage { id: 1, ..NewMessage::default() }, Some(&[1; 700]), 0).expect("add");
-        let owned = p.add_owned(q, &NewMessage { id: 2, ..NewMessage::default() }, vec![2; 300].into()).expect("add");
+        let owned = p.add_shared(q, &NewMessage { id: 2, ..NewMessage::default() }, vec![2; 300].into()).expect("add");
         let s = p.stats();
         assert_eq!((s.messages, s.resident_messages, s.resident_bytes), (2, 2, 1000));
         assert_eq!(p.body(owned).expect("body"), vec![2; 300]);
-        let refused = p.add_owned(q, &NewMessage { id: 3, priority: 10, ..NewMessage::default() }, vec![3; 10].into());
+        let refused = p.add_shared(q, &NewMessage { id: 3, priority: 10, ..NewMessage::default() }, vec![3; 10].into());
         assert!(matches!(refused, Err(Error::InvalidArgument(_))), "{refused:?}");
         assert_eq!(p.stats().messages, 2, "a refused add changes nothing");
         for (key, fill, len) in [(copied, 1u8, 700), (owned, 2, 300)] {

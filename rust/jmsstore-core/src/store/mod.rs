@@ -29,6 +29,7 @@ pub mod recovery;
 pub mod segment;
 mod writer;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -242,13 +243,20 @@ pub struct Stats {
     pub poisoned: bool,
 }
 
+/// The store's statistics: the submitting threads' counters first, the
+/// writer's and compactor's from the next cache line pair on (one shared
+/// line went back and forth between the senders' core and the flusher's
+/// on every batch).
 #[derive(Default)]
+#[repr(C, align(128))]
 struct Counters {
     puts: AtomicU64,
     updates: AtomicU64,
     deletes: AtomicU64,
     reads: AtomicU64,
     transactions: AtomicU64,
+    compressed_bodies: AtomicU64,
+    _apart: CacheLinePairStart,
     writes: AtomicU64,
     syncs: AtomicU64,
     records_written: AtomicU64,
@@ -260,8 +268,13 @@ struct Counters {
     compaction_bytes_reclaimed: AtomicU64,
     auto_compactions: AtomicU64,
     auto_compaction_failures: AtomicU64,
-    compressed_bodies: AtomicU64,
 }
+
+/// Starts the next field on a fresh pair of cache lines (the pair the
+/// adjacent-line prefetcher fetches together).
+#[derive(Default)]
+#[repr(align(128))]
+struct CacheLinePairStart;
 
 fn bump(counter: &AtomicU64, n: u64) {
     counter.fetch_add(n, Ordering::Relaxed);
@@ -296,9 +309,28 @@ pub(crate) struct Op {
     handle: u64,
     collection: Option<Arc<str>>,
     codec: CodecId,
-    stored: Vec<u8>,
+    stored: Stored,
     raw_len: u32,
     raw_crc: u32,
+}
+
+/// A record's body as the writer will copy it: the store's own bytes, or
+/// bytes it shares with the caller (a broker keeps the same body in its
+/// pager: one allocation and one copy per message, not two).
+pub(crate) enum Stored {
+    Owned(Vec<u8>),
+    Shared(Arc<[u8]>),
+}
+
+impl std::ops::Deref for Stored {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Stored::Owned(bytes) => bytes,
+            Stored::Shared(bytes) => bytes,
+        }
+    }
 }
 
 /// How a submitter learns that its work is done. Dropping one that was
@@ -610,6 +642,26 @@ impl Shared {
     }
 
     fn encode(&self, kind: RecordKind, handle: u64, collection: Option<Arc<str>>, body: &[u8]) -> Result<Op> {
+        self.encode_as(kind, handle, collection, body, |stored| Stored::Owned(stored.into_owned()))
+    }
+
+    /// As `encode` for a put whose body the caller shares: kept as it is
+    /// unless the codec shrinks it.
+    fn encode_shared(&self, handle: u64, collection: Arc<str>, body: &Arc<[u8]>) -> Result<Op> {
+        self.encode_as(RecordKind::Put, handle, Some(collection), body, |stored| match stored {
+            Cow::Borrowed(_) => Stored::Shared(body.clone()),
+            Cow::Owned(compressed) => Stored::Owned(compressed),
+        })
+    }
+
+    fn encode_as(
+        &self,
+        kind: RecordKind,
+        handle: u64,
+        collection: Option<Arc<str>>,
+        body: &[u8],
+        keep: impl FnOnce(Cow<'_, [u8]>) -> Stored,
+    ) -> Result<Op> {
         let limit = self.options.body_limit();
         if body.len() > limit {
             return Err(Error::invalid(format!(
@@ -628,7 +680,7 @@ impl Shared {
             codec: codec_id,
             raw_len: body.len() as u32,
             raw_crc: crc32c::crc32c(body),
-            stored: stored.into_owned(),
+            stored: keep(stored),
         })
     }
 
@@ -693,6 +745,18 @@ impl Batch {
         let collection = check_collection(collection)?;
         let handle = self.shared.next_handle.fetch_add(1, Ordering::Relaxed);
         let op = self.shared.encode(RecordKind::Put, handle, Some(collection), body)?;
+        self.ops.push(op);
+        Ok(handle)
+    }
+
+    /// As [`Batch::put`] with a body the caller keeps too: the store holds
+    /// a reference to it until written instead of a copy (unless the codec
+    /// compresses it).
+    pub fn put_shared(&mut self, collection: &str, body: &Arc<[u8]>) -> Result<u64> {
+        self.shared.check_open()?;
+        let collection = check_collection(collection)?;
+        let handle = self.shared.next_handle.fetch_add(1, Ordering::Relaxed);
+        let op = self.shared.encode_shared(handle, collection, body)?;
         self.ops.push(op);
         Ok(handle)
     }
