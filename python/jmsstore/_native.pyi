@@ -53,6 +53,7 @@ __all__ = [
     "segments",
     "send",
     "send_async",
+    "write_message",
 ]
 
 _Progress = Callable[[int, int], None]
@@ -256,6 +257,15 @@ _MessageFields: TypeAlias = tuple[
 ]
 
 def read_message(data: bytes) -> _MessageFields | None: ...
+def write_message(
+    fixed: tuple[int, int, int, int, int, int, int, int],
+    message_id: str | None,
+    correlation_id: str | None,
+    type: str | None,
+    reply_to: str | None,
+    properties: dict[str, object],
+    body: object,
+) -> bytes | None: ...
 @final
 class BirthMarks:
     """Delivery records written with their message's send, by message store handle."""

@@ -48,6 +48,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(account::charge, m)?)?;
     m.add_function(wrap_pyfunction!(account::discharge, m)?)?;
     m.add_function(wrap_pyfunction!(message::read_message, m)?)?;
+    m.add_function(wrap_pyfunction!(message::write_message, m)?)?;
     m.add_function(wrap_pyfunction!(publish::send, m)?)?;
     m.add_function(wrap_pyfunction!(publish::send_async, m)?)?;
     m.add_function(wrap_pyfunction!(publish::publish, m)?)?;
