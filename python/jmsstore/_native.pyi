@@ -261,7 +261,7 @@ def write_message(
     fixed: tuple[int, int, int, int, int, int, int, int],
     message_id: str | None,
     correlation_id: str | None,
-    type: str | None,
+    message_type: str | None,
     reply_to: str | None,
     properties: dict[str, object],
     body: object,
