@@ -193,17 +193,19 @@ _body_values = st.one_of(
     st.binary(max_size=40),
 )
 
+_bodies = st.one_of(
+    st.none().map(lambda _: Message()),
+    st.text(max_size=200).map(TextMessage),
+    st.binary(max_size=200).map(BytesMessage),
+    st.dictionaries(st.text(min_size=1, max_size=10), _body_values, max_size=6).map(MapMessage),
+    st.lists(_body_values, max_size=6).map(StreamMessage),
+)
+
 
 @settings(max_examples=30, deadline=None)
 @given(
     properties=st.dictionaries(_names, _property_values, max_size=8),
-    body=st.one_of(
-        st.none().map(lambda _: Message()),
-        st.text(max_size=200).map(TextMessage),
-        st.binary(max_size=200).map(BytesMessage),
-        st.dictionaries(st.text(min_size=1, max_size=10), _body_values, max_size=6).map(MapMessage),
-        st.lists(_body_values, max_size=6).map(StreamMessage),
-    ),
+    body=_bodies,
     persistent=st.booleans(),
 )
 def test_any_properties_and_body_round_trip(properties: dict[str, Any], body: Message, persistent: bool) -> None:
@@ -984,13 +986,6 @@ def test_the_native_reader_reads_what_the_python_reader_reads() -> None:
     assert foreign["t"] == "v"  # type: ignore[index]
 
 
-_bodies = st.one_of(
-    st.none().map(lambda _: Message()),
-    st.text(max_size=200).map(TextMessage),
-    st.binary(max_size=200).map(BytesMessage),
-    st.dictionaries(st.text(min_size=1, max_size=10), _body_values, max_size=6).map(MapMessage),
-    st.lists(_body_values, max_size=6).map(StreamMessage),
-)
 _header_strings = st.one_of(st.none(), st.text(max_size=30))
 
 

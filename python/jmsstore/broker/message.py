@@ -486,21 +486,26 @@ def encode(message: Message) -> bytes:
     return data if data is not None else encode_in_python(message)
 
 
+def _fixed_fields(message: Message) -> tuple[int, int, int, int, int, int, int, int]:
+    """The fixed-size header fields, in the order both writers write them."""
+    return (
+        FORMAT_VERSION,
+        message.BODY_TYPE,
+        int(message.delivery_mode),
+        message.priority,
+        message.id,
+        message.timestamp,
+        message.expiration,
+        message.delivery_time,
+    )
+
+
 def _encode_natively(message: Message) -> bytes | None:
     body_of = _BODY_OF.get(type(message))
     if body_of is None:
         return None  # a subclass: its body may be kept differently
     return _native.write_message(
-        (
-            FORMAT_VERSION,
-            message.BODY_TYPE,
-            int(message.delivery_mode),
-            message.priority,
-            message.id,
-            message.timestamp,
-            message.expiration,
-            message.delivery_time,
-        ),
+        _fixed_fields(message),
         message.message_id,
         message.correlation_id,
         message.type,
@@ -513,18 +518,7 @@ def _encode_natively(message: Message) -> bytes | None:
 def encode_in_python(message: Message) -> bytes:
     """The message's bytes, written in Python: the reference the native
     writer matches byte for byte, and where it declines."""
-    out: list[bytes] = [
-        _FIXED.pack(
-            FORMAT_VERSION,
-            message.BODY_TYPE,
-            int(message.delivery_mode),
-            message.priority,
-            message.id,
-            message.timestamp,
-            message.expiration,
-            message.delivery_time,
-        )
-    ]
+    out: list[bytes] = [_FIXED.pack(*_fixed_fields(message))]
     _put_str(out, message.message_id)
     _put_str(out, message.correlation_id)
     _put_str(out, message.type)

@@ -206,16 +206,15 @@ impl Writer {
         Ok(())
     }
 
-    fn str(&mut self, value: Option<&Bound<'_, PyAny>>) -> Result<(), NotMine> {
-        match value {
-            None => self.out.extend_from_slice(&NO_STRING.to_le_bytes()),
-            Some(value) if value.is_none() => self.out.extend_from_slice(&NO_STRING.to_le_bytes()),
-            Some(value) => {
-                let text = value.cast::<PyString>().map_err(|_| NotMine)?.to_str()?;
-                self.u32(text.len())?;
-                self.out.extend_from_slice(text.as_bytes());
-            }
+    /// A str, or None.
+    fn str(&mut self, value: &Bound<'_, PyAny>) -> Result<(), NotMine> {
+        if value.is_none() {
+            self.out.extend_from_slice(&NO_STRING.to_le_bytes());
+            return Ok(());
         }
+        let text = value.cast::<PyString>().map_err(|_| NotMine)?.to_str()?;
+        self.u32(text.len())?;
+        self.out.extend_from_slice(text.as_bytes());
         Ok(())
     }
 
@@ -233,7 +232,7 @@ impl Writer {
             self.out.extend_from_slice(&value.extract::<f64>()?.to_le_bytes());
         } else if value.is_instance_of::<PyString>() {
             self.out.push(b'S');
-            self.str(Some(value))?;
+            self.str(value)?;
         } else if let Ok(bytes) = value.cast::<PyBytes>() {
             self.out.push(b'Y');
             self.u32(bytes.as_bytes().len())?;
@@ -248,7 +247,7 @@ impl Writer {
         let pairs = pairs.cast::<PyDict>().map_err(|_| NotMine)?;
         self.u32(pairs.len())?;
         for (name, value) in pairs.iter() {
-            self.str(Some(&name))?;
+            self.str(&name)?;
             self.value(&value)?;
         }
         Ok(())
@@ -273,12 +272,12 @@ fn write(
         w.out.extend_from_slice(&n);
     }
     for s in strings {
-        w.str(Some(s))?;
+        w.str(s)?;
     }
     w.pairs(properties)?;
     match body_type {
         0 => {}
-        1 => w.str(Some(body))?,
+        1 => w.str(body)?,
         2 => w.out.extend_from_slice(body.cast::<PyBytes>().map_err(|_| NotMine)?.as_bytes()),
         3 => w.pairs(body)?,
         4 => {

@@ -741,23 +741,23 @@ pub struct Batch {
 impl Batch {
     /// Adds a put; returns the new object's handle (valid once committed).
     pub fn put(&mut self, collection: &str, body: &[u8]) -> Result<u64> {
-        self.shared.check_open()?;
-        let collection = check_collection(collection)?;
-        let handle = self.shared.next_handle.fetch_add(1, Ordering::Relaxed);
-        let op = self.shared.encode(RecordKind::Put, handle, Some(collection), body)?;
-        self.ops.push(op);
-        Ok(handle)
+        self.push_put(collection, |shared, handle, collection| {
+            shared.encode(RecordKind::Put, handle, Some(collection), body)
+        })
     }
 
     /// As [`Batch::put`] with a body the caller keeps too: the store holds
     /// a reference to it until written instead of a copy (unless the codec
     /// compresses it).
     pub fn put_shared(&mut self, collection: &str, body: &Arc<[u8]>) -> Result<u64> {
+        self.push_put(collection, |shared, handle, collection| shared.encode_shared(handle, collection, body))
+    }
+
+    fn push_put(&mut self, collection: &str, encode: impl FnOnce(&Shared, u64, Arc<str>) -> Result<Op>) -> Result<u64> {
         self.shared.check_open()?;
         let collection = check_collection(collection)?;
         let handle = self.shared.next_handle.fetch_add(1, Ordering::Relaxed);
-        let op = self.shared.encode_shared(handle, collection, body)?;
-        self.ops.push(op);
+        self.ops.push(encode(&self.shared, handle, collection)?);
         Ok(handle)
     }
 
