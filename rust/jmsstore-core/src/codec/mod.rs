@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::io::Read;
+use std::sync::Arc;
 
 pub mod lzf;
 
@@ -157,18 +158,30 @@ pub fn encode_body(codec: Codec, threshold: usize, raw: &[u8]) -> (CodecId, Cow<
 pub fn decode(id: CodecId, stored: &[u8], raw_len: usize) -> Result<Vec<u8>> {
     match id {
         CodecId::None => {
-            if stored.len() != raw_len {
-                return Err(Error::Codec(format!(
-                    "uncompressed body is {} bytes but the record says {raw_len}",
-                    stored.len()
-                )));
-            }
+            check_uncompressed(stored, raw_len)?;
             Ok(stored.to_vec())
         }
         CodecId::Gzip => gzip_decode(stored, raw_len),
         CodecId::Lzf => lzf::decompress(stored, raw_len),
         CodecId::Zstd => zstd_decode(stored, raw_len),
     }
+}
+
+/// As [`decode`], into a buffer that can be shared: an uncompressed body
+/// is copied once, straight from `stored`.
+pub fn decode_shared(id: CodecId, stored: &[u8], raw_len: usize) -> Result<Arc<[u8]>> {
+    if id == CodecId::None {
+        check_uncompressed(stored, raw_len)?;
+        return Ok(Arc::from(stored));
+    }
+    decode(id, stored, raw_len).map(Arc::from)
+}
+
+fn check_uncompressed(stored: &[u8], raw_len: usize) -> Result<()> {
+    if stored.len() != raw_len {
+        return Err(Error::Codec(format!("uncompressed body is {} bytes but the record says {raw_len}", stored.len())));
+    }
+    Ok(())
 }
 
 fn try_compress(codec: Codec, raw: &[u8]) -> std::io::Result<Vec<u8>> {

@@ -432,3 +432,17 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn decode_shared_gives_what_decode_gives_and_refuses_what_it_refuses() {
+    let raw = json_like(5_000);
+    for codec in [Codec::None, Codec::Gzip, Codec::Lzf, Codec::Zstd] {
+        let stored = compress(codec, &raw);
+        let shared = decode_shared(codec.id(), &stored, raw.len()).unwrap();
+        assert_eq!(&shared[..], &raw[..], "{}", codec.name());
+        for wrong in [raw.len() - 1, raw.len() + 1] {
+            let result = decode_shared(codec.id(), &stored, wrong);
+            assert!(matches!(result, Err(Error::Codec(_))), "{} with {wrong}", codec.name());
+        }
+    }
+}

@@ -146,7 +146,51 @@ pub struct Taken {
     /// File-store handle of a persistent message.
     pub store_handle: Option<u64>,
     /// The body.
-    pub body: Vec<u8>,
+    pub body: BodyBytes,
+}
+
+/// A body the pager hands out: its own in-memory copy, shared (no copy
+/// made), or bytes read back from a paging file or the store.
+#[derive(Clone, Debug)]
+pub enum BodyBytes {
+    /// The resident body, shared with the pager.
+    Shared(Arc<[u8]>),
+    /// Read back for the caller.
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for BodyBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            BodyBytes::Shared(b) => b,
+            BodyBytes::Owned(b) => b,
+        }
+    }
+}
+
+impl PartialEq for BodyBytes {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for BodyBytes {}
+
+impl PartialEq<Vec<u8>> for BodyBytes {
+    fn eq(&self, other: &Vec<u8>) -> bool {
+        **self == other[..]
+    }
+}
+
+impl From<BodyBytes> for Vec<u8> {
+    fn from(body: BodyBytes) -> Self {
+        match body {
+            BodyBytes::Shared(b) => b.to_vec(),
+            BodyBytes::Owned(b) => b,
+        }
+    }
 }
 
 /// Counters and sizes.
@@ -382,7 +426,7 @@ struct Found {
     slot: u32,
     order_key: OrderKey,
     /// Its body, if the filter read it from a paging file or the store.
-    body: Option<Vec<u8>>,
+    body: Option<BodyBytes>,
 }
 
 impl Inner {
@@ -486,9 +530,9 @@ impl Inner {
     }
 
     /// Makes a paged-out body resident again (read-ahead).
-    fn make_resident(&mut self, slot: u32, bytes: Vec<u8>) {
+    fn make_resident(&mut self, slot: u32, bytes: Arc<[u8]>) {
         let message = self.slots[slot as usize].message.as_mut().expect("slot holds a message");
-        match std::mem::replace(&mut message.body, Body::Resident(Arc::from(bytes))) {
+        match std::mem::replace(&mut message.body, Body::Resident(bytes)) {
             Body::Paged(at) => {
                 self.paging.free(at.unpack());
                 self.paged_messages -= 1;
@@ -784,7 +828,7 @@ impl Pager {
     }
 
     /// A message's body, read back in if paged out (it stays where it is).
-    pub fn body(&self, key: Key) -> Result<Vec<u8>> {
+    pub fn body(&self, key: Key) -> Result<BodyBytes> {
         let mut inner = open(&self.inner)?;
         let (_, m) = inner.message(key)?;
         let (body, paged) = self.read_body(&inner, m)?;
@@ -794,13 +838,13 @@ impl Pager {
         Ok(body)
     }
 
-    fn read_body(&self, inner: &Inner, m: &Message) -> Result<(Vec<u8>, bool)> {
+    fn read_body(&self, inner: &Inner, m: &Message) -> Result<(BodyBytes, bool)> {
         match &m.body {
-            Body::Resident(b) => Ok((b.to_vec(), false)),
-            Body::Paged(at) => Ok((inner.paging.read(at.unpack(), m.body_len as usize)?, true)),
+            Body::Resident(b) => Ok((BodyBytes::Shared(b.clone()), false)),
+            Body::Paged(at) => Ok((BodyBytes::Owned(inner.paging.read(at.unpack(), m.body_len as usize)?), true)),
             Body::Store => {
                 let store = self.store.as_ref().ok_or_else(|| Error::invalid("a persistent message needs a store"))?;
-                Ok((store.read(m.store_handle)?, true))
+                Ok((BodyBytes::Owned(store.read(m.store_handle)?), true))
             }
         }
     }
@@ -902,7 +946,7 @@ impl Pager {
         now: i64,
         filter: Option<Filter<'_>>,
         with_body: bool,
-    ) -> Result<Option<(Key, Vec<u8>)>> {
+    ) -> Result<Option<(Key, BodyBytes)>> {
         let taken = self.take_many(destination, now, 1, filter, with_body)?;
         Ok(taken.into_iter().next().map(|t| (t.key, t.body)))
     }
@@ -1030,8 +1074,9 @@ impl Pager {
         }
         if let Some(store) = &self.store {
             for (slot, handle) in stored {
+                // The store reads into a buffer of its own: one more copy here.
                 let body = store.read(handle)?;
-                inner.make_resident(slot, body);
+                inner.make_resident(slot, Arc::from(body));
             }
         }
         Ok(())
@@ -1216,7 +1261,7 @@ mod tests {
     use super::*;
 
     fn triples(taken: Vec<Taken>) -> Vec<(Key, u32, Vec<u8>)> {
-        taken.into_iter().map(|t| (t.key, t.redelivery_count, t.body)).collect()
+        taken.into_iter().map(|t| (t.key, t.redelivery_count, t.body.into())).collect()
     }
 
     fn pager(budget: u64, dir: &Path) -> Pager {
@@ -1349,7 +1394,8 @@ mod tests {
         assert_eq!(p.stats().messages, 2, "a refused add changes nothing");
         for (key, fill, len) in [(copied, 1u8, 700), (owned, 2, 300)] {
             let (k, body) = p.take(q, 0, None, false).expect("take").expect("a message");
-            assert_eq!((k, body), (key, vec![fill; len]));
+            assert!(matches!(body, BodyBytes::Shared(_)), "a resident body is handed out without a copy");
+            assert_eq!((k, Vec::from(body)), (key, vec![fill; len]));
         }
     }
 
@@ -1417,7 +1463,7 @@ mod tests {
             let mut by_body = |_: &Header, body: Option<&[u8]>| body.is_some_and(|b| b[0] == wanted);
             let page_ins = p.stats().page_ins;
             let (k, body) = p.take(q, 0, Some(&mut by_body), true).expect("take").expect("a message");
-            assert_eq!((k, body), (key, vec![wanted; 1000]));
+            assert_eq!((k, Vec::from(body)), (key, vec![wanted; 1000]));
             assert!(p.header(key).expect("header").reserved);
             assert_eq!(p.stats().page_ins, page_ins + 1, "the delivery is one page-in");
             check_invariants(&p);
@@ -1461,7 +1507,7 @@ mod tests {
         let q = p.create_destination("q", Order::Fifo).expect("dest");
         let a = p.add(q, &NewMessage { id: 1, ..NewMessage::default() }, Some(b"a"), 0).expect("add");
         let b = p.add(q, &NewMessage { id: 2, ..NewMessage::default() }, Some(b"b"), 0).expect("add");
-        assert_eq!(p.take(q, 0, None, false).expect("take"), Some((a, b"a".to_vec())));
+        assert_eq!(p.take(q, 0, None, false).expect("take"), Some((a, BodyBytes::Owned(b"a".to_vec()))));
         p.release(a, true, Some(50)).expect("release");
         assert_eq!(p.browse(q, None, 10).expect("browse"), vec![a, b]);
         assert_eq!(p.next(q, 49, false, None, false).expect("next"), Some(b));
@@ -1523,7 +1569,9 @@ mod tests {
         invalid(p.delete_destination(1000).map(drop));
 
         // The other destination is untouched; the name is free again, under a new id.
-        let bodies: Vec<(Key, Vec<u8>)> = std::iter::from_fn(|| p.take(kept, 0, None, false).expect("take")).collect();
+        let bodies: Vec<(Key, Vec<u8>)> = std::iter::from_fn(|| p.take(kept, 0, None, false).expect("take"))
+            .map(|(k, body)| (k, body.into()))
+            .collect();
         assert_eq!(bodies, stay.iter().zip(10u8..).map(|(k, i)| (*k, vec![i; 1000])).collect::<Vec<_>>());
         let again = p.create_destination("doomed", Order::Fifo).expect("re-create");
         assert_ne!(again, doomed);
@@ -1622,7 +1670,7 @@ mod tests {
         let mut all = |_: &Header, _: Option<&[u8]>| true;
         assert!(p.take_many(q, 0, 5, Some(&mut all), true).is_err(), "the filter cannot read it either");
         assert!(!p.header(a).expect("header").reserved);
-        assert_eq!(p.take(q, 0, None, false).expect("take"), Some((a, vec![1; 1000])));
+        assert_eq!(p.take(q, 0, None, false).expect("take"), Some((a, BodyBytes::Owned(vec![1; 1000]))));
         check_invariants(&p);
     }
 

@@ -9,6 +9,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::codec::{self, Codec, CodecId};
 use crate::error::{Error, Result};
@@ -136,7 +137,7 @@ impl PagingFiles {
 
     /// Reads a run of bodies; `refs` must be contiguous in one file when
     /// `contiguous` says so (then it is one read), else one read each.
-    pub fn read_many(&self, refs: &[(PagedRef, usize)]) -> Result<Vec<Vec<u8>>> {
+    pub fn read_many(&self, refs: &[(PagedRef, usize)]) -> Result<Vec<Arc<[u8]>>> {
         let contiguous = refs
             .windows(2)
             .all(|w| w[0].0.file == w[1].0.file && w[0].0.offset + u64::from(w[0].0.stored_len) == w[1].0.offset);
@@ -150,19 +151,24 @@ impl PagingFiles {
                 .iter()
                 .map(|(r, raw_len)| {
                     let start = (r.offset - first.offset) as usize;
-                    codec::decode(r.codec, &buf[start..start + r.stored_len as usize], *raw_len)
+                    codec::decode_shared(r.codec, &buf[start..start + r.stored_len as usize], *raw_len)
                 })
                 .collect();
         }
-        refs.iter().map(|(r, raw_len)| self.read(*r, *raw_len)).collect()
+        refs.iter().map(|(r, raw_len)| codec::decode_shared(r.codec, &self.read_stored(*r)?, *raw_len)).collect()
     }
 
     /// Reads one body back.
     pub fn read(&self, r: PagedRef, raw_len: usize) -> Result<Vec<u8>> {
+        codec::decode(r.codec, &self.read_stored(r)?, raw_len)
+    }
+
+    /// A body's bytes as stored (compressed or not).
+    fn read_stored(&self, r: PagedRef) -> Result<Vec<u8>> {
         let f = &self.files[r.file as usize];
         let mut buf = vec![0u8; r.stored_len as usize];
         f.file.read_exact_at(&mut buf, r.offset).map_err(|e| Error::io("reading paging file", &f.path, e))?;
-        codec::decode(r.codec, &buf, raw_len)
+        Ok(buf)
     }
 
     /// Frees a body's space; a file with nothing live left is emptied.
