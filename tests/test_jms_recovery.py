@@ -9,6 +9,7 @@ that opens a copy of the files of a running server (what a crash leaves).
 
 from __future__ import annotations
 
+import random
 import shutil
 import struct
 import threading
@@ -31,6 +32,7 @@ from jmsstore import (
     AckMode,
     Connection,
     DeliveryMode,
+    IllegalStateError,
     InvalidDestinationError,
     JMSServer,
     MapMessage,
@@ -601,3 +603,55 @@ def test_a_failed_acknowledgement_sharing_a_record_with_a_finished_one_gets_a_ne
     server.store.flush()
     assert _delivery_records(server) == []
     connection.close()
+
+
+def test_a_consumer_closed_while_its_messages_are_acknowledged_leaves_no_record_behind(
+    server: JMSServer, restart: Any
+) -> None:
+    """JMS 2.0 §4.3.5 / §3.4.7, with two real threads: a consumer closed from another thread
+    gives back its prefetched messages, taking them out of the delivery record they share
+    with messages the receiving thread is acknowledging at that moment. Whichever of the two
+    comes second, the shared record is updated or deleted once (never twice: the store
+    refuses a delete of a record already deleted), nothing is lost or delivered twice, and
+    once all is acknowledged no record is left, before or after a restart."""
+    queue = server.create_queue("Q")
+    rng = random.Random(20261126)
+    sent: list[str] = []
+    received: list[str | None] = []
+    errors: list[BaseException] = []
+    connection = connect(server, messages_maximum=16)
+    for round_ in range(25):
+        batch = [f"r{round_}-{i}" for i in range(40)]
+        send_texts(server, queue, batch)  # nobody waits: each fill writes one record for 16
+        sent += batch
+        session = connection.create_session(False, AckMode.CLIENT)
+        consumer = session.create_consumer(queue)
+        started = threading.Event()
+
+        def receive_and_acknowledge(consumer: Any = consumer, started: threading.Event = started) -> None:
+            try:
+                while (message := consumer.receive(SOON)) is not None:
+                    started.set()
+                    received.append(_text(message))
+                    message.acknowledge()
+            except IllegalStateError:
+                pass  # closed between two receives: the end, as a None from a receive in progress
+            except BaseException as e:  # reported below, with the round
+                errors.append(e)
+            finally:
+                started.set()
+
+        receiver = threading.Thread(target=receive_and_acknowledge)
+        receiver.start()
+        started.wait(SOON)
+        # Sleep a random part of a round: closes land before, between and after acknowledgements.
+        threading.Event().wait(rng.uniform(0, 0.004))
+        consumer.close()
+        receiver.join()
+        assert not errors, (round_, errors)
+        session.close()
+    rest = drain(connection.create_session(False, AckMode.AUTO).create_consumer(queue))
+    received += texts(rest)
+    assert sorted(received, key=str) == sorted(sent)  # each once: none lost, none twice
+    assert all(not m.redelivered for m in rest), "given back unseen, so not redelivered"
+    _assert_all_gone_before_and_after_a_restart(server, queue, connection, restart)
