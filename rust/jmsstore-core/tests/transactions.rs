@@ -270,5 +270,10 @@ fn a_shared_body_is_stored_as_a_copied_one_and_compressed_when_it_shrinks() -> T
     };
     let store = Store::open(dir.path(), opts)?;
     assert_contents(&store, &model);
+    // A shared read gives what a read gives, stored compressed (b, c) or not (a).
+    for (handle, (_, bytes)) in &model {
+        assert_eq!(&store.read_shared(*handle)?[..], &bytes[..]);
+    }
+    assert!(matches!(store.read_shared(u64::MAX), Err(Error::UnknownHandle(_))));
     Ok(())
 }

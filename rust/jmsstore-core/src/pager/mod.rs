@@ -1074,9 +1074,8 @@ impl Pager {
         }
         if let Some(store) = &self.store {
             for (slot, handle) in stored {
-                // The store reads into a buffer of its own: one more copy here.
-                let body = store.read(handle)?;
-                inner.make_resident(slot, Arc::from(body));
+                let body = store.read_shared(handle)?;
+                inner.make_resident(slot, body);
             }
         }
         Ok(())

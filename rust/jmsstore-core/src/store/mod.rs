@@ -684,7 +684,9 @@ impl Shared {
         })
     }
 
-    fn read_record(&self, handle: u64) -> Result<Vec<u8>> {
+    /// Reads the body of `handle`, handing it to `take` (borrowed from the
+    /// read buffer when it is stored uncompressed).
+    fn read_record<T>(&self, handle: u64, take: impl Fn(Cow<'_, [u8]>) -> T) -> Result<T> {
         self.check_open()?;
         loop {
             let (loc, file, path) = {
@@ -694,7 +696,7 @@ impl Shared {
                 (loc, seg.file.clone(), seg.path.clone())
             };
             bump(&self.counters.reads, 1);
-            match read_body_at(&*file, &path, loc, handle) {
+            match read_body_at(&*file, &path, loc, handle, &take) {
                 Ok(body) => return Ok(body),
                 // Compaction moved it meanwhile, and the file it was read
                 // from may have been recycled since: read it where it is now.
@@ -705,8 +707,14 @@ impl Shared {
     }
 }
 
-/// Reads and verifies the record of `handle` and returns its decoded body.
-pub(crate) fn read_body_at(file: &dyn StorageFile, path: &Path, loc: Location, handle: u64) -> Result<Vec<u8>> {
+/// Reads and verifies the record of `handle` and hands its decoded body to `take`.
+fn read_body_at<T>(
+    file: &dyn StorageFile,
+    path: &Path,
+    loc: Location,
+    handle: u64,
+    take: impl FnOnce(Cow<'_, [u8]>) -> T,
+) -> Result<T> {
     let mut buf = vec![0u8; loc.len as usize];
     file.read_exact_at(&mut buf, loc.offset).map_err(|e| Error::io("reading record", path, e))?;
     let header = segment::decode_header(&buf, 0)
@@ -715,7 +723,7 @@ pub(crate) fn read_body_at(file: &dyn StorageFile, path: &Path, loc: Location, h
         return Err(Error::corruption(path, loc.offset, format!("record of handle {}, not {handle}", header.handle)));
     }
     let verified = segment::verify(&buf, 0, &header).map_err(|why| Error::corruption(path, loc.offset, why))?;
-    Ok(verified.body.into_owned())
+    Ok(take(verified.body))
 }
 
 fn check_collection(name: &str) -> Result<Arc<str>> {
@@ -994,7 +1002,13 @@ impl Store {
 
     /// Reads an object's body (verified against its checksum).
     pub fn read(&self, handle: u64) -> Result<Vec<u8>> {
-        self.shared.read_record(handle)
+        self.shared.read_record(handle, |body| body.into_owned())
+    }
+
+    /// As [`Store::read`], into a buffer that can be shared (the pager's
+    /// resident bodies): an uncompressed body is copied once, from the read.
+    pub fn read_shared(&self, handle: u64) -> Result<Arc<[u8]>> {
+        self.shared.read_record(handle, |body| Arc::from(&*body))
     }
 
     /// True if `handle` names a live object.
@@ -1019,7 +1033,7 @@ impl Store {
         let handles = self.handles(collection, after, limit)?;
         let mut out = Vec::with_capacity(handles.len());
         for handle in handles {
-            match self.shared.read_record(handle) {
+            match self.shared.read_record(handle, |body| body.into_owned()) {
                 Ok(body) => out.push((handle, body)),
                 Err(Error::UnknownHandle(_)) => continue,
                 Err(e) => return Err(e),
