@@ -4,6 +4,7 @@
 //! - [`store`]: the file store (append-only segments, group commit,
 //!   recovery, compaction), reached through [`fs`] so that tests can
 //!   simulate power loss;
+//! - [`body`]: body bytes, owned or shared between the store and the pager;
 //! - [`codec`]: body codecs (gzip, LZF with ZV framing, zstd);
 //! - [`inspect`]: a read-only reader of every record in a store directory,
 //!   for tools and Spark;
@@ -13,6 +14,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod background;
+pub mod body;
 pub mod calibrate;
 pub mod codec;
 pub mod error;

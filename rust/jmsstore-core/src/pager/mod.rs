@@ -27,6 +27,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
+pub use crate::body::BodyBytes;
 use crate::codec::{Codec, CodecId};
 use crate::error::{Error, Result};
 use crate::store::Store;
@@ -145,52 +146,9 @@ pub struct Taken {
     pub redelivery_count: u32,
     /// File-store handle of a persistent message.
     pub store_handle: Option<u64>,
-    /// The body.
+    /// The body: shared when it was resident (no copy made), owned when
+    /// read back from a paging file or the store.
     pub body: BodyBytes,
-}
-
-/// A body the pager hands out: its own in-memory copy, shared (no copy
-/// made), or bytes read back from a paging file or the store.
-#[derive(Clone, Debug)]
-pub enum BodyBytes {
-    /// The resident body, shared with the pager.
-    Shared(Arc<[u8]>),
-    /// Read back for the caller.
-    Owned(Vec<u8>),
-}
-
-impl std::ops::Deref for BodyBytes {
-    type Target = [u8];
-
-    fn deref(&self) -> &[u8] {
-        match self {
-            BodyBytes::Shared(b) => b,
-            BodyBytes::Owned(b) => b,
-        }
-    }
-}
-
-impl PartialEq for BodyBytes {
-    fn eq(&self, other: &Self) -> bool {
-        **self == **other
-    }
-}
-
-impl Eq for BodyBytes {}
-
-impl PartialEq<Vec<u8>> for BodyBytes {
-    fn eq(&self, other: &Vec<u8>) -> bool {
-        **self == other[..]
-    }
-}
-
-impl From<BodyBytes> for Vec<u8> {
-    fn from(body: BodyBytes) -> Self {
-        match body {
-            BodyBytes::Shared(b) => b.to_vec(),
-            BodyBytes::Owned(b) => b,
-        }
-    }
 }
 
 /// Counters and sizes.

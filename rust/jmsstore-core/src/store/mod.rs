@@ -37,6 +37,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
+use crate::body::BodyBytes;
 use crate::codec::{self, Codec, CodecId};
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, LockGuard, StdFs, StorageFile};
@@ -309,28 +310,11 @@ pub(crate) struct Op {
     handle: u64,
     collection: Option<Arc<str>>,
     codec: CodecId,
-    stored: Stored,
+    /// The body as the writer will copy it: the store's own bytes, or bytes
+    /// it shares with the caller (a broker keeps the same body in its pager).
+    stored: BodyBytes,
     raw_len: u32,
     raw_crc: u32,
-}
-
-/// A record's body as the writer will copy it: the store's own bytes, or
-/// bytes it shares with the caller (a broker keeps the same body in its
-/// pager: one allocation and one copy per message, not two).
-pub(crate) enum Stored {
-    Owned(Vec<u8>),
-    Shared(Arc<[u8]>),
-}
-
-impl std::ops::Deref for Stored {
-    type Target = [u8];
-
-    fn deref(&self) -> &[u8] {
-        match self {
-            Stored::Owned(bytes) => bytes,
-            Stored::Shared(bytes) => bytes,
-        }
-    }
 }
 
 /// How a submitter learns that its work is done. Dropping one that was
@@ -642,15 +626,15 @@ impl Shared {
     }
 
     fn encode(&self, kind: RecordKind, handle: u64, collection: Option<Arc<str>>, body: &[u8]) -> Result<Op> {
-        self.encode_as(kind, handle, collection, body, |stored| Stored::Owned(stored.into_owned()))
+        self.encode_as(kind, handle, collection, body, |stored| BodyBytes::Owned(stored.into_owned()))
     }
 
     /// As `encode` for a put whose body the caller shares: kept as it is
     /// unless the codec shrinks it.
     fn encode_shared(&self, handle: u64, collection: Arc<str>, body: &Arc<[u8]>) -> Result<Op> {
         self.encode_as(RecordKind::Put, handle, Some(collection), body, |stored| match stored {
-            Cow::Borrowed(_) => Stored::Shared(body.clone()),
-            Cow::Owned(compressed) => Stored::Owned(compressed),
+            Cow::Borrowed(_) => BodyBytes::Shared(body.clone()),
+            Cow::Owned(compressed) => BodyBytes::Owned(compressed),
         })
     }
 
@@ -660,7 +644,7 @@ impl Shared {
         handle: u64,
         collection: Option<Arc<str>>,
         body: &[u8],
-        keep: impl FnOnce(Cow<'_, [u8]>) -> Stored,
+        keep: impl FnOnce(Cow<'_, [u8]>) -> BodyBytes,
     ) -> Result<Op> {
         let limit = self.options.body_limit();
         if body.len() > limit {
