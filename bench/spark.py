@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from jmsstore import FileStore, inspect
-from jmsstore.broker.message import TextMessage, encode
+from jmsstore.jms.message import TextMessage, encode
 
 from bench.harness import Context, ratio
 

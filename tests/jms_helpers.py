@@ -29,10 +29,9 @@ from jmsstore import (
     Message,
     MessageConsumer,
     Queue,
-    StoreFullError,
     TextMessage,
 )
-from jmsstore.store import Transaction
+from jmsstore.store import FileStore
 
 SMALL_SEGMENT = 1 << 20
 NOTHING = 0.5  # seconds a receive waits in "nothing arrives" checks
@@ -140,7 +139,7 @@ def browse_texts(server: JMSServer, queue: Queue) -> list[str | None]:
 
 def wait_for_idle_consumer(server: JMSServer, queue: Queue) -> None:
     """Until a consumer waits idle on ``queue`` (its receive looked, found nothing, and sleeps)."""
-    bell = server._queues[queue.name].bell
+    bell = server.registry.queues[queue.name].target.bell
     deadline = time.monotonic() + SOON
     while bell.waiting()[1] == 0:
         assert time.monotonic() < deadline, "the consumer never went idle"
@@ -148,18 +147,19 @@ def wait_for_idle_consumer(server: JMSServer, queue: Queue) -> None:
 
 
 class FailingCommits:
-    """Makes the next ``armed`` store transaction commits raise (nothing written), the way
-    a full disk refuses a write without poisoning the store."""
+    """Makes the next ``armed`` synchronous store transactions fail as a full disk
+    fails them (``StoreFullError``, nothing written, the store stays usable): the
+    store's own fault injection (``NativeStore.inject_full_writes``)."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.armed = 0
-        real = Transaction.commit
+    def __init__(self, store: FileStore) -> None:
+        self._store = store
+        self._armed = 0
 
-        def commit(txn: Transaction) -> None:
-            if self.armed:
-                self.armed -= 1
-                txn.rollback()
-                raise StoreFullError("no space left on device (injected)")
-            real(txn)
+    @property
+    def armed(self) -> int:
+        return self._armed
 
-        monkeypatch.setattr(Transaction, "commit", commit)
+    @armed.setter
+    def armed(self, n: int) -> None:
+        self._armed = n
+        self._store.native.inject_full_writes(n)

@@ -472,7 +472,7 @@ def test_bad_ack_modes(server: JMSServer, transacted: Any, ack_mode: Any, error:
     with connect(server) as connection:
         with pytest.raises(error):
             connection.create_session(transacted, ack_mode)
-        assert connection._sessions == []
+        assert connection.sessions == []
         assert texts(drain(connection.create_session().create_consumer(queue))) == ["a"]
 
 

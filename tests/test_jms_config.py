@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from jms_helpers import drain, texts
 from jmsstore import ConfigError, JMSServer, ResourceAllocationError, TextMessage
-from jmsstore.broker import config as jms_config
+from jmsstore.broker import open_all
 
 GOOD = """
 [servers.jms1]
@@ -106,7 +106,7 @@ store = "main"
 [servers.b.queues.qb]
 """,
     )
-    servers = jms_config.open_all(path)
+    servers = open_all(path)
     try:
         assert servers["a"].store is servers["b"].store
         assert [d.name for d in servers["a"].destinations()] == ["qa"]

@@ -48,7 +48,7 @@ def test_expired_messages_are_discarded_when_a_consumer_looks(server: JMSServer,
     assert stats["expired"] == 1 and stats["queues"]["Q"]["messages_expired"] == 1
     assert stats["messages_current"] == 0
     assert server.message_count(queue) == 0
-    assert len(list(server.store.handles(server._collection("q/Q")))) == 0
+    assert len(list(server.store.handles(server.layout.collection("q/Q")))) == 0
 
 
 def test_an_active_scan_removes_expired_messages_nobody_looks_for(server: JMSServer, servers: Servers) -> None:
@@ -58,7 +58,7 @@ def test_an_active_scan_removes_expired_messages_nobody_looks_for(server: JMSSer
     _wait_for(lambda: server.statistics()["expired"] == 1, "the scan removed it")
     assert server.message_count(queue) == 0
     # The scan counts it, then deletes its record (a store write it waits for).
-    _wait_for(lambda: not list(server.store.handles(server._collection("q/Q"))), "its record was deleted")
+    _wait_for(lambda: not list(server.store.handles(server.layout.collection("q/Q"))), "its record was deleted")
 
 
 def test_the_log_policy_logs_the_seed_format(
@@ -96,7 +96,7 @@ def test_the_log_policy_shows_where_it_expired_and_its_delivery_state(
         session.recover()  # back, redelivered
         consumer.close()
     with caplog.at_level(logging.INFO, logger="jmsstore.expiration"):
-        server._expire(int(time.time() * 1000) + 120_000)  # a scan two minutes on: it has expired
+        server.reaper.expire(int(time.time() * 1000) + 120_000)  # a scan two minutes on: it has expired
     [record] = _expiry_logs(caplog)
     headers = record.getMessage().splitlines()[1]
     assert "JMSDestination='queue://Q'" in headers, headers

@@ -906,9 +906,9 @@ def test_async_send_counts_once_in_statistics(server: JMSServer) -> None:
 
 
 def test_a_message_id_is_spliced_into_an_encoded_message_without_one() -> None:
-    from jmsstore.broker.destination import Queue
-    from jmsstore.broker.message import decode, encode, with_message_id
     from jmsstore.errors import MessageFormatError
+    from jmsstore.jms.destination import Queue
+    from jmsstore.jms.message import decode, encode, with_message_id
 
     message = TextMessage("body")
     message.reply_to = Queue("replies")
@@ -964,7 +964,7 @@ def _slots(message: Message) -> dict[str, object]:
 
 
 def test_the_native_reader_reads_what_the_python_reader_reads() -> None:
-    from jmsstore.broker.message import _decode_in_python, decode, encode
+    from jmsstore.jms.message import _decode_in_python, decode, encode
 
     samples = [_foreign_message()]
     for message in (
@@ -1018,7 +1018,7 @@ def test_the_native_writer_writes_what_the_python_writer_writes(
 ) -> None:
     """Every send encodes its message natively: byte for byte what the Python
     writer (the format's reference) writes, for any headers, properties and body."""
-    from jmsstore.broker.message import _encode_natively, encode, encode_in_python
+    from jmsstore.jms.message import _encode_natively, encode, encode_in_python
 
     for name, value in properties.items():
         body.set_property(name, value)
@@ -1035,7 +1035,7 @@ def test_the_native_writer_leaves_surrogates_and_subclasses_to_python() -> None:
     """Java strings may hold lone surrogates, which strict UTF-8 refuses: Python
     writes those (``surrogatepass``), and a message subclass, whose body the
     native writer does not know where to find."""
-    from jmsstore.broker.message import _encode_natively, decode, encode, encode_in_python
+    from jmsstore.jms.message import _encode_natively, decode, encode, encode_in_python
 
     class Labelled(TextMessage):
         pass
@@ -1059,7 +1059,7 @@ def test_a_string_with_an_encoded_surrogate_is_read_by_the_python_reader() -> No
     """Java strings may hold lone surrogates; Python writes them with
     ``surrogatepass``, which strict UTF-8 refuses."""
     from jmsstore import _native
-    from jmsstore.broker.message import decode, encode
+    from jmsstore.jms.message import decode, encode
 
     data = encode(TextMessage("a\ud800b"))
     assert _native.read_message(data) is None
@@ -1067,7 +1067,7 @@ def test_a_string_with_an_encoded_surrogate_is_read_by_the_python_reader() -> No
 
 
 def test_every_truncation_of_a_message_is_a_format_error() -> None:
-    from jmsstore.broker.message import _decode_in_python, decode
+    from jmsstore.jms.message import _decode_in_python, decode
 
     data = _foreign_message()
     for end in range(len(data)):
@@ -1086,7 +1086,7 @@ def test_every_truncation_of_a_message_is_a_format_error() -> None:
     ],
 )
 def test_a_damaged_header_is_a_format_error(patch: Any, why: str) -> None:
-    from jmsstore.broker.message import decode, encode
+    from jmsstore.jms.message import decode, encode
 
     with pytest.raises(MessageFormatError, match=why):
         decode(patch(encode(TextMessage("x"))))
@@ -1095,7 +1095,7 @@ def test_a_damaged_header_is_a_format_error(patch: Any, why: str) -> None:
 def test_a_count_past_the_end_is_a_format_error_not_an_allocation() -> None:
     import struct
 
-    from jmsstore.broker.message import decode, encode
+    from jmsstore.jms.message import decode, encode
 
     data = encode(Message())
     # The property count is the last four bytes of a message without a body.

@@ -341,7 +341,7 @@ def test_a_consumer_that_stopped_waiting_takes_no_wake_up_from_one_still_waiting
     got: list[Message | None] = []
     receiver = threading.Thread(target=lambda: got.append(waiting.receive(SOON)))
     receiver.start()
-    bell = server._queues["competing"].bell
+    bell = server.registry.queues["competing"].target.bell
     while bell.waiting()[1] == 0:  # the receiver is idle, waiting for the bell
         time.sleep(0.001)
     assert gave_up.receive(0.05) is None  # idle after the other, then gone
@@ -359,7 +359,7 @@ def test_a_consumer_woken_that_closes_before_looking_passes_the_message_on(serve
     conn = connect(server)
     first = conn.create_session().create_consumer(queue)
     second = conn.create_session().create_consumer(queue)
-    bell = server._queues["handover"].bell
+    bell = server.registry.queues["handover"].target.bell
     got: dict[str, Message | None] = {}
     threads = {
         name: threading.Thread(target=lambda c=consumer, n=name: got.__setitem__(n, c.receive(SOON)))

@@ -58,7 +58,7 @@ def test_paused_insertion_stores_sends_and_commits_but_shows_them_on_resume(serv
         consumer = session.create_consumer(queue)
         assert consumer.receive(NOTHING) is None
         assert server.statistics()["queues"]["Q"]["held_by_insertion_pause"] == 3
-        assert len(list(server.store.handles(server._collection("q/Q")))) == 3  # durable already
+        assert len(list(server.store.handles(server.layout.collection("q/Q")))) == 3  # durable already
         server.resume_insertion(queue)
         assert texts(drain(consumer)) == ["sync", "async", "committed"]
 

@@ -279,7 +279,7 @@ def test_an_armed_destination_slows_its_producers(server: JMSServer) -> None:
         assert server.statistics()["queues"]["Q"]["flow_controlled_producers"] == 1
         clock.now += 2.0  # one flow step later, still armed: 10 * (1/10) ** (1/5)
         producer.send(TextMessage("m"))
-        assert producer._flow.limit == pytest.approx(10 * 0.1**0.2)  # type: ignore[union-attr]
+        assert producer.flow_limit == pytest.approx(10 * 0.1**0.2)  # type: ignore[union-attr]
     assert len(receive_all(server, queue)) == 8
     assert not server.statistics()["queues"]["Q"]["flow_control_armed"]
 
@@ -393,7 +393,7 @@ def test_counts_return_to_zero_after_a_mixed_workload(server: JMSServer, servers
             assert (figures["messages_current"], figures["messages_pending"]) == (0, 0), (kind, name)
     assert stats["durable_subscriptions"][0]["messages_current"] == 0
     assert all(u["messages"] == 0 for u in stats["quotas"]["q"]) and stats["server_quota"]["messages"] == 0
-    assert server._count_underflows() == 0  # nothing was counted out twice on the way
+    assert server.stats.underflows() == 0  # nothing was counted out twice on the way
 
 
 def test_a_rollback_after_its_subscription_went_counts_nothing_twice(server: JMSServer) -> None:
@@ -410,7 +410,7 @@ def test_a_rollback_after_its_subscription_went_counts_nothing_twice(server: JMS
         transacted.rollback()
     stats = server.statistics()
     assert (stats["messages_current"], stats["messages_pending"], stats["server_quota"]["messages"]) == (0, 0, 0)
-    assert server._count_underflows() == 0
+    assert server.stats.underflows() == 0
 
 
 @pytest.mark.parametrize("policy", ["fifo", "preemptive"])

@@ -348,9 +348,7 @@ def test_error_destination_can_be_a_topic(server: JMSServer) -> None:
 
 
 @pytest.mark.parametrize("returned_by", ["recover", "rollback"])
-def test_a_move_past_the_limit_that_the_store_refuses_is_tried_again(
-    server: JMSServer, monkeypatch: pytest.MonkeyPatch, returned_by: str
-) -> None:
+def test_a_move_past_the_limit_that_the_store_refuses_is_tried_again(server: JMSServer, returned_by: str) -> None:
     """Seed 000 / JMS 2.0 §6.2.10: a message past its redelivery limit goes to the error
     destination. If the store refuses the move (a full disk), the message stays on its
     destination, redelivered, and its next return moves it; the other messages returned
@@ -358,7 +356,7 @@ def test_a_move_past_the_limit_that_the_store_refuses_is_tried_again(
     server.create_queue("DLQ")
     queue = server.create_queue("Q", redelivery_limit=0, error_destination="DLQ")
     send_texts(server, queue, ["m0", "m1"])
-    failing = FailingCommits(monkeypatch)
+    failing = FailingCommits(server.store)
     with connect(server) as connection:
         transacted = returned_by == "rollback"
         session = connection.create_session(transacted, AckMode.CLIENT)
@@ -375,16 +373,14 @@ def test_a_move_past_the_limit_that_the_store_refuses_is_tried_again(
     assert texts(receive_all(server, server.queue("DLQ"))) == ["m1", "m0"]
 
 
-def test_a_failed_commit_whose_move_past_the_limit_fails_too_still_rolls_back(
-    server: JMSServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_failed_commit_whose_move_past_the_limit_fails_too_still_rolls_back(server: JMSServer) -> None:
     """JMS 2.0 §6.2.7: a commit that fails raises TransactionRolledBackError, even when
     returning its message past the redelivery limit fails as well (the disk is still full):
     the message stays, and its next return moves it."""
     server.create_queue("DLQ")
     queue = server.create_queue("Q", redelivery_limit=0, error_destination="DLQ")
     send_texts(server, queue, ["m0"])
-    failing = FailingCommits(monkeypatch)
+    failing = FailingCommits(server.store)
     with connect(server) as connection:
         session = connection.create_session(True)
         consumer = session.create_consumer(queue)
@@ -399,16 +395,14 @@ def test_a_failed_commit_whose_move_past_the_limit_fails_too_still_rolls_back(
     assert texts(receive_all(server, server.queue("DLQ"))) == ["m0"]
 
 
-def test_a_listener_session_survives_a_refused_move_past_the_limit(
-    server: JMSServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_listener_session_survives_a_refused_move_past_the_limit(server: JMSServer) -> None:
     """A listener that raises returns its message (AUTO); past the redelivery limit it is
     moved. When the store refuses the move, the session's thread goes on: the message comes
     back to the listener, and its next return moves it."""
     server.create_queue("DLQ")
     queue = server.create_queue("Q", redelivery_limit=0, error_destination="DLQ")
     send_texts(server, queue, ["m0"])
-    failing = FailingCommits(monkeypatch)
+    failing = FailingCommits(server.store)
     failing.armed = 1  # the first move
     seen: list[bool] = []
 

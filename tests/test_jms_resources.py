@@ -10,14 +10,13 @@ import time
 
 import pytest
 from jmsstore import InvalidArgumentError, ResourceAllocationError
-from jmsstore.broker.resources import (
+from jmsstore.broker.expiry import expired_message_log, parse_logging_policy
+from jmsstore.broker.limits import (
     FlowControl,
     Quota,
     QuotaUsage,
     Thresholds,
-    expired_message_log,
     gauge,
-    parse_logging_policy,
 )
 
 

@@ -33,7 +33,13 @@ def test_a_subscription_at_its_limit_drops_its_oldest_message_for_the_new_one(se
     assert server.statistics()["subscription_limit_deleted_count"] == 2
     assert server.statistics()["topics"]["T"]["messages_current"] == 3  # the deleted ones are gone from the counts
     assert (
-        len(list(server.store.handles(server._collection(f"s/{server._durable[('c', 'full', True, False)].record}"))))
+        len(
+            list(
+                server.store.handles(
+                    server.layout.collection(f"s/{server.registry.durable[('c', 'full', True, False)].record}")
+                )
+            )
+        )
         == 3
     )
     with connect(server, "c") as connection:

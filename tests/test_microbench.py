@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from jmsstore import FileStore, _native
-from jmsstore.broker.message import MapMessage, TextMessage, decode, encode
+from jmsstore.jms.message import MapMessage, TextMessage, decode, encode
 from jmsstore.selector import Selector
 
 from bench import bodies

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from jmsstore import _native, inspect
+from jmsstore.broker import JMSServer
+from jmsstore.demo import run_demo
 from jmsstore.errors import JmsStoreError, StoreLockedError
 from jmsstore.progress import ProgressBar
 from jmsstore.store import FileStore
@@ -163,8 +165,11 @@ def stats(path: str, as_json: bool, show_progress: bool) -> int:
         collections: dict[str, int] = {}
         for _, name, _, _ in live:
             collections[name] = collections.get(name, 0) + 1
-        data = {"stats": {"records": len(live), "note": "store is open elsewhere; read-only view"},
-                "recovery": report, "collections": collections}
+        data = {
+            "stats": {"records": len(live), "note": "store is open elsewhere; read-only view"},
+            "recovery": report,
+            "collections": collections,
+        }
     if as_json:
         _print_json(data)
     else:
@@ -177,8 +182,6 @@ def stats(path: str, as_json: bool, show_progress: bool) -> int:
 def server_stats(directory: str | None, name: str | None, config: str | None, as_json: bool) -> int:
     """A JMS server's statistics (``JMSServer.statistics()``): the server is
     opened (recovering its destinations and messages) and closed again."""
-    from jmsstore.broker import JMSServer
-
     if config is not None:
         server = JMSServer.from_config(config, name)  # name None: the file's only server
     else:
@@ -240,8 +243,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "demo":
-            from jmsstore.demo import run_demo
-
             return run_demo(args.dir, messages=args.messages, threads=args.threads)
         if args.command == "stats":
             if (args.directory is None) == (args.config is None):

@@ -69,13 +69,18 @@ class Pager:
         if not isinstance(paging_codec, str):
             raise TypeError(f"paging_codec is a str, not {type(paging_codec).__name__}")
         self._native: _native.NativePager = _native.NativePager(
-            store._native_store() if store is not None else None,
+            store.native if store is not None else None,
             message_buffer_size=budget,
             paging_directory=os.fspath(paging_directory),
             paging_codec=paging_codec,
             read_ahead=ahead,
         )
         self.store = store
+
+    @property
+    def native(self) -> _native.NativePager:
+        """The native pager, for the broker core built on it."""
+        return self._native
 
     def create_destination(self, name: str, order: str = "fifo") -> int:
         """Creates a destination; ``order`` is ``fifo``, ``lifo``, ``priority`` or a
@@ -131,9 +136,16 @@ class Pager:
             raise TypeError(f"body is bytes, not {type(body).__name__}")
         data = bytes(body)
         header = dict(
-            id=id, priority=priority, timestamp=timestamp, expiration=expiration, delivery_time=delivery_time,
-            redelivery_count=redelivery_count, correlation_id=correlation_id, type=type,
-            unit_of_order=unit_of_order, store_handle=store_handle,
+            id=id,
+            priority=priority,
+            timestamp=timestamp,
+            expiration=expiration,
+            delivery_time=delivery_time,
+            redelivery_count=redelivery_count,
+            correlation_id=correlation_id,
+            type=type,
+            unit_of_order=unit_of_order,
+            store_handle=store_handle,
         )
         return self._add(destination, data, len(data), header)
 
@@ -158,9 +170,16 @@ class Pager:
         if self.store is None:
             raise InvalidArgumentError("add_stored needs a pager with a store")
         header = dict(
-            id=id, priority=priority, timestamp=timestamp, expiration=expiration, delivery_time=delivery_time,
-            redelivery_count=redelivery_count, correlation_id=correlation_id, type=type,
-            unit_of_order=unit_of_order, store_handle=store_handle,
+            id=id,
+            priority=priority,
+            timestamp=timestamp,
+            expiration=expiration,
+            delivery_time=delivery_time,
+            redelivery_count=redelivery_count,
+            correlation_id=correlation_id,
+            type=type,
+            unit_of_order=unit_of_order,
+            store_handle=store_handle,
         )
         if header["store_handle"] is None:
             raise InvalidArgumentError("add_stored needs a store handle")

@@ -204,6 +204,12 @@ class FileStore:
         return native
 
     @property
+    def native(self) -> _native.NativeStore:
+        """The native store, for the engine parts built on it (the pager,
+        the broker core); ``StoreClosedError`` once closed."""
+        return self._native_store()
+
+    @property
     def path(self) -> str:
         """The store directory."""
         return self._path

@@ -22,8 +22,8 @@ from typing import Any
 
 import pyarrow as pa
 from jmsstore import _native, inspect
-from jmsstore.broker.destination import check_name
 from jmsstore.errors import JmsStoreError
+from jmsstore.jms.destination import check_name
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter, InputPartition
 from pyspark.sql.types import StructType
 

@@ -50,8 +50,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from jmsstore import FileStore, inspect
-from jmsstore.broker.destination import DestinationSettings, Queue, TemporaryQueue, Topic, check_name
-from jmsstore.broker.message import (
+from jmsstore.broker.settings import DestinationSettings
+from jmsstore.errors import JmsStoreError
+from jmsstore.jms.destination import Queue, TemporaryQueue, Topic, check_name
+from jmsstore.jms.message import (
     BytesMessage,
     DeliveryMode,
     MapMessage,
@@ -62,7 +64,6 @@ from jmsstore.broker.message import (
     encode,
     with_message_id,
 )
-from jmsstore.errors import JmsStoreError
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 

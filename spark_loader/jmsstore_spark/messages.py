@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 from jmsstore import _native, inspect
-from jmsstore.broker.message import BytesMessage, MapMessage, Message, StreamMessage, TextMessage, decode
+from jmsstore.jms.message import BytesMessage, MapMessage, Message, StreamMessage, TextMessage, decode
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 MESSAGES_SCHEMA = (

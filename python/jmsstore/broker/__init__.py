@@ -1,12 +1,14 @@
-"""The broker: JMS 2.0 semantics on the file store and the pager.
+"""The broker: a JMS server (:class:`JMSServer`) on the file store and the
+pager, as parts with one job each (see :mod:`jmsstore.broker.server`), over
+the broker core in Rust.
 
-Layers inside: :mod:`~jmsstore.broker.message` (messages and their
-encoding), :mod:`~jmsstore.broker.destination` (names and settings),
-:mod:`~jmsstore.broker.server` (destinations, subscriptions, persistence,
-recovery) and :mod:`~jmsstore.broker.connection` (the client API).
+The client API (:mod:`jmsstore.client`) and the JMS vocabulary
+(:mod:`jmsstore.jms`) are re-exported here for convenience.
 """
 
-from jmsstore.broker.connection import (
+from jmsstore.broker.server import JMSServer, open_all, open_server
+from jmsstore.broker.settings import DestinationSettings
+from jmsstore.client import (
     AckMode,
     Connection,
     ConnectionFactory,
@@ -15,9 +17,18 @@ from jmsstore.broker.connection import (
     QueueBrowser,
     Session,
 )
-from jmsstore.broker.destination import Destination, DestinationSettings, Queue, TemporaryQueue, Topic
-from jmsstore.broker.message import BytesMessage, DeliveryMode, MapMessage, Message, StreamMessage, TextMessage
-from jmsstore.broker.server import JMSServer
+from jmsstore.jms import (
+    BytesMessage,
+    DeliveryMode,
+    Destination,
+    MapMessage,
+    Message,
+    Queue,
+    StreamMessage,
+    TemporaryQueue,
+    TextMessage,
+    Topic,
+)
 
 __all__ = [
     "AckMode",
@@ -39,4 +50,6 @@ __all__ = [
     "TemporaryQueue",
     "TextMessage",
     "Topic",
+    "open_all",
+    "open_server",
 ]

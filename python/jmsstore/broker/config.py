@@ -40,23 +40,49 @@ key, a bad value or a reference to something not defined is a
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import tomllib
+from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, NoReturn, Protocol
 
 from jmsstore._native import codecs
-from jmsstore.broker.connection import ConnectionFactory
-from jmsstore.broker.destination import DestinationSettings, check_name
-from jmsstore.broker.resources import Quota, Thresholds
+from jmsstore.broker.limits import Quota, Thresholds
+from jmsstore.broker.settings import DestinationSettings
+from jmsstore.client.factory import ConnectionFactory
 from jmsstore.errors import ConfigError, JmsStoreError, StoreLockedError
+from jmsstore.jms.destination import Destination, Queue, Topic, check_name
 from jmsstore.store import FileStore
 
-if TYPE_CHECKING:
-    from jmsstore.broker.server import JMSServer
+__all__ = ["Plan", "ServerConfig", "load", "plan", "server_names", "shared_stores"]
 
-__all__ = ["ServerConfig", "load", "open_all", "open_server"]
+log = logging.getLogger("jmsstore.broker")
+
+
+class Configurable(Protocol):
+    """What applying a configuration needs of a server (``JMSServer``'s public API)."""
+
+    connection_factories: dict[str, ConnectionFactory]
+
+    def quotas(self) -> dict[str, Quota]: ...
+
+    def destinations(self) -> list[Destination]: ...
+
+    def settings(self, destination: Destination) -> DestinationSettings: ...
+
+    def create_quota(
+        self, name: str, *, messages_maximum: int = ..., bytes_maximum: int = ..., shared: bool = ..., policy: str = ...
+    ) -> Quota: ...
+
+    def create_queue(self, name: str, **settings: Any) -> Queue: ...
+
+    def create_topic(self, name: str, **settings: Any) -> Topic: ...
+
+    def connection_factory(self, **options: Any) -> ConnectionFactory: ...
+
 
 STORE_KEYS = {
     "directory": str,
@@ -320,12 +346,35 @@ def _settings_table(check: _Checker, table: dict[str, Any], where: str, *, templ
     return dict(table)
 
 
-def open_server(path: str | os.PathLike[str], name: str | None = None, *, store: FileStore | None = None) -> JMSServer:
-    """Opens (creating what is missing) the server ``name`` of the file (the
-    only one if None), with its quotas, destinations and connection
-    factories (``server.connection_factories``)."""
-    from jmsstore.broker.server import JMSServer
+class Plan:
+    """How to open one server of a file: its checked configuration and the
+    store it runs on (opened here, ``owned``, when the file names one and
+    the caller gave none)."""
 
+    def __init__(self, path: Path, config: ServerConfig, store: FileStore | None, owned: FileStore | None) -> None:
+        self._check = _Checker(path)
+        self.config = config
+        self.store = store
+        self.owned = owned
+
+    def failed(self, error: BaseException) -> NoReturn:
+        """The server did not open: closes the store opened for it and
+        raises the error (a ``ConfigError`` naming the server for a bad value)."""
+        if self.owned is not None:
+            self.owned.close()
+        if isinstance(error, (JmsStoreError, TypeError)) and not isinstance(error, (ConfigError, StoreLockedError)):
+            raise self._check.fail(f"servers.{self.config.name}", str(error)) from None
+        raise error
+
+    def apply(self, server: Configurable) -> None:
+        """Creates the file's quotas, destinations and connection factories
+        on the opened ``server``, after checking them against what it stores."""
+        _precheck(server, self.config, self._check)
+        _apply(server, self.config)
+
+
+def plan(path: str | os.PathLike[str], name: str | None = None, store: FileStore | None = None) -> Plan:
+    """The plan to open server ``name`` of the file (the only one if None)."""
     stores, servers = load(path)
     check = _Checker(Path(path))
     if name is None:
@@ -339,53 +388,38 @@ def open_server(path: str | os.PathLike[str], name: str | None = None, *, store:
     if config.store is not None and store is None:
         options = {k: v for k, v in stores[config.store].items() if k != "directory"}
         owned = store = FileStore(stores[config.store]["directory"], **options)
-    try:
-        server = JMSServer(name=config.name, store=store, **config.options)
-    except (JmsStoreError, TypeError) as e:
-        if owned is not None:
-            owned.close()
-        if isinstance(e, (ConfigError, StoreLockedError)):
-            raise
-        raise check.fail(f"servers.{name}", str(e)) from None
-    except BaseException:
-        if owned is not None:
-            owned.close()
-        raise
-    if owned is not None:
-        server._owns_store = True  # closing the server closes the store it was opened with
-    try:
-        _precheck(server, config, check)
-        _apply(server, config)
-    except BaseException:
-        server.close()
-        raise
-    return server
+    return Plan(Path(path), config, store, owned)
 
 
-def open_all(path: str | os.PathLike[str]) -> dict[str, JMSServer]:
-    """Opens every server of the file; servers naming the same store share one."""
+def server_names(path: str | os.PathLike[str]) -> list[str]:
+    """The servers a file defines, in its order."""
+    return list(load(path)[1])
+
+
+@contextlib.contextmanager
+def shared_stores(path: str | os.PathLike[str]) -> Iterator[dict[str, FileStore]]:
+    """The stores of a file, opened once each: server name -> its store
+    (for servers that name one). They are closed if the block fails; on
+    success they stay open for the servers that use them."""
     stores, servers = load(path)
-    opened_stores: dict[str, FileStore] = {}
-    opened: dict[str, JMSServer] = {}
+    opened: dict[str, FileStore] = {}
+    by_server: dict[str, FileStore] = {}
     try:
         for name, config in servers.items():
-            shared = None
-            if config.store is not None:
-                if config.store not in opened_stores:
-                    options = {k: v for k, v in stores[config.store].items() if k != "directory"}
-                    opened_stores[config.store] = FileStore(stores[config.store]["directory"], **options)
-                shared = opened_stores[config.store]
-            opened[name] = open_server(path, name, store=shared)
+            if config.store is None:
+                continue
+            if config.store not in opened:
+                options = {k: v for k, v in stores[config.store].items() if k != "directory"}
+                opened[config.store] = FileStore(stores[config.store]["directory"], **options)
+            by_server[name] = opened[config.store]
+        yield by_server
     except BaseException:
-        for server in opened.values():
-            server.close()
-        for s in opened_stores.values():
-            s.close()
+        for store in opened.values():
+            store.close()
         raise
-    return opened
 
 
-def _apply(server: JMSServer, config: ServerConfig) -> None:
+def _apply(server: Configurable, config: ServerConfig) -> None:
     for quota in config.quotas.values():
         server.create_quota(
             quota.name,
@@ -396,24 +430,28 @@ def _apply(server: JMSServer, config: ServerConfig) -> None:
         )
     # Error destinations may come later in the file: every destination
     # first, then the settings that refer to others.
-    later: list[tuple[Any, DestinationSettings]] = []
+    later: list[tuple[str, str, DestinationSettings]] = []
     for kind, table in (("queue", config.queues), ("topic", config.topics)):
-        create = server.create_queue if kind == "queue" else server.create_topic
         for dest_name, settings in table.items():
             first = settings.updated(error_destination=None, expiration_policy="discard")
-            later.append((create(dest_name, **first.to_json()), settings))
-    for destination, settings in later:
-        server._configure(
-            server._target_of(destination),
-            {"error_destination": settings.error_destination, "expiration_policy": settings.expiration_policy},
-        )
+            if kind == "queue":
+                server.create_queue(dest_name, **first.to_json())
+            else:
+                server.create_topic(dest_name, **first.to_json())
+            later.append((kind, dest_name, settings))
+    for kind, dest_name, settings in later:
+        references = {"error_destination": settings.error_destination, "expiration_policy": settings.expiration_policy}
+        if kind == "queue":
+            server.create_queue(dest_name, **references)
+        else:
+            server.create_topic(dest_name, **references)
     factories: dict[str, ConnectionFactory] = {
         name: server.connection_factory(**options) for name, options in config.connection_factories.items()
     }
     server.connection_factories = factories
 
 
-def _precheck(server: JMSServer, config: ServerConfig, check: _Checker) -> None:
+def _precheck(server: Configurable, config: ServerConfig, check: _Checker) -> None:
     """What the file asks that the server's stored state refuses, found
     before anything changes."""
     key = f"servers.{config.name}"

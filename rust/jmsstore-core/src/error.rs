@@ -58,6 +58,33 @@ pub enum Error {
 /// The engine's result type.
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// The kind of an [`Error`], one per variant: an exhaustive enum that
+/// bindings match without a wildcard arm, so that a new kind of error
+/// cannot reach a user as some other kind unnoticed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// [`Error::Io`].
+    Io,
+    /// [`Error::Corruption`].
+    Corruption,
+    /// [`Error::Locked`].
+    Locked,
+    /// [`Error::Closed`].
+    Closed,
+    /// [`Error::Poisoned`].
+    Poisoned,
+    /// [`Error::Full`].
+    Full,
+    /// [`Error::InvalidArgument`].
+    InvalidArgument,
+    /// [`Error::UnknownHandle`].
+    UnknownHandle,
+    /// [`Error::UnsupportedFormat`].
+    UnsupportedFormat,
+    /// [`Error::Codec`].
+    Codec,
+}
+
 impl Error {
     /// Wraps an I/O error with what was being done and on which path.
     pub fn io(context: impl Into<String>, path: impl Into<PathBuf>, source: io::Error) -> Self {
@@ -76,6 +103,22 @@ impl Error {
     /// An invalid-argument error.
     pub fn invalid(reason: impl Into<String>) -> Self {
         Error::InvalidArgument(reason.into())
+    }
+
+    /// Its kind.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Io { .. } => ErrorKind::Io,
+            Error::Corruption { .. } => ErrorKind::Corruption,
+            Error::Locked(_) => ErrorKind::Locked,
+            Error::Closed => ErrorKind::Closed,
+            Error::Poisoned(_) => ErrorKind::Poisoned,
+            Error::Full(_) => ErrorKind::Full,
+            Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
+            Error::UnknownHandle(_) => ErrorKind::UnknownHandle,
+            Error::UnsupportedFormat { .. } => ErrorKind::UnsupportedFormat,
+            Error::Codec(_) => ErrorKind::Codec,
+        }
     }
 }
 

@@ -8,13 +8,16 @@
 //! - [`codec`]: body codecs (gzip, LZF with ZV framing, zstd);
 //! - [`inspect`]: a read-only reader of every record in a store directory,
 //!   for tools and Spark;
-//! - [`background`]: how the engine starts its own threads.
+//! - [`background`]: how the engine starts its own threads;
+//! - [`broker`]: the broker's per-message work (ledgers, delivery records,
+//!   wake-ups) for the Python JMS server above it.
 
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod background;
 pub mod body;
+pub mod broker;
 pub mod calibrate;
 pub mod codec;
 pub mod error;
@@ -23,5 +26,5 @@ pub mod inspect;
 pub mod pager;
 pub mod store;
 
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use store::{RecoveryMode, RecoveryReport, Stats, Store, StoreOptions, SyncPolicy};

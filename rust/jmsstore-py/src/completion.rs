@@ -1,11 +1,11 @@
 //! Delivers asynchronous completions to Python callbacks.
 //!
-//! The store's flusher must never wait for the GIL (that would stall group
-//! commit for every writer), so it only sends `(callback, outcome)` down a
-//! channel; a completer thread runs any native follow-up work (without
-//! the GIL) and a callback thread takes the GIL once per drain and runs
-//! the Python callbacks. Each store counts its
-//! callbacks not yet run, so that `close()` can wait for them.
+//! Neither the store's flusher nor the broker's completer may wait for the
+//! GIL (that would stall group commit, or every publication), so they only
+//! send `(callback, outcome)` down a channel; one callback thread takes the
+//! GIL once per drain and runs the Python callbacks, in the order they
+//! were sent. Each store counts its callbacks not yet run, so that
+//! `close()` can wait for them.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,21 +15,12 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use jmsstore_core::{background, Error};
 use pyo3::prelude::*;
 
-use crate::errors::PyStoreError;
-use crate::wake::Flag;
+use crate::errors::to_pyerr;
 
 type Outcome = Result<u64, Error>;
 
-/// Work for the completer to do without the GIL before the callback runs
-/// (publishing a durable message to the pager); its result replaces a
-/// successful outcome.
-pub type Followup = Box<dyn FnOnce() -> Outcome + Send>;
-
 struct Delivery {
-    followup: Option<Followup>,
-    callback: Option<Py<PyAny>>,
-    /// Told of a failure (set with the error) when there is no callback to call.
-    fail: Option<Arc<Flag>>,
+    callback: Py<PyAny>,
     outcome: Outcome,
     _ticket: Ticket,
 }
@@ -68,10 +59,10 @@ impl Outstanding {
     }
 
     /// Waits until every callback has run. Must be called without the GIL;
-    /// returns at once on the completer thread itself (a callback closing
+    /// returns at once on the callback thread itself (a callback closing
     /// its store must not wait for itself).
     pub fn wait_idle(&self) {
-        if ON_COMPLETER.with(Cell::get) {
+        if ON_CALLBACK_THREAD.with(Cell::get) {
             return;
         }
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
@@ -82,84 +73,39 @@ impl Outstanding {
 }
 
 thread_local! {
-    static ON_COMPLETER: Cell<bool> = const { Cell::new(false) };
+    static ON_CALLBACK_THREAD: Cell<bool> = const { Cell::new(false) };
 }
 
-static COMPLETER: OnceLock<Sender<Delivery>> = OnceLock::new();
+static CALLBACKS: OnceLock<Sender<Delivery>> = OnceLock::new();
 
-/// The completer: a native thread runs the follow-ups and hands what has a
-/// Python callback on to a second thread, which takes the GIL. Two threads,
-/// so that waiting for the GIL (up to Python's switch interval when other
-/// threads are busy) never delays a follow-up, whose signal a sender may be
-/// waiting on.
-fn completer() -> &'static Sender<Delivery> {
-    COMPLETER.get_or_init(|| {
+fn callbacks() -> &'static Sender<Delivery> {
+    CALLBACKS.get_or_init(|| {
         let (tx, rx) = unbounded();
-        let (to_python, from_native) = unbounded();
         // Not an engine thread: it runs the application's callbacks (and
         // whatever threads they start inherit its scheduling policy).
-        background::spawn_foreground("jmsstore-callbacks", move || run_callbacks(from_native))
+        background::spawn_foreground("jmsstore-callbacks", move || run_callbacks(rx))
             .expect("the callback thread starts");
-        background::spawn("jmsstore-completer", move || run_followups(rx, to_python))
-            .expect("the completer thread starts");
         tx
     })
 }
 
-/// Most completions handled per round (per GIL acquisition on the callback thread).
+/// Most completions handled per GIL acquisition on the callback thread.
 const MAX_DRAIN: usize = 4096;
 
-/// Takes what is queued after `first`, up to `MAX_DRAIN` in all.
-fn drain<T>(rx: &Receiver<T>, first: T) -> Vec<T> {
-    let mut drained = Vec::new();
-    drain_into(rx, first, &mut drained);
-    drained
-}
-
-/// As [`drain`], into `drained` (kept from round to round: a buffer grown
-/// anew each round costs fresh memory every time).
-fn drain_into<T>(rx: &Receiver<T>, first: T, drained: &mut Vec<T>) {
-    drained.push(first);
-    while drained.len() < MAX_DRAIN {
-        let Ok(next) = rx.try_recv() else { break };
-        drained.push(next);
-    }
-}
-
-fn run_followups(rx: Receiver<Delivery>, to_python: Sender<Vec<Delivery>>) {
+fn run_callbacks(rx: Receiver<Delivery>) {
+    ON_CALLBACK_THREAD.with(|c| c.set(true));
     let mut round = Vec::new();
     while let Ok(first) = rx.recv() {
-        let mut for_python = Vec::new();
-        drain_into(&rx, first, &mut round);
-        for mut d in round.drain(..) {
-            if let Some(followup) = d.followup.take() {
-                if d.outcome.is_ok() {
-                    d.outcome = followup();
-                }
-            }
-            if d.callback.is_some() {
-                for_python.push(d);
-            } else if let (Some(flag), Err(e)) = (d.fail.take(), std::mem::replace(&mut d.outcome, Ok(0))) {
-                flag.fail(e);
-            } // its ticket counts down as it drops
+        round.push(first);
+        while round.len() < MAX_DRAIN {
+            let Ok(next) = rx.try_recv() else { break };
+            round.push(next);
         }
-        // One hand-over per round: the callback thread wakes (and takes the GIL) once.
-        if !for_python.is_empty() {
-            let _ = to_python.send(for_python);
-        }
-    }
-}
-
-fn run_callbacks(rx: Receiver<Vec<Delivery>>) {
-    ON_COMPLETER.with(|c| c.set(true));
-    while let Ok(first) = rx.recv() {
-        let rounds = drain(&rx, first);
         Python::attach(|py| {
-            for Delivery { callback, outcome, _ticket, .. } in rounds.into_iter().flatten() {
-                let Some(callback) = callback else { continue };
+            for Delivery { callback, outcome, _ticket } in round.drain(..) {
                 let result = match outcome {
                     Ok(handle) => callback.call1(py, (handle, py.None())),
-                    Err(e) => callback.call1(py, (py.None(), PyErr::from(PyStoreError(e)).into_value(py))),
+                    Err(e) => callback.call1(py, (py.None(), to_pyerr(&e).into_value(py))),
                 };
                 if let Err(err) = result {
                     err.write_unraisable(py, Some(callback.bind(py)));
@@ -171,48 +117,26 @@ fn run_callbacks(rx: Receiver<Vec<Delivery>>) {
     }
 }
 
-/// A completion callback for the core that hands the outcome to `callback(handle, error)`.
+/// A completion for the core that hands the outcome to
+/// `callback(handle, error)` on the callback thread, counted in `outstanding`.
 pub fn deliver(
     callback: Py<PyAny>,
     handle: u64,
     outstanding: &Arc<Outstanding>,
 ) -> impl FnOnce(jmsstore_core::Result<()>) + Send + 'static {
-    deliver_after(None, Some(callback), None, handle, outstanding)
-}
-
-/// As [`deliver`], running `followup` first on the completer thread (without
-/// the GIL, never on the store's flusher). Without a callback, a failure
-/// sets `fail` with its error (and nothing runs in Python).
-pub fn deliver_after(
-    followup: Option<Followup>,
-    callback: Option<Py<PyAny>>,
-    fail: Option<Arc<Flag>>,
-    handle: u64,
-    outstanding: &Arc<Outstanding>,
-) -> impl FnOnce(jmsstore_core::Result<()>) + Send + 'static {
-    let tx = completer(); // a static sender: no count to raise and lower per send
+    let tx = callbacks();
     outstanding.add();
     let ticket = Ticket(outstanding.clone());
     move |result| {
-        let _ = tx.send(Delivery { followup, callback, fail, outcome: result.map(|()| handle), _ticket: ticket });
+        let _ = tx.send(Delivery { callback, outcome: result.map(|()| handle), _ticket: ticket });
     }
 }
 
 /// Callbacks of no store (a signal's `call_when_set`): nobody waits for them.
 static UNTRACKED: OnceLock<Arc<Outstanding>> = OnceLock::new();
 
-/// Calls each `callback(0, None)` on the callback thread, in order.
-pub fn call_soon(callbacks: Vec<Py<PyAny>>) {
-    let tx = completer();
+/// Calls `callback(0, None)` on the callback thread.
+pub fn call_soon(callback: Py<PyAny>) {
     let outstanding = UNTRACKED.get_or_init(Arc::default);
-    for callback in callbacks {
-        outstanding.add();
-        let _ = tx.send(Delivery {
-            followup: None,
-            callback: Some(callback),
-            fail: None,
-            outcome: Ok(0),
-            _ticket: Ticket(outstanding.clone()),
-        });
-    }
+    deliver(callback, 0, outstanding)(Ok(()));
 }

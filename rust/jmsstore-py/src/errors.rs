@@ -1,6 +1,6 @@
 //! The exception hierarchy and the one mapping from the core's error.
 
-use jmsstore_core::Error;
+use jmsstore_core::{Error, ErrorKind};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -33,18 +33,24 @@ impl From<Error> for PyStoreError {
 
 impl From<PyStoreError> for PyErr {
     fn from(e: PyStoreError) -> PyErr {
-        let message = e.0.to_string();
-        match e.0 {
-            Error::Corruption { .. } | Error::Codec(_) => CorruptionError::new_err(message),
-            Error::Locked(_) => StoreLockedError::new_err(message),
-            Error::Closed => StoreClosedError::new_err(message),
-            Error::Poisoned(_) => StorePoisonedError::new_err(message),
-            Error::Full(_) => StoreFullError::new_err(message),
-            Error::InvalidArgument(_) => InvalidArgumentError::new_err(message),
-            Error::UnknownHandle(_) => UnknownHandleError::new_err(message),
-            Error::UnsupportedFormat { .. } => UnsupportedFormatError::new_err(message),
-            _ => StoreIOError::new_err(message),
-        }
+        to_pyerr(&e.0)
+    }
+}
+
+/// The Python exception for a core error: one class per kind, every kind
+/// named (no wildcard: a new kind fails to compile until it is mapped).
+pub fn to_pyerr(e: &Error) -> PyErr {
+    let message = e.to_string();
+    match e.kind() {
+        ErrorKind::Corruption | ErrorKind::Codec => CorruptionError::new_err(message),
+        ErrorKind::Locked => StoreLockedError::new_err(message),
+        ErrorKind::Closed => StoreClosedError::new_err(message),
+        ErrorKind::Poisoned => StorePoisonedError::new_err(message),
+        ErrorKind::Full => StoreFullError::new_err(message),
+        ErrorKind::InvalidArgument => InvalidArgumentError::new_err(message),
+        ErrorKind::UnknownHandle => UnknownHandleError::new_err(message),
+        ErrorKind::UnsupportedFormat => UnsupportedFormatError::new_err(message),
+        ErrorKind::Io => StoreIOError::new_err(message),
     }
 }
 

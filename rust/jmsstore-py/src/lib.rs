@@ -1,6 +1,8 @@
 //! `jmsstore._native`: the thin PyO3 layer over `jmsstore-core`. It converts
 //! arguments and results and releases the GIL around every call that does
-//! I/O, checksums or compression; policy and API live in Python.
+//! I/O, checksums or compression, or waits for a lock; policy lives in the
+//! core (per message) and in Python (API, configuration, waits). Its files
+//! mirror the core's modules (`broker/` mirrors `jmsstore_core::broker`).
 
 #![deny(clippy::unwrap_used)]
 
@@ -17,18 +19,15 @@ use pyo3::prelude::*;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-mod account;
+mod broker;
 mod codec;
 mod completion;
 mod errors;
 mod inspect;
-mod marks;
 mod message;
 mod pager;
 mod progress;
-mod publish;
 mod store;
-mod wake;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -36,22 +35,22 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::NativeStore>()?;
     m.add_class::<store::NativeBatch>()?;
     m.add_class::<pager::NativePager>()?;
-    m.add_class::<wake::Signal>()?;
-    m.add_class::<account::Account>()?;
-    m.add_class::<wake::Doorbell>()?;
-    m.add_class::<marks::BirthMarks>()?;
+    m.add_class::<broker::wake::Signal>()?;
+    m.add_class::<broker::wake::Doorbell>()?;
+    m.add_class::<broker::ledger::Account>()?;
+    m.add_class::<broker::target::NativeDestination>()?;
+    m.add_class::<broker::target::NativeTarget>()?;
+    m.add_class::<broker::target::NativeRoutes>()?;
+    m.add_class::<broker::server::NativeBroker>()?;
+    m.add_class::<broker::server::NativeStagedSend>()?;
+    m.add_class::<broker::server::NativeAckBacklog>()?;
     m.add_class::<inspect::Record>()?;
     m.add_class::<inspect::Damage>()?;
     m.add_function(wrap_pyfunction!(inspect::segments, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::read_segment, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::live, m)?)?;
-    m.add_function(wrap_pyfunction!(account::charge, m)?)?;
-    m.add_function(wrap_pyfunction!(account::discharge, m)?)?;
     m.add_function(wrap_pyfunction!(message::read_message, m)?)?;
     m.add_function(wrap_pyfunction!(message::write_message, m)?)?;
-    m.add_function(wrap_pyfunction!(publish::send, m)?)?;
-    m.add_function(wrap_pyfunction!(publish::send_async, m)?)?;
-    m.add_function(wrap_pyfunction!(publish::publish, m)?)?;
     m.add_function(wrap_pyfunction!(codec::compress, m)?)?;
     m.add_function(wrap_pyfunction!(codec::decompress, m)?)?;
     m.add_function(wrap_pyfunction!(codec::codecs, m)?)?;

@@ -11,10 +11,10 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
-use crate::completion::{self, Followup, Outstanding};
+use crate::broker::wake::Signal;
+use crate::completion::{self, Outstanding};
 use crate::errors::{PyResult2, PyStoreError};
 use crate::progress::python_progress;
-use crate::wake::Signal;
 
 /// The file store. Every call that touches the disk releases the GIL.
 #[pyclass(frozen, module = "jmsstore._native")]
@@ -198,24 +198,40 @@ impl NativeStore {
         if callback.is_none() && durable.is_none() {
             return Err(PyStoreError(Error::invalid("put_async needs a callback or a signal to report to")));
         }
-        let fail = if callback.is_none() { durable.clone() } else { None };
         let queue = || {
             let mut batch = self.store.batch();
             let handle = batch.put(collection, &body)?;
-            let followup: Option<Followup> = durable.map(|flag| -> Followup {
-                Box::new(move || {
-                    flag.set();
-                    Ok(handle)
-                })
-            });
-            self.store
-                .commit_async(batch, completion::deliver_after(followup, callback, fail, handle, &self.outstanding))?;
+            let deliver = callback.map(|cb| completion::deliver(cb, handle, &self.outstanding));
+            self.store.commit_async(batch, move |outcome: jmsstore_core::Result<()>| match (outcome, deliver) {
+                (Ok(()), deliver) => {
+                    if let Some(flag) = &durable {
+                        flag.set();
+                    }
+                    if let Some(deliver) = deliver {
+                        deliver(Ok(()));
+                    }
+                }
+                // A failure goes to the callback, or without one to the signal.
+                (Err(e), Some(deliver)) => deliver(Err(e)),
+                (Err(e), None) => {
+                    if let Some(flag) = &durable {
+                        flag.fail(e);
+                    }
+                }
+            })?;
             Ok::<u64, Error>(handle)
         };
         if body.len() < DETACH_ABOVE {
             return queue().map_err(PyStoreError);
         }
         py.detach(queue).map_err(PyStoreError)
+    }
+
+    /// For tests of what sits on the store: the next `n` synchronous
+    /// commits fail as a full disk fails them (`StoreFullError`, nothing
+    /// written, the store stays usable).
+    fn inject_full_writes(&self, n: u64) {
+        self.store.inject_full_writes(n);
     }
 
     fn update(&self, py: Python<'_>, handle: u64, body: PyBackedBytes) -> PyResult2<()> {

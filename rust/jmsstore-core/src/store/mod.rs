@@ -505,6 +505,8 @@ pub(crate) struct Shared {
     recovery: RecoveryReport,
     /// The directory lock; dropped by `close` so the directory can be reopened at once.
     lock: Mutex<Option<Box<dyn LockGuard>>>,
+    /// Synchronous commits still to fail as a full disk fails them (see `Store::inject_full_writes`).
+    injected_full_writes: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -853,6 +855,7 @@ impl Store {
             }),
             work_ready: Condvar::new(),
             counters: Counters::default(),
+            injected_full_writes: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             compaction: Mutex::new(()),
             spare: writer::SpareSlot::default(),
@@ -904,6 +907,12 @@ impl Store {
         if batch.ops.is_empty() {
             return Ok(());
         }
+        let injected = &self.shared.injected_full_writes;
+        if injected.load(Ordering::Acquire) > 0
+            && injected.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).is_ok()
+        {
+            return Err(Error::Full("no space left on device (injected: Store::inject_full_writes)".into()));
+        }
         let waiter = Arc::new(Waiter::new());
         self.commit_with(batch, Completion::waiter(waiter.clone()), false)?;
         waiter.wait()
@@ -947,6 +956,17 @@ impl Store {
         bump(&counters.deletes, deletes);
         bump(&counters.transactions, u64::from(tx));
         Ok(())
+    }
+
+    /// Fault injection for tests of what sits on the store: the next `n`
+    /// synchronous commits ([`Store::commit`], and the calls built on it)
+    /// fail with [`Error::Full`] as a full disk fails a write of which
+    /// nothing landed: nothing is written and the store stays usable.
+    /// Asynchronous and lazy commits are not affected, so that a test can
+    /// aim at one transaction. (`tests/test_jms_disk_full.py` fills a real
+    /// file system.)
+    pub fn inject_full_writes(&self, n: u64) {
+        self.shared.injected_full_writes.store(n, Ordering::Release);
     }
 
     /// Stores a new object; returns its handle once durable.

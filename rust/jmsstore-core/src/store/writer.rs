@@ -632,6 +632,7 @@ impl Writer {
         if self.buf.is_empty() {
             return self.complete_ready();
         }
+
         if let Some((start, raw_crc)) = self.last_record {
             let flags = self.buf[start + 10] | FLAG_GROUP_END;
             set_record_flags(&mut self.buf[start..], flags, raw_crc);

@@ -1,86 +1,18 @@
-"""Destinations as applications see them (names), and their settings.
-
-A :class:`Queue` or :class:`Topic` is a value: a kind and a name, equal to
-any other with the same kind and name (as a JMS ``Queue`` object is). The
-server keeps the state behind the name; a destination deleted on the server
-makes sends to its name fail with :class:`InvalidDestinationError`.
-"""
+"""A destination's settings (WebLogic's destination overrides and
+templates): what the registry stores with each queue and topic and the
+broker core applies per message."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from jmsstore.broker.resources import Thresholds, parse_logging_policy
+from jmsstore.broker.expiry import parse_logging_policy
+from jmsstore.broker.limits import Thresholds
 from jmsstore.errors import InvalidArgumentError
+from jmsstore.jms.destination import check_name
 
-if TYPE_CHECKING:
-    from jmsstore.broker.server import JMSServer
-
-__all__ = ["Destination", "DestinationSettings", "Queue", "TemporaryQueue", "Topic"]
-
-_NAME = re.compile(r"[A-Za-z0-9_.$-][A-Za-z0-9_.$:-]{0,199}\Z")
-
-
-def check_name(what: str, name: object) -> str:
-    """A destination or subscription name: 1 to 200 of letters, digits and ``_ . $ - :``."""
-    if not isinstance(name, str):
-        raise TypeError(f"a {what} name is a str, not {type(name).__name__}")
-    if not _NAME.match(name):
-        raise InvalidArgumentError(
-            f"{what} name {name!r} must be 1 to 200 characters of letters, digits and _ . $ - : (not starting with ':')"
-        )
-    return name
-
-
-class Destination:
-    """A queue or topic by name."""
-
-    kind = "destination"
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = check_name(self.kind, name)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Destination) and other.kind == self.kind and other.name == self.name
-
-    def __hash__(self) -> int:
-        return hash((self.kind, self.name))
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.name!r})"
-
-
-class Queue(Destination):
-    """Point-to-point: each message goes to one consumer."""
-
-    kind = "queue"
-    __slots__ = ()
-
-
-class Topic(Destination):
-    """Publish/subscribe: each message goes to every subscription."""
-
-    kind = "topic"
-    __slots__ = ()
-
-
-class TemporaryQueue(Queue):
-    """A queue that lives as long as the connection that created it, and is never stored."""
-
-    kind = "temp-queue"
-    __slots__ = ("_server",)
-
-    def __init__(self, name: str, server: JMSServer) -> None:
-        super().__init__(name)
-        self._server = server
-
-    def delete(self) -> None:
-        """Deletes the queue (JMS: fails while it has consumers)."""
-        self._server._delete_temporary_queue(self)
-
+__all__ = ["EXPIRATION_POLICIES", "DestinationSettings"]
 
 EXPIRATION_POLICIES = ("discard", "log", "redirect")
 

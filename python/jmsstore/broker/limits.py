@@ -1,32 +1,33 @@
-"""Resource controls (seed 000, "Tuning WebLogic JMS"; seed 002 for the
-broker-wide limits): quotas with blocking senders, flow-control thresholds
-and the producers' flow rate, and the expired-message log line.
+"""Resource limits, after WebLogic's JMS resource controls ("Tuning
+WebLogic JMS": quotas, blocking sends, flow control) and Open MQ's
+broker-wide limits: quotas with blocking senders, flow-control thresholds
+and the producers' flow rate.
 
-Everything here is policy on plain numbers; the server says what a message
-costs (one message, its encoded bytes) and when it goes away.
+The counts themselves are native (``Account``: every send and
+acknowledgement updates them in the broker core, without Python); this
+module is the policy on them that waits or configures.
 
-- :class:`Quota` is a named quota resource (Table 12-2): messages and bytes
-  maximum, ``shared`` or not, and the ``fifo`` or ``preemptive`` policy for
-  blocked senders. :class:`QuotaUsage` is what one quota holds: a shared
-  quota has one for all its destinations, an unshared one one per
-  destination. Pending messages (in flight, delayed, not yet acknowledged,
-  in an uncommitted transaction) count until they are gone.
-- :class:`Thresholds` arms and disarms flow control (Table 12-4).
-- :class:`FlowControl` is one producer's flow limit (Table 12-3).
-- :func:`expired_message_log` is the ``<ExpiredJMSMessage ...>`` text.
+- :class:`Quota` is a named quota resource: messages and bytes maximum,
+  ``shared`` or not, and the ``fifo`` or ``preemptive`` policy for blocked
+  senders. :class:`QuotaUsage` is what one quota holds: a shared quota has
+  one for all its destinations, an unshared one one per destination.
+  Pending messages (in flight, delayed, not yet acknowledged, in an
+  uncommitted transaction) count until they are gone.
+- :class:`Thresholds` arms and disarms flow control.
+- :class:`FlowControl` is one producer's flow limit.
 """
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from jmsstore._native import Account
+from jmsstore._native import Account, NativeBroker, NativeDestination
+from jmsstore.client.port import Clock
 from jmsstore.errors import InvalidArgumentError, ResourceAllocationError
 
 __all__ = [
@@ -34,9 +35,9 @@ __all__ = [
     "FlowControl",
     "Quota",
     "QuotaUsage",
+    "ServerLimits",
     "SystemClock",
     "Thresholds",
-    "expired_message_log",
     "gauge",
     "set_thresholds",
 ]
@@ -94,17 +95,21 @@ class _Waiter:
 
 
 class QuotaUsage:
-    """What one quota allowance holds, and the senders blocked on it. The
-    counts are native (``Account``: no Python lock per send or
-    acknowledgement); senders that must wait do so on a condition here."""
+    """What one quota allowance holds, and the senders blocked on it.
+
+    The counts are native (``Account``): sends and acknowledgements update
+    them in the broker core without Python. A sender that finds no room
+    waits on the account itself (without the GIL), which wakes it whenever
+    room may have appeared; the order of the waiting senders (the FIFO
+    policy: nobody passes a sender waiting before it) is kept here."""
 
     def __init__(self, quota: Quota, label: str) -> None:
         self._quota = quota
         self.preemptive = quota.policy == "preemptive"
         self.label = label  # for messages: "quota 'q1'" or "the server's quota"
-        self._account = Account(quota.messages_maximum, quota.bytes_maximum)
+        self.account = Account(quota.messages_maximum, quota.bytes_maximum)
         self._waiting: deque[_Waiter] = deque()
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
 
     @property
     def quota(self) -> Quota:
@@ -115,17 +120,15 @@ class QuotaUsage:
         """New maximums apply at once; senders waiting look again."""
         self._quota = quota
         self.preemptive = quota.policy == "preemptive"
-        self._account.set_maximums(quota.messages_maximum, quota.bytes_maximum)
-        with self._cond:
-            self._cond.notify_all()
+        self.account.set_maximums(quota.messages_maximum, quota.bytes_maximum)
 
     @property
     def messages(self) -> int:
-        return self._account.messages
+        return self.account.messages
 
     @property
     def bytes(self) -> int:
-        return self._account.bytes
+        return self.account.bytes
 
     def acquire(self, messages: int, size: int, timeout: float, owner: object = None) -> None:
         """Takes room for ``messages`` messages of ``size`` bytes in all,
@@ -133,9 +136,8 @@ class QuotaUsage:
         ``ResourceAllocationError`` if there is none by then, or at once if
         the request can never fit."""
         q = self._quota
-        preemptive = q.policy == "preemptive"
         # FIFO: nobody passes a sender waiting before it.
-        if self._account.try_add(messages, size, preemptive):
+        if self.account.try_add(messages, size, q.policy == "preemptive"):
             return
         if (q.messages_maximum >= 0 and messages > q.messages_maximum) or (
             q.bytes_maximum >= 0 and size > q.bytes_maximum
@@ -146,30 +148,33 @@ class QuotaUsage:
             )
         if timeout <= 0:
             raise ResourceAllocationError(self._full(messages, size))
-        with self._cond:
-            waiter = _Waiter(messages, size, owner)
+        waiter = _Waiter(messages, size, owner)
+        with self._lock:
             self._waiting.append(waiter)
-            self._account.waiting(1)
-            deadline = time.monotonic() + timeout
-            try:
-                while True:
-                    if waiter.failed is not None:
-                        raise ResourceAllocationError(waiter.failed)
+        self.account.waiting(1)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                # Read before looking: room freed after the look changes it, and the wait returns at once.
+                seen = self.account.generation
+                if waiter.failed is not None:
+                    raise ResourceAllocationError(waiter.failed)
+                with self._lock:
                     turn = self._quota.policy == "preemptive" or self._waiting[0] is waiter
-                    # Looked at again once registered: room freed just before is not missed.
-                    if turn and self._account.try_add(messages, size, True):
-                        return
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise ResourceAllocationError(
-                            self._full(messages, size) + f"; no room appeared within {timeout:g} s"
-                        )
-                    self._cond.wait(remaining)
-            finally:
+                if turn and self.account.try_add(messages, size, True):
+                    return
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ResourceAllocationError(
+                        self._full(messages, size) + f"; no room appeared within {timeout:g} s"
+                    )
+                self.account.wait_changed(seen, remaining)
+        finally:
+            with self._lock:
                 self._waiting.remove(waiter)
-                self._account.waiting(-1)
-                # The next one in line may fit now (or the one behind a timed-out head).
-                self._cond.notify_all()
+            self.account.waiting(-1)
+            # The next one in line may fit now (or the one behind a timed-out head).
+            self.account.notify_waiting()
 
     def _full(self, messages: int, size: int) -> str:
         q = self._quota
@@ -181,29 +186,24 @@ class QuotaUsage:
 
     def add(self, messages: int, size: int) -> None:
         """Counts messages in without asking (recovery, a moved message)."""
-        self._account.add(messages, size)
+        self.account.add(messages, size)
 
     def release(self, messages: int, size: int) -> None:
-        """Messages went away: their room goes to the senders waiting."""
-        if self._account.sub(messages, size):
-            self.wake_waiting()
-
-    def wake_waiting(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
+        """Messages went away: their room goes to the senders waiting (woken natively)."""
+        self.account.sub(messages, size)
 
     def fail_waiting(self, owner: object, why: str) -> int:
         """Lets the senders waiting for ``owner`` go with ``why`` as their
         ``ResourceAllocationError`` (its destination changed quota); how many."""
-        with self._cond:
+        with self._lock:
             failed = 0
             for waiter in self._waiting:
                 if waiter.owner is owner and waiter.failed is None:
                     waiter.failed = why
                     failed += 1
-            if failed:
-                self._cond.notify_all()
-            return failed
+        if failed:
+            self.account.notify_waiting()
+        return failed
 
     @property
     def blocked_senders(self) -> int:
@@ -211,10 +211,11 @@ class QuotaUsage:
 
     def blocked_for(self, owner: object) -> int:
         """Senders waiting for room for ``owner`` (a destination)."""
-        return sum(1 for w in list(self._waiting) if w.owner is owner)
+        with self._lock:
+            return sum(1 for w in self._waiting if w.owner is owner)
 
     def statistics(self) -> dict[str, Any]:
-        counts = self._account.statistics()
+        counts = self.account.statistics()
         return {
             "quota": self._quota.name,
             "messages_maximum": self._quota.messages_maximum,
@@ -251,14 +252,6 @@ class Thresholds:
     @property
     def enabled(self) -> bool:
         return self.bytes_threshold_high >= 0 or self.messages_threshold_high >= 0
-
-
-class Clock(Protocol):
-    """Time for flow control (tests inject one that they advance)."""
-
-    def monotonic(self) -> float: ...
-
-    def sleep(self, seconds: float) -> None: ...
 
 
 class SystemClock:
@@ -330,101 +323,6 @@ class FlowControl:
         return wait
 
 
-# ---------------------------------------------------------------- expiration log
-
-_VALUE_LIMIT = 32
-_CUT_TO = 30  # the seed's example: 'Any string longer than 32 char ...'
-
-
-def _logged(value: object) -> str:
-    """A value as the expiration log shows it: null, '' or the value in
-    single quotes; longer than 32 characters, its first 30 and " ..."."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        text = "true" if value else "false"
-    elif isinstance(value, float) and math.isnan(value):
-        text = "NaN"
-    elif isinstance(value, bytes):
-        text = value.hex()
-    else:
-        text = str(value)
-    # "All string values are limited to 32 characters in length."
-    if isinstance(value, str) and len(text) > _VALUE_LIMIT:
-        text = text[:_CUT_TO] + " ..."
-    return f"'{text}'"
-
-
-HEADER_FIELDS = (
-    "JMSDestination",
-    "JMSDeliveryMode",
-    "JMSExpiration",
-    "JMSPriority",
-    "JMSMessageID",
-    "JMSTimestamp",
-    "JMSCorrelationID",
-    "JMSReplyTo",
-    "JMSRedelivered",
-    "JMSType",
-    "JMSDeliveryTime",
-)
-
-
-def parse_logging_policy(policy: str | None) -> list[str]:
-    """The fields an ``expiration_logging_policy`` names, in order
-    (``%header%`` and ``%properties%`` kept as they are)."""
-    if policy is None:
-        return []
-    if not isinstance(policy, str):
-        raise TypeError(f"expiration_logging_policy is a str, not {type(policy).__name__}")
-    names = [part.strip() for part in policy.split(",")]
-    for name in names:
-        if not name:
-            if policy.strip():
-                raise InvalidArgumentError(f"expiration_logging_policy {policy!r} has an empty field name")
-            return []
-        if name.startswith("%") and name not in ("%header%", "%properties%"):
-            raise InvalidArgumentError(f"unknown expiration_logging_policy keyword {name!r} (%header% or %properties%)")
-    return names
-
-
-def expired_message_log(
-    message_id: str,
-    headers: Mapping[str, object],
-    properties: Mapping[str, object],
-    policy: Iterable[str],
-) -> str:
-    """The text WebLogic logs for an expired message (seed 000, "Expiration
-    Log Output Format"). ``headers``: every JMS header field of the message
-    by its JMS name; ``properties``: its user properties; ``policy``: the
-    parsed ``expiration_logging_policy``. JMSMessageID is always there;
-    fields that do not exist are left out, null ones shown as null."""
-    header_names: list[str] = []
-    property_names: list[str] = []
-    for name in policy:
-        if name == "%header%":
-            header_names.extend(n for n in HEADER_FIELDS if n != "JMSMessageID")
-        elif name == "%properties%":
-            property_names.extend(sorted(properties))
-        elif name in HEADER_FIELDS:
-            if name != "JMSMessageID":
-                header_names.append(name)
-        else:
-            property_names.append(name)
-    header_parts = [f"{n}={_logged(headers[n])}" for n in dict.fromkeys(header_names) if n in headers]
-    property_parts = [f"{n}={_logged(properties[n])}" for n in dict.fromkeys(property_names) if n in properties]
-    opening = f"<ExpiredJMSMessage JMSMessageID='{message_id}'"
-    if not header_parts and not property_parts:
-        return opening + " />"
-    lines = [opening + " >"]
-    if header_parts:
-        lines.append(" <HeaderFields " + " ".join(header_parts) + " />")
-    if property_parts:
-        lines.append(" <UserProperties " + " ".join(property_parts) + " />")
-    lines.append("</ExpiredJMSMessage>")
-    return "\n".join(lines)
-
-
 def gauge(thresholds: Thresholds | None = None) -> Account:
     """The counts of a server or destination (native, see ``Account``):
     messages and bytes held now (pending ones included: in flight,
@@ -441,3 +339,145 @@ def set_thresholds(account: Account, t: Thresholds) -> None:
     account.set_thresholds(
         t.bytes_threshold_high, t.bytes_threshold_low, t.messages_threshold_high, t.messages_threshold_low
     )
+
+
+class _Limited(Protocol):
+    """A destination's state, as the server's limits see it."""
+
+    @property
+    def destination(self) -> Any: ...
+
+    @property
+    def gauge(self) -> Account: ...
+
+    usage: QuotaUsage
+
+    @property
+    def native(self) -> NativeDestination: ...
+
+
+class ServerLimits:
+    """A server's quotas and limits (WebLogic's JMS server quota, quota
+    resources and thresholds; Open MQ's broker-wide limits).
+
+    Destinations without a quota of their own share the server's quota;
+    the broker-wide limits (``system_max_count`` / ``system_max_size``)
+    are the maximums of the server's own count (``gauge``), checked by the
+    broker core in one step with the count they limit."""
+
+    def __init__(
+        self,
+        server_quota: Quota,
+        thresholds: Thresholds,
+        system_max_count: int,
+        system_max_size: int,
+    ) -> None:
+        for limit_name, limit in (("system_max_count", system_max_count), ("system_max_size", system_max_size)):
+            _limit(limit_name, limit)
+        self.server_usage = QuotaUsage(server_quota, "the server's quota")
+        self.gauge = gauge(thresholds)
+        self.thresholds = thresholds
+        self.system_max_count = system_max_count
+        self.system_max_size = system_max_size
+        self.gauge.set_maximums(system_max_count, system_max_size)
+        self.quotas: dict[str, tuple[Quota, int | None]] = {}  # name -> (quota, its record)
+        self._shared_usages: dict[str, QuotaUsage] = {}
+        self._native: NativeBroker | None = None
+
+    def attach(self, native: NativeBroker) -> None:
+        """The broker core whose sends these limits admit (it counts in ``gauge``)."""
+        self._native = native
+        native.set_system_limits(self.system_max_count, self.system_max_size)
+
+    @property
+    def system_limited(self) -> bool:
+        return self.system_max_count >= 0 or self.system_max_size >= 0
+
+    def check_quota(self, settings: Any) -> None:
+        if settings.quota is not None and settings.quota not in self.quotas:
+            raise InvalidArgumentError(f"no quota {settings.quota!r} (create it with create_quota first)")
+
+    def usage_for(self, settings: Any, destination: str) -> QuotaUsage:
+        """The allowance a destination with these settings draws on."""
+        if settings.quota is None:
+            return self.server_usage
+        quota = self.quotas[settings.quota][0]
+        if not quota.shared:
+            return QuotaUsage(quota, f"quota {quota.name!r} of {destination!r}")
+        usage = self._shared_usages.get(quota.name)
+        if usage is None:
+            usage = self._shared_usages[quota.name] = QuotaUsage(quota, f"quota {quota.name!r}")
+        return usage
+
+    def all_usages(self, states: Sequence[_Limited]) -> list[QuotaUsage]:
+        found = {id(u): u for u in [self.server_usage, *self._shared_usages.values(), *(s.usage for s in states)]}
+        return list(found.values())
+
+    def usages_of(self, name: str, states: Sequence[_Limited]) -> list[QuotaUsage]:
+        found = {id(s.usage): s.usage for s in states if s.usage.quota.name == name}
+        shared = self._shared_usages.get(name)
+        if shared is not None:
+            found[id(shared)] = shared
+        return list(found.values())
+
+    def define_quota(self, quota: Quota, record: int | None, states: Sequence[_Limited]) -> None:
+        """Makes ``quota`` known (new or changed: its maximums apply at once)."""
+        self.quotas[quota.name] = (quota, record)
+        for usage in self.usages_of(quota.name, states):
+            usage.quota = quota
+
+    def switch_quota(self, state: _Limited, settings: Any, states: Sequence[_Limited]) -> None:
+        """``state`` uses another quota now: what it holds moves there, and
+        the sends blocked on the old one fail."""
+        old = state.usage
+        new = self.usage_for(settings, state.destination.name)
+        state.usage = new
+        state.native.set_quota(new.account, new.preemptive)
+        held = state.gauge
+        old.release(held.messages, held.bytes)
+        new.add(held.messages, held.bytes)
+        old.fail_waiting(
+            state,
+            f"{state.destination!r} changed quota (to {settings.quota or 'the server quota'!s}) "
+            "while this send waited for room",
+        )
+
+    def set_server_limits(self, quota: Quota, thresholds: Thresholds, count: int, size: int) -> None:
+        """New server quota, thresholds and broker-wide limits (checked by the caller)."""
+        self.server_usage.quota = quota
+        self.thresholds = thresholds
+        set_thresholds(self.gauge, thresholds)
+        self.system_max_count, self.system_max_size = count, size
+        self.gauge.set_maximums(count, size)
+        if self._native is not None:
+            self._native.set_system_limits(count, size)
+
+    def wait_for_room(self, state: _Limited, copies: int, size: int, persistent: bool, timeout: float) -> bool | None:
+        """The slow path of a send's admission, after the broker core found
+        no room now: the broker-wide limits, then the quota, waiting up to
+        ``timeout`` s. Returns whether the server's count was taken here
+        (True) or not (False: no broker-wide limits); None: a non-persistent
+        message over the broker-wide limits, dropped. Raises
+        ``ResourceAllocationError`` for a persistent one, or a full quota."""
+        total = copies * size
+        server_counted = False
+        if self.system_limited:
+            if not self.gauge.try_add(copies, total, True):
+                if not persistent:
+                    return None
+                raise self.over_system_limit(copies, size)
+            server_counted = True
+        try:
+            state.usage.acquire(copies, total, timeout, state)
+        except BaseException:
+            if server_counted:
+                self.gauge.sub(copies, total)
+            raise
+        return server_counted
+
+    def over_system_limit(self, copies: int, size: int) -> ResourceAllocationError:
+        return ResourceAllocationError(
+            f"the server holds {self.gauge.messages} messages and {self.gauge.bytes} bytes: "
+            f"{copies} more message(s) of {size} bytes would pass system_max_count {self.system_max_count} "
+            f"or system_max_size {self.system_max_size} (-1: no limit)"
+        )

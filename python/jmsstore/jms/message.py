@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
+from typing import Any
 
 from jmsstore import _native
 from jmsstore.errors import (
@@ -31,9 +31,6 @@ from jmsstore.errors import (
     MessageFormatError,
     MessageNotWriteableError,
 )
-
-if TYPE_CHECKING:
-    from jmsstore.broker.connection import Session
 
 __all__ = [
     "BytesMessage",
@@ -44,6 +41,7 @@ __all__ = [
     "TextMessage",
     "decode",
     "decode_properties",
+    "delivered",
     "encode",
     "with_message_id",
 ]
@@ -141,7 +139,7 @@ class Message:
     def __init__(self) -> None:
         self._properties: dict[str, object] = {}
         self._read_only = False
-        self._session: Session | None = None
+        self._session: Callable[[], None] | None = None  # CLIENT acknowledgement of its session
         self._delivery: object = None
         self.message_id: str | None = None
         self.timestamp = 0
@@ -204,10 +202,10 @@ class Message:
     def acknowledge(self) -> None:
         """CLIENT_ACKNOWLEDGE: acknowledges every message the session has
         delivered so far (JMS 2.0 §6.2.10); a no-op in other modes."""
-        session = self._session
-        if session is None:
+        acknowledge = self._session
+        if acknowledge is None:
             return
-        session._acknowledge_client()
+        acknowledge()
 
     # ------------------------------------------------------------ for selectors
 
@@ -634,6 +632,27 @@ def decode_properties(data: bytes) -> dict[str, object]:
         name = r.str()
         props[name or ""] = r.value()
     return props
+
+
+def delivered(
+    message: Message,
+    *,
+    delivery_count: int,
+    destination: object,
+    reply_to: object,
+    acknowledge: Callable[[], None] | None,
+) -> Message:
+    """Makes a decoded ``message`` what a consumer hands out (JMS 2.0
+    §3.4): read-only, ``redelivered`` and ``delivery_count`` (JMSXDeliveryCount)
+    from the delivery state, its ``destination`` and resolved ``reply_to``,
+    and ``acknowledge`` for :meth:`Message.acknowledge` (CLIENT mode)."""
+    message._read_only = True
+    message.redelivered = delivery_count > 1
+    message.delivery_count = delivery_count
+    message.destination = destination
+    message.reply_to = reply_to
+    message._session = acknowledge
+    return message
 
 
 def decode(data: bytes) -> Message:

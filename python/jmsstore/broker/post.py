@@ -1,0 +1,228 @@
+"""Sending, on the Python side: what a producer does before the broker
+core's one native call per send.
+
+A send stamps the application's message (JMS 2.0 §3.4: message id,
+timestamp, expiration, delivery time, delivery mode, priority,
+destination) and encodes it; flow control may make the producer wait
+first (WebLogic's producer flow control); then the broker core routes,
+admits, stores and publishes it in one call
+(``NativeBroker.send`` / ``send_async`` / ``stage``). Only when the quota
+has no room does the send come back here, to wait as the blocking-send
+policy says and go again admitted.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from jmsstore._native import NativeBroker, NativeRoutes, Signal
+from jmsstore.broker.layout import message_id, numeric_id
+from jmsstore.broker.limits import FlowControl, ServerLimits
+from jmsstore.broker.pause import PauseControl
+from jmsstore.broker.registry import Registry, State
+from jmsstore.client.port import SendOptions
+from jmsstore.errors import DestinationPausedError, MessageTooLargeError
+from jmsstore.jms.destination import Destination
+from jmsstore.jms.message import DELIVERY_MODES, DeliveryMode, Message, encode
+
+__all__ = ["PostOffice", "ProducerLink"]
+
+_ADMITTED, _NO_ROOM, _OVER_SYSTEM_LIMIT, _DROPPED = 0, 1, 2, 3
+
+Header = tuple[int, int, int, int, int, str | None, str | None]
+Completed = Callable[[int | None, BaseException | None], None]
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class PostOffice:
+    """A server's sending: stamping, and the waits a send may need."""
+
+    def __init__(
+        self,
+        server_name: str,
+        boot: int,
+        native: NativeBroker,
+        registry: Registry,
+        limits: ServerLimits,
+        pause: PauseControl,
+        maximum_message_size: int,
+    ) -> None:
+        self._name = server_name
+        self._boot = boot
+        self._sequence = itertools.count(1)
+        self.native = native
+        self.registry = registry
+        self.limits = limits
+        self.pause = pause
+        self.maximum_message_size = maximum_message_size
+        # For statistics: producers whose flow is limited now.
+        self.producers: weakref.WeakSet[ProducerLink] = weakref.WeakSet()
+
+    def stamp(
+        self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int
+    ) -> bytes:
+        """Sets the headers a send sets (JMS 2.0 §3.4) and encodes the message."""
+        seq = next(self._sequence)
+        now = now_ms()
+        message.id = numeric_id(self._boot, seq)
+        message.message_id = message_id(self._name, self._boot, seq)
+        message.timestamp = now
+        message.expiration = now + ttl if ttl > 0 else 0
+        message.delivery_time = now + delay
+        message.delivery_mode = DELIVERY_MODES[mode]
+        message.priority = priority
+        message.destination = destination
+        message.redelivered = False
+        message.delivery_count = 0
+        data = encode(message)
+        if len(data) > self.maximum_message_size:
+            raise MessageTooLargeError(
+                f"the message is {len(data)} bytes encoded, more than the server's maximum message size "
+                f"of {self.maximum_message_size}"
+            )
+        return data
+
+    def state(self, destination: Destination) -> State:
+        """The destination's state, if production is not paused there."""
+        state = self.registry.state_of(destination)
+        if self.pause.production_paused(state):
+            raise DestinationPausedError(f"production is paused on {destination!r}")
+        return state
+
+    def admit_after_wait(
+        self, state: State, routes: NativeRoutes, size: int, persistent: bool, status: int, timeout: float
+    ) -> bool:
+        """The slow path of admission (the core found no room now, or the
+        broker-wide limits full): raises ``ResourceAllocationError``, or
+        waits for room and counts the send in; False: dropped."""
+        copies = len(routes)
+        if status == _OVER_SYSTEM_LIMIT:
+            raise self.limits.over_system_limit(copies, size)
+        if status == _DROPPED:
+            return False
+        server_counted = self.limits.wait_for_room(state, copies, size, persistent, timeout)
+        if server_counted is None:
+            return False
+        self.native.admitted_after_wait(state.native, routes, size, server_counted)
+        return True
+
+
+def _header(message: Message) -> Header:
+    return (
+        message.id,
+        message.priority,
+        message.timestamp,
+        message.expiration,
+        message.delivery_time,
+        message.correlation_id,
+        message.type,
+    )
+
+
+class ProducerLink:
+    """A producer's way into the broker (``client.port.ProducerPort``):
+    its sends, and its flow control."""
+
+    def __init__(
+        self,
+        post: PostOffice,
+        destination: Destination | None,
+        options: SendOptions,
+        connection: int,
+        client_id: str | None,
+    ) -> None:
+        self._post = post
+        self.destination = destination
+        self._native = post.native
+        self._connection = connection
+        self._client_id = client_id
+        self._timeout = options.send_timeout_ms / 1000
+        self._flow = (
+            FlowControl(
+                options.flow_maximum, options.flow_minimum, options.flow_interval, options.flow_steps, options.clock
+            )
+            if options.flow_control_enabled
+            else None
+        )
+        post.producers.add(self)
+
+    @property
+    def flow_limit(self) -> float | None:
+        return self._flow.limit if self._flow is not None else None
+
+    def _prepare(
+        self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int
+    ) -> tuple[State, bytes]:
+        post = self._post
+        state = post.state(destination)
+        data = post.stamp(message, destination, mode, priority, ttl, delay)
+        flow = self._flow
+        # Cheap when nothing is armed and the producer is not limited: the common case.
+        if flow is not None and (flow.limit is not None or state.gauge.armed or post.limits.gauge.armed):
+            gauge, server_gauge = state.gauge, post.limits.gauge
+            flow.before_send(lambda: server_gauge.armed or gauge.armed)
+        return state, data
+
+    def send(self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int) -> None:
+        state, data = self._prepare(message, destination, mode, priority, ttl, delay)
+        persistent = mode == DeliveryMode.PERSISTENT
+        status, routes = self._native.send(
+            state.native, data, _header(message), persistent, self._connection, self._client_id, True
+        )
+        if status != _ADMITTED:
+            assert routes is not None
+            if self._post.admit_after_wait(state, routes, len(data), persistent, status, self._timeout):
+                header = _header(message)
+                self._native.send(
+                    state.native, data, header, persistent, birth_record=True, routes=routes, admitted=True
+                )
+
+    def send_async(
+        self,
+        message: Message,
+        destination: Destination,
+        mode: int,
+        priority: int,
+        ttl: int,
+        delay: int,
+        durable: Signal | None,
+        completed: Completed | None,
+    ) -> bool:
+        state, data = self._prepare(message, destination, mode, priority, ttl, delay)
+        persistent = mode == DeliveryMode.PERSISTENT
+        header = _header(message)
+        status, routes = self._native.send_async(
+            state.native, data, header, persistent, self._connection, self._client_id, completed, durable
+        )
+        if status == _ADMITTED:
+            return True
+        assert routes is not None
+        if not self._post.admit_after_wait(state, routes, len(data), persistent, status, self._timeout):
+            return False
+        self._native.send_async(
+            state.native, data, header, persistent, callback=completed, durable=durable, routes=routes, admitted=True
+        )
+        return True
+
+    def stage(self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int) -> Any:
+        state, data = self._prepare(message, destination, mode, priority, ttl, delay)
+        persistent = mode == DeliveryMode.PERSISTENT
+        header = _header(message)
+        status, staged = self._native.stage(state.native, data, header, persistent, self._connection, self._client_id)
+        if status == _ADMITTED:
+            return staged
+        assert isinstance(staged, NativeRoutes)
+        if not self._post.admit_after_wait(state, staged, len(data), persistent, status, self._timeout):
+            return None
+        status, staged = self._native.stage(state.native, data, header, persistent, routes=staged, admitted=True)
+        return staged
+
+    def close(self) -> None:
+        self._post.producers.discard(self)

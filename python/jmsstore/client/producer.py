@@ -1,0 +1,200 @@
+"""The producer (JMS ``MessageProducer``) and the future of an
+asynchronous send."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import Future
+from typing import Protocol
+
+from jmsstore._args import integer
+from jmsstore._native import Signal
+from jmsstore.client.port import CompletionCallback, ProducerPort
+from jmsstore.errors import IllegalStateError, InvalidArgumentError, InvalidDestinationError
+from jmsstore.jms.destination import Destination
+from jmsstore.jms.message import DELIVERY_MODES, DeliveryMode, Message
+
+__all__ = ["MessageProducer", "SendFuture"]
+
+log = logging.getLogger("jmsstore.broker")
+
+_MAX_MS = 1 << 50
+
+
+class _Session(Protocol):
+    """What a producer needs of its session."""
+
+    @property
+    def transacted(self) -> bool: ...
+
+    def check_open(self) -> None: ...
+
+    def stage(self, staged: object) -> None: ...
+
+
+class SendFuture(Future[Message]):
+    """The future of an asynchronous send (a ``concurrent.futures.Future``):
+    it completes, with the message, once the message is durable and
+    visible to consumers, or with the error if the send failed. With an
+    ``on_completion`` listener, the future completes after the listener
+    has run. Both happen on the broker's callback thread, in send order
+    for the sends of one session."""
+
+    def __init__(self, message: Message, on_completion: CompletionCallback | None) -> None:
+        super().__init__()
+        self.set_running_or_notify_cancel()  # sent already: it cannot be cancelled
+        self.message = message
+        self.on_completion = on_completion
+
+    def completed(self, _handle: object, error: BaseException | None) -> None:
+        """The broker's completion (on the callback thread)."""
+        if self.on_completion is not None:
+            try:
+                self.on_completion(self.message, error)
+            except Exception:
+                log.exception("a send completion callback raised")
+        if error is None:
+            self.set_result(self.message)
+        else:
+            self.set_exception(error)
+
+
+def _complete_soon(future: SendFuture) -> None:
+    """Completes ``future`` on the callback thread (JMS 2.0 calls completion
+    listeners on another thread than the sender's), without a thread of its own."""
+    done = Signal()
+    done.call_when_set(future.completed)
+    done.set()
+
+
+class MessageProducer:
+    """Sends messages (JMS ``MessageProducer``). The attributes are the
+    defaults for sends that do not give their own."""
+
+    def __init__(self, session: _Session, destination: Destination | None, port: ProducerPort) -> None:
+        self._session = session
+        self.destination = destination
+        self.port = port
+        self.delivery_mode = DeliveryMode.PERSISTENT
+        self.priority = 4
+        self.time_to_live = 0
+        self.delivery_delay = 0
+        self._closed = False
+        self._lock = threading.Lock()
+
+    @property
+    def flow_limit(self) -> float | None:
+        """The messages per second flow control holds this producer to now (None: unlimited)."""
+        return self.port.flow_limit
+
+    def _arguments(
+        self,
+        message: Message,
+        destination: Destination | None,
+        delivery_mode: int | None,
+        priority: int | None,
+        time_to_live: int | None,
+        delivery_delay: int | None,
+    ) -> tuple[Destination, int, int, int, int]:
+        if self._closed:
+            raise IllegalStateError("the producer is closed")
+        self._session.check_open()
+        if not isinstance(message, Message):
+            raise TypeError(f"send takes a Message, not {type(message).__name__}")
+        if destination is not None and self.destination is not None and destination != self.destination:
+            raise InvalidArgumentError("this producer has a destination; do not give another one to send")
+        target = destination if destination is not None else self.destination
+        if target is None:
+            raise InvalidDestinationError("an unidentified producer needs a destination for each send")
+        given = self.delivery_mode if delivery_mode is None else delivery_mode
+        mode = DELIVERY_MODES.get(given) if isinstance(given, int) else None
+        if mode is None:
+            raise InvalidArgumentError(f"delivery_mode must be a DeliveryMode, not {given!r}")
+        prio = self.priority if priority is None else priority
+        if type(prio) is not int or not 0 <= prio <= 9:  # the common case in one test; integer() says what is wrong
+            prio = integer("priority", prio, 0, 9)
+        ttl = self.time_to_live if time_to_live is None else time_to_live
+        if type(ttl) is not int or not 0 <= ttl <= _MAX_MS:
+            ttl = integer("time_to_live (ms)", ttl, 0, _MAX_MS)
+        delay = self.delivery_delay if delivery_delay is None else delivery_delay
+        if type(delay) is not int or not 0 <= delay <= _MAX_MS:
+            delay = integer("delivery_delay (ms)", delay, 0, _MAX_MS)
+        return target, mode, prio, ttl, delay
+
+    def send(
+        self,
+        message: Message,
+        *,
+        destination: Destination | None = None,
+        delivery_mode: int | None = None,
+        priority: int | None = None,
+        time_to_live: int | None = None,
+        delivery_delay: int | None = None,
+    ) -> None:
+        """Sends a message. A persistent message is durable when this
+        returns (in a transacted session: when the session commits).
+
+        Over its destination's quota the send waits up to the connection
+        factory's ``send_timeout`` for room, then raises
+        ``ResourceAllocationError``; a producer of an armed server or
+        destination is slowed down (flow control)."""
+        target, mode, prio, ttl, delay = self._arguments(
+            message, destination, delivery_mode, priority, time_to_live, delivery_delay
+        )
+        if self._session.transacted:
+            staged = self.port.stage(message, target, mode, prio, ttl, delay)
+            if staged is not None:
+                self._session.stage(staged)
+            return
+        self.port.send(message, target, mode, prio, ttl, delay)
+
+    def send_async(
+        self,
+        message: Message,
+        on_completion: CompletionCallback | None = None,
+        *,
+        destination: Destination | None = None,
+        delivery_mode: int | None = None,
+        priority: int | None = None,
+        time_to_live: int | None = None,
+        delivery_delay: int | None = None,
+    ) -> Future[Message]:
+        """Sends without waiting for the disk (JMS 2.0 asynchronous send).
+
+        ``on_completion(message, error)`` is called from another thread once
+        the message is durable and visible (``error`` None) or has failed;
+        the returned future completes at the same moment. Invalid arguments
+        raise here. Sends of one producer complete in order.
+        """
+        target, mode, prio, ttl, delay = self._arguments(
+            message, destination, delivery_mode, priority, time_to_live, delivery_delay
+        )
+        future = SendFuture(message, on_completion)
+        if self._session.transacted:
+            # Recorded in the transaction: that is all a send of a transaction does before the commit.
+            staged = self.port.stage(message, target, mode, prio, ttl, delay)
+            if staged is not None:
+                self._session.stage(staged)
+            _complete_soon(future)
+            return future
+        if not self.port.send_async(message, target, mode, prio, ttl, delay, None, future.completed):
+            _complete_soon(future)  # dropped (non-persistent, over the broker-wide limits)
+        return future
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.port.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> MessageProducer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

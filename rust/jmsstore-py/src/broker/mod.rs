@@ -1,0 +1,6 @@
+//! The broker core's Python face: each file converts one core module.
+
+pub mod ledger;
+pub mod server;
+pub mod target;
+pub mod wake;

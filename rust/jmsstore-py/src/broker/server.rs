@@ -1,0 +1,475 @@
+//! `NativeBroker` (`broker::server` and the per-message modules): one JMS
+//! server's per-message engine. Conversions only; every call that waits
+//! for the disk, or for a pager lock, runs without the GIL.
+
+use std::sync::{Arc, Mutex};
+
+use jmsstore_core::broker::ack::AckBacklog;
+use jmsstore_core::broker::post_office::{Admission, MessageHeader};
+use jmsstore_core::broker::target::{self, Sender};
+use jmsstore_core::broker::transaction::StagedSend;
+use jmsstore_core::broker::Broker;
+use jmsstore_core::pager::Taken;
+use jmsstore_core::Error;
+use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
+use pyo3::types::{PyBytes, PyDict};
+
+use super::ledger::Account;
+use super::target::{NativeDestination, NativeRoutes, NativeTarget};
+use super::wake::Signal;
+use crate::completion::{self, Outstanding};
+use crate::errors::{PyResult2, PyStoreError};
+use crate::pager::{call_with_filter, NativePager};
+use crate::store::NativeStore;
+
+/// The pager fields of a message as Python passes them:
+/// (id, priority, timestamp, expiration, delivery_time, correlation_id, type).
+type HeaderArgs = (u64, u8, i64, i64, i64, Option<String>, Option<String>);
+
+fn header_of(
+    (id, priority, timestamp, expiration, delivery_time, correlation_id, message_type): HeaderArgs,
+) -> MessageHeader {
+    MessageHeader { id, priority, timestamp, expiration, delivery_time, correlation_id, message_type }
+}
+
+/// What a send's admission decided: 0 sent (or staged), 1 no room in the
+/// quota now (wait, then send again admitted), 2 over the broker-wide
+/// limits (refused), 3 dropped (non-persistent, over the broker-wide limits).
+fn admission_code(a: Admission) -> u8 {
+    match a {
+        Admission::Admitted => 0,
+        Admission::NoRoom => 1,
+        Admission::OverSystemLimit => 2,
+        Admission::Dropped => 3,
+    }
+}
+
+/// A message reserved for a consumer, as Python sees it: `(key, redelivery_count, body)`.
+type TakenTuple<'py> = (u64, u32, Bound<'py, PyBytes>);
+
+/// A send of a transaction, admitted and staged.
+#[pyclass(module = "jmsstore._native", frozen)]
+pub struct NativeStagedSend {
+    staged: Mutex<Option<StagedSend>>,
+}
+
+/// The store deletes of one session's lazy acknowledgements.
+#[pyclass(module = "jmsstore._native", frozen, name = "AckBacklog")]
+pub struct NativeAckBacklog {
+    backlog: AckBacklog,
+}
+
+#[pymethods]
+impl NativeAckBacklog {
+    #[new]
+    fn new() -> Self {
+        NativeAckBacklog { backlog: AckBacklog::new() }
+    }
+
+    fn __len__(&self) -> usize {
+        self.backlog.len()
+    }
+}
+
+/// One JMS server's per-message engine.
+#[pyclass(module = "jmsstore._native", frozen)]
+pub struct NativeBroker {
+    broker: Arc<Broker>,
+    outstanding: Arc<Outstanding>,
+}
+
+/// Takes the staged sends out of their Python objects (each commits or
+/// rolls back once).
+fn take_staged(sends: &[PyRef<'_, NativeStagedSend>]) -> PyResult2<Vec<StagedSend>> {
+    sends
+        .iter()
+        .map(|s| {
+            s.staged
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+                .ok_or_else(|| Error::invalid("this send's transaction has already ended").into())
+        })
+        .collect()
+}
+
+fn taken_tuples<'py>(py: Python<'py>, items: Vec<Taken>) -> Vec<TakenTuple<'py>> {
+    items.into_iter().map(|t| (t.key, t.redelivery_count, PyBytes::new(py, &t.body))).collect()
+}
+
+/// A Python error raised while building a result, as the binding's error type.
+fn python_error(e: PyErr) -> PyStoreError {
+    PyStoreError(Error::invalid(e.to_string()))
+}
+
+/// A send's routes once admitted, or why not: the admission code and the
+/// routes to come back with.
+type Admitted = Result<Py<NativeRoutes>, (u8, Option<Py<NativeRoutes>>)>;
+
+impl NativeBroker {
+    /// The routes of a send (given, or computed), admitted unless
+    /// `admitted` says the caller waited for room and took it already.
+    #[allow(clippy::too_many_arguments)]
+    fn admitted(
+        &self,
+        py: Python<'_>,
+        destination: &NativeDestination,
+        data: &[u8],
+        persistent: bool,
+        sender: Sender<'_>,
+        routes: Option<Py<NativeRoutes>>,
+        admitted: bool,
+    ) -> PyResult2<Admitted> {
+        let routes = match routes {
+            Some(r) => r,
+            None => {
+                Py::new(py, NativeRoutes { routes: target::routes(&destination.destination, sender, data, persistent) })
+                    .map_err(python_error)?
+            }
+        };
+        if !admitted {
+            let code = self.admit(destination, routes.get(), data.len() as i64, persistent);
+            if code != 0 {
+                return Ok(Err((code, Some(routes))));
+            }
+        }
+        Ok(Ok(routes))
+    }
+}
+
+#[pymethods]
+impl NativeBroker {
+    /// The engine of a server on `store` and `pager`, whose delivery
+    /// records go to collection `deliveries` and whose counts are `server`.
+    #[new]
+    fn new(store: &NativeStore, pager: &NativePager, deliveries: String, server: &Account) -> Self {
+        let broker = Broker::new(store.shared(), pager.shared(), deliveries, server.account.clone());
+        NativeBroker { broker: Arc::new(broker), outstanding: store.outstanding() }
+    }
+
+    /// The broker-wide limits (-1: none).
+    fn set_system_limits(&self, messages: i64, bytes: i64) {
+        self.broker.set_system_limits(messages, bytes);
+    }
+
+    fn add_destination(&self, destination: &NativeDestination) {
+        self.broker.add_destination(destination.destination.clone());
+    }
+
+    fn remove_destination(&self, name: &str) {
+        self.broker.remove_destination(name);
+    }
+
+    fn add_target(&self, target: &NativeTarget) {
+        self.broker.add_target(target.target.clone());
+    }
+
+    /// Removes a target and its messages (store, pager, counts).
+    fn drop_target(&self, py: Python<'_>, target: &NativeTarget) -> PyResult2<()> {
+        let target = target.target.clone();
+        Ok(py.detach(|| self.broker.drop_target(&target))?)
+    }
+
+    /// The routes of a message for `destination` from connection
+    /// `connection` (client id `client_id`).
+    #[pyo3(signature = (destination, data, persistent, connection=0, client_id=None))]
+    fn routes(
+        &self,
+        destination: &NativeDestination,
+        data: PyBackedBytes,
+        persistent: bool,
+        connection: u64,
+        client_id: Option<&str>,
+    ) -> NativeRoutes {
+        NativeRoutes {
+            routes: target::routes(&destination.destination, Sender { connection, client_id }, &data, persistent),
+        }
+    }
+
+    /// Admission without waiting (see `admission_code`).
+    fn admit(&self, destination: &NativeDestination, routes: &NativeRoutes, size: i64, persistent: bool) -> u8 {
+        admission_code(self.broker.admit(&destination.destination, &routes.routes, size, persistent))
+    }
+
+    /// The rest of an admission whose quota room Python waited for.
+    fn admitted_after_wait(
+        &self,
+        destination: &NativeDestination,
+        routes: &NativeRoutes,
+        size: i64,
+        server_counted: bool,
+    ) {
+        self.broker.admitted_after_wait(&destination.destination, &routes.routes, size, server_counted);
+    }
+
+    /// Routes, admits and sends a message outside a transaction in one
+    /// call: `(0, None)` once sent (durable and visible), or the admission
+    /// code and the routes to wait and come back with (`admitted` True).
+    #[pyo3(signature = (destination, data, header, persistent, connection=0, client_id=None, birth_record=false,
+                        routes=None, admitted=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn send(
+        &self,
+        py: Python<'_>,
+        destination: &NativeDestination,
+        data: PyBackedBytes,
+        header: HeaderArgs,
+        persistent: bool,
+        connection: u64,
+        client_id: Option<&str>,
+        birth_record: bool,
+        routes: Option<Py<NativeRoutes>>,
+        admitted: bool,
+    ) -> PyResult2<(u8, Option<Py<NativeRoutes>>)> {
+        let sender = Sender { connection, client_id };
+        let routes = match self.admitted(py, destination, &data, persistent, sender, routes, admitted)? {
+            Ok(routes) => routes,
+            Err(refused) => return Ok(refused),
+        };
+        let (broker, destination, header) = (&self.broker, &destination.destination, header_of(header));
+        let r = &routes.get().routes;
+        py.detach(|| broker.send(destination, r, Arc::from(&data[..]), &header, birth_record))?;
+        Ok((0, None))
+    }
+
+    /// As `send` without waiting for the disk: once the stored copies are
+    /// durable and visible the completer sets `durable` (no Python runs),
+    /// or calls `callback(0, error)` on the callback thread. A failure
+    /// then sets `durable` with its error, or goes to the callback.
+    #[pyo3(signature = (destination, data, header, persistent, connection=0, client_id=None, callback=None,
+                        durable=None, routes=None, admitted=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn send_async(
+        &self,
+        py: Python<'_>,
+        destination: &NativeDestination,
+        data: PyBackedBytes,
+        header: HeaderArgs,
+        persistent: bool,
+        connection: u64,
+        client_id: Option<&str>,
+        callback: Option<Py<PyAny>>,
+        durable: Option<PyRef<'_, Signal>>,
+        routes: Option<Py<NativeRoutes>>,
+        admitted: bool,
+    ) -> PyResult2<(u8, Option<Py<NativeRoutes>>)> {
+        let sender = Sender { connection, client_id };
+        let routes = match self.admitted(py, destination, &data, persistent, sender, routes, admitted)? {
+            Ok(routes) => routes,
+            Err(refused) => return Ok(refused),
+        };
+        let durable = durable.map(|s| s.flag());
+        let on_done: Box<dyn FnOnce(jmsstore_core::Result<()>) + Send> = match callback {
+            Some(callback) => {
+                let deliver = completion::deliver(callback, 0, &self.outstanding);
+                Box::new(move |outcome| {
+                    if let Some(flag) = &durable {
+                        flag.set();
+                    }
+                    deliver(outcome);
+                })
+            }
+            None => Box::new(move |outcome| {
+                if let Some(flag) = durable {
+                    match outcome {
+                        Ok(()) => flag.set(),
+                        Err(e) => flag.fail(e),
+                    }
+                }
+            }),
+        };
+        let (broker, destination, header) = (&self.broker, &destination.destination, header_of(header));
+        let r = routes.get().routes.clone();
+        py.detach(|| broker.send_async(destination, r, Arc::from(&data[..]), header, on_done))?;
+        Ok((0, None))
+    }
+
+    /// Routes and admits a send of a transaction and stages it: `(0,
+    /// staged)`, or the admission code and the routes (as for `send`).
+    #[pyo3(signature = (destination, data, header, persistent, connection=0, client_id=None, routes=None,
+                        admitted=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn stage(
+        &self,
+        py: Python<'_>,
+        destination: &NativeDestination,
+        data: PyBackedBytes,
+        header: HeaderArgs,
+        persistent: bool,
+        connection: u64,
+        client_id: Option<&str>,
+        routes: Option<Py<NativeRoutes>>,
+        admitted: bool,
+    ) -> PyResult2<(u8, Py<PyAny>)> {
+        let sender = Sender { connection, client_id };
+        let routes = match self.admitted(py, destination, &data, persistent, sender, routes, admitted)? {
+            Ok(routes) => routes,
+            Err((code, routes)) => return Ok((code, routes.map_or_else(|| py.None(), Py::into_any))),
+        };
+        let staged = StagedSend {
+            destination: destination.destination.clone(),
+            routes: routes.get().routes.clone(),
+            body: Arc::from(&data[..]),
+            header: header_of(header),
+        };
+        self.broker.stage(&staged);
+        let staged = Py::new(py, NativeStagedSend { staged: Mutex::new(Some(staged)) }).map_err(python_error)?;
+        Ok((0, staged.into_any()))
+    }
+
+    /// A transaction's staged sends did not happen: their counts go back.
+    fn unstage(&self, sends: Vec<PyRef<'_, NativeStagedSend>>) -> PyResult2<()> {
+        let sends = take_staged(&sends)?;
+        self.broker.unstage(&sends);
+        Ok(())
+    }
+
+    /// Commits a transaction: its staged sends and the acknowledgements of
+    /// the messages `acks`, in one store transaction. On an error nothing
+    /// of it happened (the sends are unstaged; return `acks` for redelivery).
+    fn commit(&self, py: Python<'_>, sends: Vec<PyRef<'_, NativeStagedSend>>, acks: Vec<u64>) -> PyResult2<()> {
+        let sends = take_staged(&sends)?;
+        Ok(py.detach(|| self.broker.commit(&sends, &acks))?)
+    }
+
+    /// Reserves up to `limit` messages of `target` for a consumer:
+    /// `([(key, redelivery_count, body)], record)`, `record` the signal of
+    /// their delivery record (wait for it before handing out the first).
+    /// `filter(header[, body])` is a Python selector (called under the
+    /// target's pager lock, holding the GIL); `consumer` the consumer's
+    /// signal on the target's bell.
+    #[pyo3(signature = (target, now, limit, filter=None, filter_body=false, consumer=None))]
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
+    fn fetch<'py>(
+        &self,
+        py: Python<'py>,
+        target: &NativeTarget,
+        now: i64,
+        limit: usize,
+        filter: Option<Bound<'py, PyAny>>,
+        filter_body: bool,
+        consumer: Option<PyRef<'_, Signal>>,
+    ) -> PyResult<(Vec<TakenTuple<'py>>, Option<Signal>)> {
+        let consumer = consumer.map(|s| s.flag());
+        let target = target.target.clone();
+        let fetched = match filter {
+            Some(f) => {
+                let (failure, fetched) = call_with_filter(py, &f, |filter| {
+                    self.broker.fetch(&target, now, limit, Some(filter), filter_body, consumer.as_ref())
+                });
+                if let Some(e) = failure {
+                    // What the filter accepted before it raised goes back.
+                    if let Ok(fetched) = fetched {
+                        let keys: Vec<u64> = fetched.items.iter().map(|t| t.key).collect();
+                        let _ = self.broker.release(&keys, false, now);
+                    }
+                    return Err(e);
+                }
+                fetched.map_err(PyStoreError)?
+            }
+            None => match self.broker.try_fetch(&target, now, limit, consumer.as_ref()).map_err(PyStoreError)? {
+                Some(fetched) => fetched,
+                None => py
+                    .detach(|| self.broker.fetch(&target, now, limit, None, false, consumer.as_ref()))
+                    .map_err(PyStoreError)?,
+            },
+        };
+        Ok((taken_tuples(py, fetched.items), fetched.record.map(Signal::wrap)))
+    }
+
+    /// CLIENT acknowledgement of the messages `keys`, durable on return.
+    fn acknowledge(&self, py: Python<'_>, keys: Vec<u64>) -> PyResult2<()> {
+        Ok(py.detach(|| self.broker.acknowledge(&keys))?)
+    }
+
+    /// AUTO / DUPS_OK acknowledgement: gone now, store deletes batched in `backlog`.
+    fn acknowledge_lazily(
+        &self,
+        py: Python<'_>,
+        keys: Vec<u64>,
+        backlog: &NativeAckBacklog,
+        flush_at: usize,
+    ) -> PyResult2<()> {
+        Ok(py.detach(|| self.broker.acknowledge_lazily(&keys, &backlog.backlog, flush_at))?)
+    }
+
+    /// Submits a session's batched acknowledgement deletes, lazily.
+    fn flush_acknowledgements(&self, backlog: &NativeAckBacklog) -> PyResult2<()> {
+        Ok(self.broker.flush_acknowledgements(&backlog.backlog)?)
+    }
+
+    /// Returns messages to their targets: `redelivered` (count raised,
+    /// redelivery delay and limit) or unseen.
+    fn release(&self, py: Python<'_>, keys: Vec<u64>, redelivered: bool, now: i64) -> PyResult2<()> {
+        Ok(py.detach(|| self.broker.release(&keys, redelivered, now))?)
+    }
+
+    /// Removes expired messages (their destination's policy); returns the
+    /// ones to log: `[(target pager id, encoded message, redelivered)]`.
+    #[allow(clippy::type_complexity)]
+    fn expire<'py>(&self, py: Python<'py>, now: i64, limit: usize) -> PyResult<Vec<(u32, Bound<'py, PyBytes>, bool)>> {
+        let expired = py.detach(|| self.broker.expire(now, limit)).map_err(PyStoreError)?;
+        Ok(expired.into_iter().map(|e| (e.target.pager_id(), PyBytes::new(py, &e.body), e.redelivered)).collect())
+    }
+
+    /// Resumes insertion on `destination`: its held messages are published in order.
+    fn resume_insertion(&self, py: Python<'_>, destination: &NativeDestination) -> PyResult2<()> {
+        let destination = destination.destination.clone();
+        Ok(py.detach(|| self.broker.resume_insertion(&destination))?)
+    }
+
+    /// Messages held back by an insertion pause on `destination`.
+    fn held_count(&self, destination: &NativeDestination) -> usize {
+        self.broker.held_count(&destination.destination)
+    }
+
+    /// Counts messages already there (recovered) into `target`.
+    fn count_in(&self, target: &NativeTarget, messages: i64, bytes: i64) {
+        self.broker.count_in(&target.target, messages, bytes);
+    }
+
+    /// Loads the delivery records: `(counts {message: delivery count},
+    /// stale record handles, malformed record handles)`.
+    #[allow(clippy::type_complexity)]
+    fn recover_deliveries(&self, py: Python<'_>) -> PyResult2<(Vec<(u64, u32)>, Vec<u64>, Vec<u64>)> {
+        let found = py.detach(|| self.broker.deliveries().recover())?;
+        Ok((found.counts.into_iter().collect(), found.stale, found.malformed))
+    }
+
+    /// At a clean close: deletes the delivery records sends wrote for
+    /// messages no consumer took; how many.
+    fn forget_untaken(&self, py: Python<'_>) -> PyResult2<usize> {
+        Ok(py.detach(|| self.broker.deliveries().forget_untaken())?)
+    }
+
+    /// Counts `n` messages handed to the application.
+    fn count_received(&self, n: u64) {
+        jmsstore_core::broker::server::Counters::bump(&self.broker.counters.received, n);
+    }
+
+    /// The server's message counters and the delivery ledger's.
+    fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let c = self.broker.counters.values();
+        let d = self.broker.deliveries().stats();
+        let out = PyDict::new(py);
+        out.set_item("sent", c.sent)?;
+        out.set_item("received", c.received)?;
+        out.set_item("acknowledged", c.acknowledged)?;
+        out.set_item("redelivered", c.redelivered)?;
+        out.set_item("expired", c.expired)?;
+        out.set_item("moved_to_error_destination", c.moved_to_error_destination)?;
+        out.set_item("dropped_after_redelivery_limit", c.dropped_after_redelivery_limit)?;
+        out.set_item("delivery_records", d.records_written)?;
+        out.set_item("delivery_records_at_send", d.records_at_send)?;
+        out.set_item("delivery_records_live", d.records_live)?;
+        out.set_item("dropped_over_system_limit", c.dropped_over_system_limit)?;
+        out.set_item("expired_redirected", c.expired_redirected)?;
+        Ok(out)
+    }
+
+    /// Delivery records written with a send, remembered now (untaken or taken).
+    fn births_remembered(&self) -> u64 {
+        self.broker.deliveries().stats().records_at_send
+    }
+}
