@@ -9,12 +9,14 @@
 //! - [`inspect`]: a read-only reader of every record in a store directory,
 //!   for tools and Spark;
 //! - [`background`]: how the engine starts its own threads.
+//! - [`broker`]: the broker's per-message engine (message format, selectors).
 
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod background;
 pub mod body;
+pub mod broker;
 pub mod calibrate;
 pub mod codec;
 pub mod error;

@@ -36,6 +36,7 @@ impl From<PyStoreError> for PyErr {
         let message = e.0.to_string();
         match e.0 {
             Error::Corruption { .. } | Error::Codec(_) => CorruptionError::new_err(message),
+            Error::Malformed { .. } => CorruptionError::new_err(message),
             Error::Locked(_) => StoreLockedError::new_err(message),
             Error::Closed => StoreClosedError::new_err(message),
             Error::Poisoned(_) => StorePoisonedError::new_err(message),
