@@ -14,3 +14,4 @@
 //! module evaluates it under no Python lock.
 
 pub mod format;
+pub mod selector;
