@@ -18,6 +18,7 @@ use pyo3::prelude::*;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod account;
+mod broker;
 mod codec;
 mod completion;
 mod errors;
@@ -42,6 +43,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<marks::BirthMarks>()?;
     m.add_class::<inspect::Record>()?;
     m.add_class::<inspect::Damage>()?;
+    m.add_class::<broker::selector::NativeSelector>()?;
     m.add_function(wrap_pyfunction!(inspect::segments, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::read_segment, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::live, m)?)?;
