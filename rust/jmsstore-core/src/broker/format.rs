@@ -263,14 +263,21 @@ impl<'a> MessageView<'a> {
 
     /// The value of property `name`, None when the message has no such
     /// property. Should a name occur twice the last one counts, as in the
-    /// dictionary Python's reader builds. Reads every property (to find
-    /// the last), and fails if one before the end is malformed.
+    /// dictionary Python's reader builds. Walks every property (to find
+    /// the last) and fails if their layout is broken anywhere; of the
+    /// others' contents it checks only the lengths and tags, not whether
+    /// their strings are UTF-8 (a selector reads one or two properties of
+    /// many, once per message and consumer).
     pub fn property(&self, name: &str) -> Result<Option<Value<'a>>> {
+        let mut r = Cursor { data: self.data, pos: self.properties_at, what: "message" };
+        let count = r.count(MIN_ENTRY_LEN)?;
         let mut found = None;
-        for entry in self.properties() {
-            let (entry_name, value) = entry?;
-            if entry_name == name {
-                found = Some(value);
+        for _ in 0..count {
+            // A name equal to `name` is UTF-8 (as `name` is): no need to check it first.
+            if r.raw_string("a name")?.unwrap_or(b"") == name.as_bytes() {
+                found = Some(r.value()?);
+            } else {
+                r.skip_value()?;
             }
         }
         Ok(found)
@@ -733,12 +740,33 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    fn skip_string(&mut self, field: &str) -> Result<()> {
+    /// A string's bytes, not checked to be UTF-8; None when absent.
+    fn raw_string(&mut self, field: &str) -> Result<Option<&'a [u8]>> {
         let n = self.u32(field)?;
-        if n != NO_STRING {
-            self.take(n as usize, field)?;
+        if n == NO_STRING {
+            return Ok(None);
         }
-        Ok(())
+        self.take(n as usize, field).map(Some)
+    }
+
+    fn skip_string(&mut self, field: &str) -> Result<()> {
+        self.raw_string(field).map(drop)
+    }
+
+    /// Steps over a value, checking its tag and length only.
+    fn skip_value(&mut self) -> Result<()> {
+        let [tag] = self.array::<1>("a value's tag")?;
+        let len = match tag {
+            b'N' => 0,
+            b'Z' | b'b' => 1,
+            b's' | b'c' => 2,
+            b'i' | b'f' => 4,
+            b'l' | b'd' => 8,
+            b'S' => return self.skip_string("a string value"),
+            b'Y' => self.u32("a bytes value's length")? as usize,
+            other => return Err(self.fail_at(self.pos - 1, format!("unknown value tag {other}"))),
+        };
+        self.take(len, "a value").map(drop)
     }
 
     /// A count of entries that each take at least `min_entry_len` bytes: a
@@ -1020,6 +1048,9 @@ mod tests {
         data[at] = 0xff;
         let view = MessageView::parse(&data).unwrap();
         assert_eq!(malformed_at(view.property("s")), at);
+        assert_eq!(malformed_at(view.properties().next().unwrap()), at);
+        // A lookup of another property steps over the string without reading it.
+        assert_eq!(view.property("t").unwrap(), None);
 
         let mut data = message(&[], Body::Empty);
         // The correlation id "corr" follows the message id "ID:1-77".
