@@ -7,12 +7,13 @@ against properties only; header tests pass headers explicitly.
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jmsstore.errors import JmsStoreError
-from jmsstore.selector import InvalidSelectorError, Selector
+from jmsstore.selector import MAX_NESTING, InvalidSelectorError, Selector
 
 
 def sel(text: str, **props: object) -> bool:
@@ -574,6 +575,103 @@ def test_invalid_selectors_name_the_position(text: str, position: int) -> None:
         Selector(text)
     assert info.value.position == position
     assert f"position {position}" in str(info.value)
+
+
+# ---------------------------------------------------------------- limits: nesting, literal size, argument type
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "(" * 400 + "a = 1" + ")" * 400,
+        "NOT " * 2000 + "TRUE",
+        "- " * 2000 + "a = 1",
+        "(" * 100_000,
+        "(" * (MAX_NESTING - 1) + "a = 1" + ")" * (MAX_NESTING - 1),  # one level too many, inside
+        "NOT " * MAX_NESTING + "TRUE",
+        "(" * MAX_NESTING + "TRUE" + ")" * MAX_NESTING,
+    ],
+)
+def test_nesting_deeper_than_the_limit_is_an_invalid_selector(text: str) -> None:
+    # Deep nesting once raised RecursionError (issue 23).
+    with pytest.raises(InvalidSelectorError, match=f"nests more than {MAX_NESTING} levels deep"):
+        Selector(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("NOT " * (MAX_NESTING - 1) + "TRUE", (MAX_NESTING - 1) % 2 == 0),
+        ("(" * (MAX_NESTING - 1) + "TRUE" + ")" * (MAX_NESTING - 1), True),
+        ("(" * (MAX_NESTING - 2) + "a = 1" + ")" * (MAX_NESTING - 2), True),
+        ("- " * (MAX_NESTING - 2) + "a = 1", MAX_NESTING % 2 == 0),
+        ("+ " * (MAX_NESTING - 2) + "a = 1", True),  # each + evaluates its operand once, not twice
+    ],
+)
+def test_deepest_allowed_selectors_parse_and_evaluate(text: str, expected: bool) -> None:
+    assert sel(text, a=1) is expected
+
+
+def test_long_chains_are_not_deep() -> None:
+    # A chain of one operator is one level: long generated selectors parse and evaluate.
+    ors = " OR ".join(f"a = {i}" for i in range(5000))
+    assert sel(ors, a=4999) and not sel(ors, a=5000)
+    assert sel(" AND ".join(["a = 1"] * 5000), a=1)
+    assert sel(" + ".join(["a"] * 5000) + " = 5000", a=1)
+    assert sel(" - ".join(["a"] * 3) + " = -1", a=1)  # still left to right
+    assert sel(" / ".join(["a"] * 3) + " = 0", a=4)  # (4 / 4) / 4, not 4 / (4 / 4)
+
+
+def test_nesting_limit_holds_whatever_the_recursion_limit() -> None:
+    # The parser runs on a list, not on Python's stack: the limit, not the
+    # recursion limit, decides what parses.
+    depth = 0
+    frame = sys._getframe()
+    while frame.f_back is not None:
+        frame, depth = frame.f_back, depth + 1
+    previous = sys.getrecursionlimit()
+    sys.setrecursionlimit(depth + 60)
+    try:
+        with pytest.raises(InvalidSelectorError, match="levels deep"):
+            Selector("(" * 400 + "a = 1" + ")" * 400)
+        with pytest.raises(InvalidSelectorError, match="levels deep"):
+            Selector("NOT " * 2000 + "TRUE")
+        deepest = Selector("(" * (MAX_NESTING - 2) + "a = 1" + ")" * (MAX_NESTING - 2))
+    finally:
+        sys.setrecursionlimit(previous)
+    assert deepest.matches({}, {"a": 1})
+
+
+@pytest.mark.parametrize("digits", [20, 5000, 100_000])
+def test_huge_integer_literals_are_invalid_selectors(digits: int) -> None:
+    # A 5,000-digit literal once raised ValueError (Python's int-to-str digit limit).
+    text = "a = " + "9" * digits
+    with pytest.raises(InvalidSelectorError, match=f"{digits} digits is outside the range of a Java long") as info:
+        Selector(text)
+    assert info.value.position == 4
+    # Leading zeros are no digits of the value; approximate literals may be long.
+    assert sel("a = " + "0" * 5000 + "7", a=7)
+    assert sel("a < 0." + "9" * 5000, a=0)
+
+
+@pytest.mark.parametrize("text", [1, 1.5, b"a = 1", ["a = 1"], object(), True])
+def test_a_selector_that_is_not_a_string_is_an_invalid_selector(text: object) -> None:
+    # A non-string selector once raised AttributeError.
+    with pytest.raises(InvalidSelectorError, match=f"a selector is a str or None, not {type(text).__name__}"):
+        Selector(text)  # type: ignore[arg-type]
+
+
+def test_long_overflow_becomes_the_nearest_float() -> None:
+    # Java longs wrap around; Python ints grow. Selectors do neither: an integer
+    # result outside the long range is the nearest double (as the Rust core has it).
+    big = 2**63 - 1
+    assert ev("a + 1 = 9223372036854775808.0", a=big)
+    assert ev("a + 1 > a", a=big)
+    assert ev("a * 2 - a = a", a=big) is False  # 2a is rounded, so the difference is too
+    assert ev("-a = 9223372036854775808.0", a=-(2**63))
+    assert ev("a / b = 9223372036854775808.0", a=-(2**63), b=-1)
+    assert ev("a * a * a > 0", a=big)
+    assert ev("a + 1 - 1 = a", a=big - 1)  # in range, nothing is rounded
 
 
 # ---------------------------------------------------------------- property test against a reference

@@ -31,6 +31,7 @@ __all__ = [
     "NativeDestination",
     "NativePager",
     "NativeRoutes",
+    "NativeSelector",
     "NativeStagedSend",
     "NativeStore",
     "NativeTarget",
@@ -227,6 +228,21 @@ def codecs() -> list[str]: ...
 def raw_write_limit(path: _Path, batch_bytes: int, batches: int) -> float: ...
 
 @final
+class NativeSelector:
+    """A selector the Rust core evaluates, made from ``Selector.tree``."""
+
+    def __new__(cls, tree: tuple[object, ...]) -> NativeSelector: ...
+    def evaluate(self, headers: dict[str, object], properties: dict[str, object]) -> bool | None: ...
+    def matches(self, headers: dict[str, object], properties: dict[str, object]) -> bool: ...
+    def matches_message(self, encoded: bytes, redelivery_count: int) -> bool: ...
+    @property
+    def identifiers(self) -> list[str]: ...
+    @property
+    def needs_only_pager_header(self) -> bool: ...
+    @property
+    def depth(self) -> int: ...
+
+@final
 class Signal:
     def __new__(cls) -> Signal: ...
     def set(self) -> None: ...
@@ -321,7 +337,7 @@ class NativeTarget:
         destination: NativeDestination,
         collection: str | None = None,
         routing: bool = False,
-        selector: Callable[[bytes], bool] | None = None,
+        selector: NativeSelector | Callable[[bytes], bool] | None = None,
         no_local: bool = False,
         client_id: str | None = None,
     ) -> NativeTarget: ...
@@ -425,6 +441,7 @@ class NativeBroker:
         target: NativeTarget,
         now: int,
         limit: int,
+        selector: NativeSelector | None = None,
         filter: _Filter | None = None,
         filter_body: bool = False,
         consumer: Signal | None = None,

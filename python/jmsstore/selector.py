@@ -10,17 +10,30 @@ The text is tokenized and parsed by hand (recursive descent) once, at
 construction, into a tree of Python closures; evaluation runs the closures.
 Evaluation follows SQL three-valued logic: ``None`` stands for both NULL and
 UNKNOWN, and a message is selected only when the result is ``True``.
+Integer arithmetic is exact in the range of a Java long; a result outside it
+becomes the nearest float (it never wraps around, nor grows without bound).
+
+The parser also builds the same expression as a tree of plain tuples
+(:attr:`Selector.tree`), which the Rust core evaluates on encoded messages
+(:meth:`Selector.native`); this module stays the reference for the semantics.
+
+Nesting is limited to :data:`MAX_NESTING` levels. The recursive descent runs
+on a list of generators rather than on Python's stack, so neither parsing a
+deep selector nor refusing one depends on the current recursion limit.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
+from typing import TypeAlias
 
+from jmsstore._native import NativeSelector
 from jmsstore.errors import JmsStoreError
 
-__all__ = ["HEADER_IDENTIFIERS", "InvalidSelectorError", "Selector"]
+__all__ = ["HEADER_IDENTIFIERS", "MAX_NESTING", "InvalidSelectorError", "Selector", "Tree"]
 
 
 class InvalidSelectorError(JmsStoreError, ValueError):
@@ -30,7 +43,8 @@ class InvalidSelectorError(JmsStoreError, ValueError):
     """
 
     def __init__(self, message: str, text: str, position: int) -> None:
-        super().__init__(f"invalid selector at position {position}: {message} (in {text!r})")
+        where = f" (in {text!r})" if text else ""
+        super().__init__(f"invalid selector at position {position}: {message}{where}")
         self.position = position
         self.text = text
 
@@ -51,14 +65,27 @@ HEADER_IDENTIFIERS = frozenset(
     }
 )
 
+# How deep a selector may nest: each pair of parentheses, each operator and
+# each operand counts one level (a chain of AND, of OR, of + and -, or of *
+# and / is one level however long). JMS providers accept deep but not
+# unbounded nesting; 256 levels is far beyond hand-written selectors, keeps
+# the closures' evaluation a few hundred Python frames deep at most, and
+# matches the Rust core's limit on the compiled tree.
+MAX_NESTING = 256
+
 _KEYWORDS = frozenset({"NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN", "LIKE", "IN", "IS", "ESCAPE"})
 _LONG_MIN = -(2**63)
 _LONG_MAX = 2**63 - 1
 _WHITESPACE = " \t\n\r\f"
 _OPERATORS = ("<>", "<=", ">=", "=", "<", ">", "+", "-", "*", "/", "(", ")", ",")
 
+# Digits of the largest exact numeric literal (9223372036854775808, folded into -2^63).
+_LONG_DIGITS = 19
+
 Env = Mapping[str, object]
 Fn = Callable[[Env, Env], object]
+# The compiled expression as nested tuples of plain values (see Selector.tree).
+Tree: TypeAlias = tuple[object, ...]
 
 
 # ---------------------------------------------------------------- tokenizer
@@ -119,7 +146,13 @@ def _tokenize(text: str) -> list[_Token]:
                     raise fail(f"approximate numeric literal {literal} out of range", i)
                 tokens.append(_Token("float", value, i))
             else:
-                tokens.append(_Token("int", int(literal), i))
+                # Refused before int(), which raises ValueError past 4300 digits.
+                significant = literal.lstrip("0") or "0"
+                if len(significant) > _LONG_DIGITS:
+                    raise fail(
+                        f"exact numeric literal of {len(significant)} digits is outside the range of a Java long", i
+                    )
+                tokens.append(_Token("int", int(significant), i))
             i = end
         elif _is_ident_start(ch):
             start = i
@@ -180,21 +213,33 @@ def _compare(op: str, a: object, b: object) -> bool | None:
     return None
 
 
+def _long_or_double(value: int | float) -> int | float:
+    """An integer result outside the range of a Java long becomes the nearest
+    float: never a wrapped-around long, and never an integer larger than the
+    Rust core can hold, so that both evaluate every selector alike."""
+    if isinstance(value, int) and not _LONG_MIN <= value <= _LONG_MAX:
+        try:
+            return float(value)
+        except OverflowError:  # only from ints beyond any long, passed in by a caller's dict
+            return math.copysign(math.inf, value)
+    return value
+
+
 def _arith(op: str, a: object, b: object) -> object:
     if not (_is_num(a) and _is_num(b)):
         return None
     assert isinstance(a, (int, float)) and isinstance(b, (int, float))
     if op == "+":
-        return a + b
+        return _long_or_double(a + b)
     if op == "-":
-        return a - b
+        return _long_or_double(a - b)
     if op == "*":
-        return a * b
+        return _long_or_double(a * b)
     if b == 0:
         return None  # division by zero is NULL, never an exception
     if isinstance(a, int) and isinstance(b, int):
         q = abs(a) // abs(b)  # Java long division truncates toward zero
-        return q if (a < 0) == (b < 0) else -q
+        return _long_or_double(q if (a < 0) == (b < 0) else -q)
     return a / b
 
 
@@ -231,7 +276,34 @@ class _Node:
     fn: Fn
     type: str
     pos: int
+    tree: Tree
+    depth: int  # nesting levels, this node's included (see MAX_NESTING)
     ident: str | None = None  # set when the node is a bare identifier
+
+
+# A grammar rule: a generator that yields the rules it needs parsed (and is
+# sent their nodes back) and returns its own node. _drive runs them.
+_Parse: TypeAlias = Generator["_Parse", _Node, _Node]
+
+
+def _drive(rule: _Parse) -> _Node:
+    """Runs ``rule`` and every rule it yields on a list instead of Python's
+    stack: how deep a selector nests never reaches the recursion limit."""
+    pending: list[_Parse] = [rule]
+    result: _Node | None = None
+    while True:
+        current = pending[-1]
+        try:
+            needed = next(current) if result is None else current.send(result)
+        except StopIteration as done:
+            pending.pop()
+            if not pending:
+                node: _Node = done.value
+                return node
+            result = done.value
+            continue
+        pending.append(needed)
+        result = None
 
 
 class _Parser:
@@ -240,6 +312,7 @@ class _Parser:
         self.tokens = _tokenize(text)
         self.i = 0
         self.identifiers: set[str] = set()
+        self.open = 0  # parentheses, NOT and unary signs around the current token
 
     # -- token helpers
     @property
@@ -279,52 +352,85 @@ class _Parser:
         if node.type != _ANY and node.type not in allowed:
             raise self.fail(f"{context} needs a {' or '.join(allowed)} operand, not a {node.type} one", node.pos)
 
+    # -- nesting
+    def too_deep(self, pos: int) -> InvalidSelectorError:
+        return self.fail(f"the selector nests more than {MAX_NESTING} levels deep", pos)
+
+    def enter(self, pos: int) -> None:
+        """Opens a parenthesis, NOT or sign: what it holds is at least one level deeper."""
+        self.open += 1
+        if self.open >= MAX_NESTING:
+            raise self.too_deep(pos)
+
+    def node(self, fn: Fn, type_: str, pos: int, tree: Tree, *operands: _Node) -> _Node:
+        depth = 1 + max((operand.depth for operand in operands), default=0)
+        if depth > MAX_NESTING:
+            raise self.too_deep(pos)
+        return _Node(fn, type_, pos, tree, depth)
+
     # -- grammar
     def parse(self) -> _Node:
-        node = self.or_expr()
+        node = _drive(self.or_expr())
         if not self.at("eof"):
             raise self.fail(f"unexpected {self.describe()} after the end of the expression")
         self.check(node, (_BOOL,), "a selector")
         return node
 
-    def or_expr(self) -> _Node:
-        left = self.and_expr()
+    def or_expr(self) -> _Parse:
+        first: _Node = yield self.and_expr()
+        operands = [first]
+        pos = first.pos
         while t := self.accept("kw", "OR"):
-            right = self.and_expr()
-            self.check(left, (_BOOL,), "OR")
+            right: _Node = yield self.and_expr()
+            if len(operands) == 1:
+                self.check(first, (_BOOL,), "OR")
             self.check(right, (_BOOL,), "OR")
-            left = _Node(_or(left.fn, right.fn), _BOOL, t.pos)
-        return left
+            operands.append(right)
+            pos = t.pos
+        if len(operands) == 1:
+            return first
+        tree = ("or", *(operand.tree for operand in operands))
+        return self.node(_or(tuple(operand.fn for operand in operands)), _BOOL, pos, tree, *operands)
 
-    def and_expr(self) -> _Node:
-        left = self.not_expr()
+    def and_expr(self) -> _Parse:
+        first: _Node = yield self.not_expr()
+        operands = [first]
+        pos = first.pos
         while t := self.accept("kw", "AND"):
-            right = self.not_expr()
-            self.check(left, (_BOOL,), "AND")
+            right: _Node = yield self.not_expr()
+            if len(operands) == 1:
+                self.check(first, (_BOOL,), "AND")
             self.check(right, (_BOOL,), "AND")
-            left = _Node(_and(left.fn, right.fn), _BOOL, t.pos)
-        return left
+            operands.append(right)
+            pos = t.pos
+        if len(operands) == 1:
+            return first
+        tree = ("and", *(operand.tree for operand in operands))
+        return self.node(_and(tuple(operand.fn for operand in operands)), _BOOL, pos, tree, *operands)
 
-    def not_expr(self) -> _Node:
+    def not_expr(self) -> _Parse:
         if t := self.accept("kw", "NOT"):
-            operand = self.not_expr()
+            self.enter(t.pos)
+            operand: _Node = yield self.not_expr()
+            self.open -= 1
             self.check(operand, (_BOOL,), "NOT")
-            return _Node(_not(operand.fn), _BOOL, t.pos)
-        return self.comparison()
+            return self.node(_not(operand.fn), _BOOL, t.pos, ("not", operand.tree), operand)
+        node: _Node = yield self.comparison()
+        return node
 
-    def comparison(self) -> _Node:
-        left = self.additive()
+    def comparison(self) -> _Parse:
+        left: _Node = yield self.additive()
         t = self.tok
         if t.kind == "op" and t.value in ("=", "<>", "<", "<=", ">", ">="):
             self.advance()
             op = str(t.value)
-            right = self.additive()
+            right: _Node = yield self.additive()
             types = {left.type, right.type} - {_ANY}
             if len(types) > 1:
                 raise self.fail(f"cannot compare a {left.type} with a {right.type}", t.pos)
             if op not in ("=", "<>") and types & {_STR, _BOOL}:
                 raise self.fail(f"{types.pop()} values support only = and <>, not {op}", t.pos)
-            return _Node(_cmp(op, left.fn, right.fn), _BOOL, t.pos)
+            return self.node(_cmp(op, left.fn, right.fn), _BOOL, t.pos, ("cmp", op, left.tree, right.tree), left, right)
         negated = False
         if t.kind == "kw" and t.value == "NOT":
             nxt = self.tokens[self.i + 1]
@@ -333,7 +439,8 @@ class _Parser:
             self.advance()
             negated = True
         if self.accept("kw", "BETWEEN"):
-            return self.between(left, negated, t.pos)
+            node: _Node = yield self.between(left, negated, t.pos)
+            return node
         if self.accept("kw", "IN"):
             return self.in_list(left, negated, t.pos)
         if self.accept("kw", "LIKE"):
@@ -347,10 +454,10 @@ class _Parser:
             raise self.fail(f"the left operand of {construct} must be an identifier", node.pos)
         return node.ident
 
-    def between(self, left: _Node, negated: bool, pos: int) -> _Node:
-        low = self.additive()
+    def between(self, left: _Node, negated: bool, pos: int) -> _Parse:
+        low: _Node = yield self.additive()
         self.expect("kw", "AND", "AND in BETWEEN")
-        high = self.additive()
+        high: _Node = yield self.additive()
         for node in (left, low, high):
             self.check(node, (_NUM,), "BETWEEN")
         value, lo, hi = left.fn, low.fn, high.fn
@@ -360,18 +467,19 @@ class _Parser:
             v = value(h, p)
             return _and3(_compare("<=", lo(h, p), v), _compare("<=", v, hi(h, p)))
 
-        return _Node(_not(between) if negated else between, _BOOL, pos)
+        tree = ("between", left.tree, low.tree, high.tree, negated)
+        return self.node(_not(between) if negated else between, _BOOL, pos, tree, left, low, high)
 
     def in_list(self, left: _Node, negated: bool, pos: int) -> _Node:
         self.require_identifier(left, "IN")
         self.expect("op", "(", "( after IN")
-        items: set[str] = set()
+        items: dict[str, None] = {}  # a set that keeps the order of the text
         while True:
             t = self.accept("str")
             if t is None:
                 raise self.fail(f"IN lists hold string literals only, found {self.describe()}")
             assert isinstance(t.value, str)
-            items.add(t.value)
+            items[t.value] = None
             if self.accept("op", ")"):
                 break
             self.expect("op", ",", ", or ) in the IN list")
@@ -385,7 +493,7 @@ class _Parser:
                 return None
             return (v not in values) if negated else (v in values)
 
-        return _Node(member, _BOOL, pos)
+        return self.node(member, _BOOL, pos, ("in", left.tree, tuple(items), negated), left)
 
     def like(self, left: _Node, negated: bool, pos: int) -> _Node:
         self.require_identifier(left, "LIKE")
@@ -417,40 +525,49 @@ class _Parser:
                 return None
             return (fullmatch(v) is None) if negated else (fullmatch(v) is not None)
 
-        return _Node(like, _BOOL, pos)
+        return self.node(like, _BOOL, pos, ("like", left.tree, pattern_tok.value, escape, negated), left)
 
     def is_null(self, left: _Node, pos: int) -> _Node:
         self.require_identifier(left, "IS NULL")
         negated = self.accept("kw", "NOT") is not None
         self.expect("kw", "NULL", "NULL after IS" + (" NOT" if negated else ""))
         get = left.fn
+        tree = ("is_null", left.tree, negated)
         if negated:
-            return _Node(lambda h, p: get(h, p) is not None, _BOOL, pos)
-        return _Node(lambda h, p: get(h, p) is None, _BOOL, pos)
+            return self.node(lambda h, p: get(h, p) is not None, _BOOL, pos, tree, left)
+        return self.node(lambda h, p: get(h, p) is None, _BOOL, pos, tree, left)
 
-    def additive(self) -> _Node:
-        left = self.multiplicative()
-        while self.tok.kind == "op" and self.tok.value in ("+", "-"):
+    def additive(self) -> _Parse:
+        node: _Node = yield self.arithmetic(("+", "-"), self.multiplicative)
+        return node
+
+    def multiplicative(self) -> _Parse:
+        node: _Node = yield self.arithmetic(("*", "/"), self.unary)
+        return node
+
+    def arithmetic(self, ops: tuple[str, ...], operand: Callable[[], _Parse]) -> _Parse:
+        """A left-associative chain of ``ops`` between operands: one node."""
+        first: _Node = yield operand()
+        operands = [first]
+        steps: list[tuple[str, Fn]] = []
+        tree: list[object] = ["arith", first.tree]
+        pos = first.pos
+        while self.tok.kind == "op" and self.tok.value in ops:
             t = self.advance()
-            right = self.multiplicative()
-            self.arith_check(left, right, str(t.value))
-            left = _Node(_arith_fn(str(t.value), left.fn, right.fn), _NUM, t.pos)
-        return left
+            op = str(t.value)
+            right: _Node = yield operand()
+            if not steps:
+                self.check(first, (_NUM,), f"arithmetic {op}")
+            self.check(right, (_NUM,), f"arithmetic {op}")
+            operands.append(right)
+            steps.append((op, right.fn))
+            tree.append((op, right.tree))
+            pos = t.pos
+        if not steps:
+            return first
+        return self.node(_arith_chain(first.fn, tuple(steps)), _NUM, pos, tuple(tree), *operands)
 
-    def multiplicative(self) -> _Node:
-        left = self.unary()
-        while self.tok.kind == "op" and self.tok.value in ("*", "/"):
-            t = self.advance()
-            right = self.unary()
-            self.arith_check(left, right, str(t.value))
-            left = _Node(_arith_fn(str(t.value), left.fn, right.fn), _NUM, t.pos)
-        return left
-
-    def arith_check(self, left: _Node, right: _Node, op: str) -> None:
-        self.check(left, (_NUM,), f"arithmetic {op}")
-        self.check(right, (_NUM,), f"arithmetic {op}")
-
-    def unary(self) -> _Node:
+    def unary(self) -> _Parse:
         t = self.tok
         if t.kind == "op" and t.value in ("+", "-"):
             self.advance()
@@ -459,28 +576,36 @@ class _Parser:
                 self.advance()
                 assert isinstance(nxt.value, int)
                 return self.int_literal(-nxt.value, t.pos)
-            operand = self.unary()
+            self.enter(t.pos)
+            operand: _Node = yield self.unary()
+            self.open -= 1
             self.check(operand, (_NUM,), f"unary {t.value}")
             fn = operand.fn
             if t.value == "+":
-                return _Node(lambda h, p: fn(h, p) if _is_num(fn(h, p)) else None, _NUM, t.pos)
+
+                def plus(h: Env, p: Env) -> object:
+                    v = fn(h, p)
+                    return v if _is_num(v) else None
+
+                return self.node(plus, _NUM, t.pos, ("pos", operand.tree), operand)
 
             def negate(h: Env, p: Env) -> object:
                 v = fn(h, p)
                 if not _is_num(v):
                     return None
                 assert isinstance(v, (int, float))
-                return -v
+                return _long_or_double(-v)
 
-            return _Node(negate, _NUM, t.pos)
-        return self.primary()
+            return self.node(negate, _NUM, t.pos, ("neg", operand.tree), operand)
+        node: _Node = yield self.primary()
+        return node
 
     def int_literal(self, value: int, pos: int) -> _Node:
         if not _LONG_MIN <= value <= _LONG_MAX:
             raise self.fail(f"exact numeric literal {value} is outside the range of a Java long", pos)
-        return _Node(_const(value), _NUM, pos)
+        return self.node(_const(value), _NUM, pos, ("lit", value))
 
-    def primary(self) -> _Node:
+    def primary(self) -> _Parse:
         t = self.tok
         if t.kind == "int":
             self.advance()
@@ -488,22 +613,29 @@ class _Parser:
             return self.int_literal(t.value, t.pos)
         if t.kind == "float":
             self.advance()
-            return _Node(_const(t.value), _NUM, t.pos)
+            return self.node(_const(t.value), _NUM, t.pos, ("lit", t.value))
         if t.kind == "str":
             self.advance()
-            return _Node(_const(t.value), _STR, t.pos)
+            return self.node(_const(t.value), _STR, t.pos, ("lit", t.value))
         if t.kind == "kw" and t.value in ("TRUE", "FALSE"):
             self.advance()
-            return _Node(_const(t.value == "TRUE"), _BOOL, t.pos)
+            value = t.value == "TRUE"
+            return self.node(_const(value), _BOOL, t.pos, ("lit", value))
         if t.kind == "ident":
             self.advance()
             name = str(t.value)
             self.identifiers.add(name)
-            return _Node(_lookup(name), _ANY, t.pos, ident=name)
+            tree = ("header" if name in HEADER_IDENTIFIERS else "prop", name)
+            return _Node(_lookup(name), _ANY, t.pos, tree, 1, ident=name)
         if self.accept("op", "("):
-            node = self.or_expr()
+            self.enter(t.pos)
+            node: _Node = yield self.or_expr()
             self.expect("op", ")", ")")
-            return _Node(node.fn, node.type, t.pos)
+            self.open -= 1
+            # The parentheses are a level of their own, though they add nothing to the tree.
+            if node.depth + 1 > MAX_NESTING:
+                raise self.too_deep(t.pos)
+            return _Node(node.fn, node.type, t.pos, node.tree, node.depth + 1)
         if t.kind == "kw" and t.value == "NULL":
             raise self.fail("NULL may only appear in IS [NOT] NULL")
         if t.kind == "kw":
@@ -528,8 +660,19 @@ def _cmp(op: str, left: Fn, right: Fn) -> Fn:
     return lambda h, p: _compare(op, left(h, p), right(h, p))
 
 
-def _arith_fn(op: str, left: Fn, right: Fn) -> Fn:
-    return lambda h, p: _arith(op, left(h, p), right(h, p))
+def _arith_chain(first: Fn, steps: tuple[tuple[str, Fn], ...]) -> Fn:
+    """``first op1 e1 op2 e2 ...`` applied left to right."""
+    if len(steps) == 1:
+        ((op, right),) = steps
+        return lambda h, p: _arith(op, first(h, p), right(h, p))
+
+    def chain(h: Env, p: Env) -> object:
+        value = first(h, p)
+        for op, fn in steps:
+            value = _arith(op, value, fn(h, p))
+        return value
+
+    return chain
 
 
 def _and3(a: object, b: object) -> bool | None:
@@ -541,29 +684,61 @@ def _and3(a: object, b: object) -> bool | None:
     return None
 
 
-def _and(left: Fn, right: Fn) -> Fn:
-    def conj(h: Env, p: Env) -> object:
-        x = _truth(left(h, p))
-        if x is False:
-            return False
-        return _and3(x, right(h, p))
+def _and(operands: tuple[Fn, ...]) -> Fn:
+    """``a AND b AND ...``: FALSE if any operand is, else UNKNOWN if any is."""
+    if len(operands) == 2:
+        left, right = operands
 
-    return conj
+        def conj(h: Env, p: Env) -> object:
+            x = _truth(left(h, p))
+            if x is False:
+                return False
+            return _and3(x, right(h, p))
+
+        return conj
+
+    def conj_n(h: Env, p: Env) -> object:
+        result: bool | None = True
+        for fn in operands:
+            x = _truth(fn(h, p))
+            if x is False:
+                return False
+            if x is None:
+                result = None
+        return result
+
+    return conj_n
 
 
-def _or(left: Fn, right: Fn) -> Fn:
-    def disj(h: Env, p: Env) -> object:
-        x = _truth(left(h, p))
-        if x is True:
-            return True
-        y = _truth(right(h, p))
-        if y is True:
-            return True
-        if x is False and y is False:
-            return False
-        return None
+def _or(operands: tuple[Fn, ...]) -> Fn:
+    """``a OR b OR ...``: TRUE if any operand is, else UNKNOWN if any is."""
+    if len(operands) == 2:
+        left, right = operands
 
-    return disj
+        def disj(h: Env, p: Env) -> object:
+            x = _truth(left(h, p))
+            if x is True:
+                return True
+            y = _truth(right(h, p))
+            if y is True:
+                return True
+            if x is False and y is False:
+                return False
+            return None
+
+        return disj
+
+    def disj_n(h: Env, p: Env) -> object:
+        result: bool | None = False
+        for fn in operands:
+            x = _truth(fn(h, p))
+            if x is True:
+                return True
+            if x is None:
+                result = None
+        return result
+
+    return disj_n
 
 
 def _not(operand: Fn) -> Fn:
@@ -576,25 +751,35 @@ def _not(operand: Fn) -> Fn:
 
 # ---------------------------------------------------------------- public API
 
+_SELECT_ALL: Tree = ("lit", True)
+
 
 class Selector:
     """A parsed JMS message selector.
 
     An empty (or blank) selector, or ``None``, selects every message.
-    Raises :class:`InvalidSelectorError` for any syntax or type error.
+    Raises :class:`InvalidSelectorError` for any syntax or type error, for
+    nesting deeper than :data:`MAX_NESTING` levels, and for a ``text`` that
+    is neither a str nor None.
     """
 
-    __slots__ = ("_fn", "_identifiers", "_text")
+    __slots__ = ("_fn", "_identifiers", "_native", "_text", "_tree")
 
     def __init__(self, text: str | None) -> None:
+        if text is not None and not isinstance(text, str):
+            raise InvalidSelectorError(f"a selector is a str or None, not {type(text).__name__}", "", 0)
         self._text = "" if text is None else text
         self._fn: Fn | None
+        self._native: NativeSelector | None = None
         if self._text.strip(_WHITESPACE) == "":
             self._fn = None
+            self._tree = _SELECT_ALL
             self._identifiers: frozenset[str] = frozenset()
             return
         parser = _Parser(self._text)
-        self._fn = parser.parse().fn
+        node = parser.parse()
+        self._fn = node.fn
+        self._tree = node.tree
         self._identifiers = frozenset(parser.identifiers)
 
     @property
@@ -605,6 +790,47 @@ class Selector:
     def identifiers(self) -> frozenset[str]:
         """The header and property names the selector references."""
         return self._identifiers
+
+    @property
+    def tree(self) -> Tree:
+        """The compiled expression as nested tuples of plain values, for
+        evaluators outside Python (:meth:`native`). Each node is a tuple
+        whose first item names it:
+
+        - ``("lit", v)``: a literal; ``v`` is a bool, an int in the range of a
+          Java long, a finite float or a str;
+        - ``("header", name)``: one of :data:`HEADER_IDENTIFIERS`;
+          ``("prop", name)``: a property;
+        - ``("and", e1, e2, ...)``, ``("or", e1, e2, ...)``: two or more
+          operands; ``("not", e)``;
+        - ``("cmp", op, a, b)``: ``op`` is ``=``, ``<>``, ``<``, ``<=``, ``>``
+          or ``>=``;
+        - ``("arith", e0, (op1, e1), (op2, e2), ...)``: ``op`` is ``+``, ``-``,
+          ``*`` or ``/``, applied left to right;
+        - ``("neg", e)``, ``("pos", e)``: unary minus and plus;
+        - ``("between", e, low, high, negated)``;
+        - ``("in", e, (s1, s2, ...), negated)``: the strings in the order the
+          selector lists them, without repeats;
+        - ``("like", e, pattern, escape, negated)``: ``escape`` is a
+          one-character str or None;
+        - ``("is_null", e, negated)``.
+
+        ``negated`` is a bool (the ``NOT`` forms). An empty selector's tree
+        is ``("lit", True)``. Parentheses leave no node; the tree is at most
+        :data:`MAX_NESTING` nodes deep.
+        """
+        return self._tree
+
+    def native(self) -> NativeSelector:
+        """The selector compiled for the Rust core (made once, then cached):
+        it evaluates exactly as :meth:`evaluate` does, on dicts or on an
+        encoded message. A selector whose string literals are not valid
+        Unicode (lone surrogates) cannot be compiled: the native module
+        raises :class:`~jmsstore.errors.InvalidArgumentError`."""
+        compiled = self._native
+        if compiled is None:
+            compiled = self._native = NativeSelector(self._tree)
+        return compiled
 
     def evaluate(self, headers: Mapping[str, object], properties: Mapping[str, object]) -> bool | None:
         """The three-valued result: True, False, or None for UNKNOWN."""

@@ -12,13 +12,13 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from jmsstore._native import AckBacklog, Doorbell, NativeBroker, NativePager, NativeStagedSend, Signal
+from jmsstore._native import AckBacklog, Doorbell, NativeBroker, NativePager, NativeSelector, NativeStagedSend, Signal
 from jmsstore.broker.expiry import ExpiryReaper
 from jmsstore.broker.pause import PauseControl
 from jmsstore.broker.post import PostOffice, ProducerLink
 from jmsstore.broker.registry import QueueState, Registry, SubscriptionSpec, Target
 from jmsstore.client.port import ConsumerPort, Delivery, ProducerPort, SendOptions
-from jmsstore.errors import InvalidClientIDError, JmsStoreError
+from jmsstore.errors import InvalidArgumentError, InvalidClientIDError, JmsStoreError
 from jmsstore.jms.destination import Destination, Queue, TemporaryQueue, Topic
 from jmsstore.jms.message import Message, decode, delivered
 from jmsstore.selector import Selector
@@ -46,16 +46,23 @@ class ConsumerLink:
         self.bell: Doorbell = target.bell
         self._native = port.native
         self._selector = selector
+        # The selector runs in the broker core, under the target's pager lock
+        # alone; one the core cannot compile (a string literal that is not
+        # valid Unicode) is evaluated by Python instead.
+        self._native_selector: NativeSelector | None = None
         self._filter: Callable[..., bool] | None = None
         self._filter_body = False
         self._closed = False
         if selector.text:
             self.bell.add_selective(1)
-            if selector.identifiers <= _PAGER_HEADERS:
-                self._filter = self._header_filter
-            else:
-                self._filter = self._body_filter
-                self._filter_body = True
+            try:
+                self._native_selector = selector.native()
+            except InvalidArgumentError:
+                if selector.identifiers <= _PAGER_HEADERS:
+                    self._filter = self._header_filter
+                else:
+                    self._filter = self._body_filter
+                    self._filter_body = True
 
     def _header_filter(self, header: dict[str, Any]) -> bool:
         headers = {
@@ -77,7 +84,9 @@ class ConsumerLink:
     def fetch(self, limit: int, waiter: Signal) -> list[Delivery]:
         now = now_ms()
         self._port.reaper.sweep(now)
-        items, record = self._native.fetch(self.target.native, now, limit, self._filter, self._filter_body, waiter)
+        items, record = self._native.fetch(
+            self.target.native, now, limit, self._native_selector, self._filter, self._filter_body, waiter
+        )
         deliveries = [Delivery(self, key, count, body) for key, count, body in items]
         if deliveries and record is not None:
             # Only the first waits for the record: the buffer hands them out

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from jmsstore._native import Doorbell, NativeBroker, NativeDestination, NativePager, NativeTarget
+from jmsstore._native import Doorbell, NativeBroker, NativeDestination, NativePager, NativeSelector, NativeTarget
 from jmsstore.broker.layout import ServerLayout, encode_json
 from jmsstore.broker.limits import QuotaUsage, ServerLimits, set_thresholds
 from jmsstore.broker.settings import DestinationSettings
@@ -162,10 +162,18 @@ class SubscriptionSpec:
         return cls(topic, name, client_id, selector, True, shared, no_local)
 
 
-def _routing_filter(selector: Selector) -> Callable[[bytes], bool] | None:
-    """A subscription's selector as the core's router calls it: on the encoded message."""
+def _routing_filter(selector: Selector) -> NativeSelector | Callable[[bytes], bool] | None:
+    """A subscription's selector as the core's router applies it to each
+    message published to the topic: compiled for the core (no Python runs
+    per message), or, for a selector the core cannot compile (a string
+    literal that is not valid Unicode), evaluated by Python on the decoded
+    message."""
     if not selector.text:
         return None
+    try:
+        return selector.native()
+    except InvalidArgumentError:
+        pass
 
     def accepts(encoded: bytes) -> bool:
         message = decode(encoded)

@@ -53,6 +53,17 @@ pub enum Error {
     },
     /// A compressed body could not be decoded.
     Codec(String),
+    /// An encoded broker message or delivery record is malformed: truncated,
+    /// of an unknown version or tag, a count past its end, a string that is
+    /// not UTF-8.
+    Malformed {
+        /// What was being read: "message" or "delivery record".
+        what: &'static str,
+        /// Byte offset inside the record where reading stopped.
+        offset: usize,
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 /// The engine's result type.
@@ -83,6 +94,8 @@ pub enum ErrorKind {
     UnsupportedFormat,
     /// [`Error::Codec`].
     Codec,
+    /// [`Error::Malformed`].
+    Malformed,
 }
 
 impl Error {
@@ -118,6 +131,7 @@ impl Error {
             Error::UnknownHandle(_) => ErrorKind::UnknownHandle,
             Error::UnsupportedFormat { .. } => ErrorKind::UnsupportedFormat,
             Error::Codec(_) => ErrorKind::Codec,
+            Error::Malformed { .. } => ErrorKind::Malformed,
         }
     }
 }
@@ -147,6 +161,7 @@ impl fmt::Display for Error {
                 path.display()
             ),
             Error::Codec(why) => write!(f, "codec error: {why}"),
+            Error::Malformed { what, offset, reason } => write!(f, "malformed {what} at byte {offset}: {reason}"),
         }
     }
 }

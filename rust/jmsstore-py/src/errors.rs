@@ -42,7 +42,7 @@ impl From<PyStoreError> for PyErr {
 pub fn to_pyerr(e: &Error) -> PyErr {
     let message = e.to_string();
     match e.kind() {
-        ErrorKind::Corruption | ErrorKind::Codec => CorruptionError::new_err(message),
+        ErrorKind::Corruption | ErrorKind::Codec | ErrorKind::Malformed => CorruptionError::new_err(message),
         ErrorKind::Locked => StoreLockedError::new_err(message),
         ErrorKind::Closed => StoreClosedError::new_err(message),
         ErrorKind::Poisoned => StorePoisonedError::new_err(message),

@@ -46,6 +46,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<broker::server::NativeAckBacklog>()?;
     m.add_class::<inspect::Record>()?;
     m.add_class::<inspect::Damage>()?;
+    m.add_class::<broker::selector::NativeSelector>()?;
     m.add_function(wrap_pyfunction!(inspect::segments, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::read_segment, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::live, m)?)?;

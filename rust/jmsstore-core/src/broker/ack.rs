@@ -19,7 +19,8 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::broker::delivery::Settled;
-use crate::broker::post_office::MessageHeader;
+use crate::broker::format::{self, DeliveryMode};
+use crate::broker::post_office::Envelope;
 use crate::broker::server::{Broker, Counters, Handed};
 use crate::broker::target::{self, Destination, Route, Sender, Target};
 use crate::error::Result;
@@ -52,14 +53,15 @@ impl AckBacklog {
     }
 }
 
-/// Whether an encoded broker message is persistent (its delivery mode byte).
+/// Whether an encoded broker message is persistent (one that does not
+/// read as a message is taken for non-persistent: it is not stored again).
 pub(crate) fn persistent(encoded: &[u8]) -> bool {
-    encoded.get(2) == Some(&2)
+    format::delivery_mode(encoded).is_ok_and(|mode| mode == DeliveryMode::Persistent)
 }
 
 /// The pager fields of a message, for publishing a copy of it elsewhere.
-pub(crate) fn header_of(h: &Header) -> MessageHeader {
-    MessageHeader {
+pub(crate) fn header_of(h: &Header) -> Envelope {
+    Envelope {
         id: h.id,
         priority: h.priority,
         timestamp: h.timestamp,
@@ -232,7 +234,7 @@ impl Broker {
         _from: &Target,
         handle: Option<u64>,
         body: Arc<[u8]>,
-        header: MessageHeader,
+        header: Envelope,
     ) -> Result<bool> {
         let routes: Vec<Route> = match to {
             Some(to) if !to.is_deleted() => target::routes(to, Sender::default(), &body, persistent(&body)),

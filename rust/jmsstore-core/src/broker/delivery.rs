@@ -28,43 +28,19 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::broker::format::{self, DeliveryEntry};
 use crate::broker::wake::Flag;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::store::{Batch, Store};
 
-/// One entry of a delivery record: a message's store handle and the
-/// delivery count it is handed out with (`<QI`, little-endian).
-pub const RECORD_ENTRY_LEN: usize = 12;
-
-/// A delivery record's body: an entry per message.
-pub fn encode_record(entries: impl IntoIterator<Item = (u64, u32)>) -> Vec<u8> {
-    let entries = entries.into_iter();
-    let mut body = Vec::with_capacity(entries.size_hint().0 * RECORD_ENTRY_LEN);
-    for (handle, count) in entries {
-        body.extend_from_slice(&handle.to_le_bytes());
-        body.extend_from_slice(&count.to_le_bytes());
-    }
-    body
-}
-
-/// The entries of a delivery record's body; an error if its length is not
-/// a whole number of entries.
-pub fn decode_record(body: &[u8]) -> Result<Vec<(u64, u32)>> {
-    if body.len() % RECORD_ENTRY_LEN != 0 {
-        return Err(Error::invalid(format!(
-            "a delivery record is {} bytes long, not a multiple of {RECORD_ENTRY_LEN}",
-            body.len()
-        )));
-    }
-    Ok(body
-        .chunks_exact(RECORD_ENTRY_LEN)
-        .map(|e| {
-            let (handle, count) = e.split_at(8);
-            let handle = u64::from_le_bytes(handle.try_into().expect("8 bytes"));
-            let count = u32::from_le_bytes(count.try_into().expect("4 bytes"));
-            (handle, count)
-        })
-        .collect())
+/// A delivery record's body (the layout is [`format`]'s) naming `entries`:
+/// `(message store handle, delivery count)` each.
+fn record_body(entries: impl IntoIterator<Item = (u64, u32)>) -> Vec<u8> {
+    let entries: Vec<DeliveryEntry> = entries
+        .into_iter()
+        .map(|(message_handle, delivery_count)| DeliveryEntry { message_handle, delivery_count })
+        .collect();
+    format::encode_delivery_record(&entries)
 }
 
 type RecordId = usize;
@@ -241,11 +217,14 @@ impl DeliveryLedger {
             after = Some(last);
             let mut state = self.state();
             for (handle, body) in chunk {
-                let Ok(entries) = decode_record(&body) else {
+                let Ok(entries) = format::decode_delivery_record(&body) else {
                     found.malformed.push(handle);
                     continue;
                 };
-                let pending: HashMap<u64, u32> = entries.into_iter().filter(|(m, _)| self.store.contains(*m)).collect();
+                let pending: HashMap<u64, u32> = entries
+                    .filter(|e| self.store.contains(e.message_handle))
+                    .map(|e| (e.message_handle, e.delivery_count))
+                    .collect();
                 if pending.is_empty() {
                     found.stale.push(handle);
                     continue;
@@ -267,7 +246,7 @@ impl DeliveryLedger {
     /// returned flag is set once it is durable, or failed with the error.
     pub fn mark(self: &Arc<Self>, entries: &[(u64, u32)]) -> Result<Arc<Flag>> {
         let mut batch = self.store.batch();
-        let handle = batch.put(&self.collection, &encode_record(entries.iter().copied()))?;
+        let handle = batch.put(&self.collection, &record_body(entries.iter().copied()))?;
         let durable = Arc::new(Flag::new());
         let id = {
             let mut state = self.state();
@@ -327,7 +306,7 @@ impl DeliveryLedger {
         if self.state().closed {
             return Ok(None);
         }
-        batch.put(&self.collection, &encode_record([(message, 1)])).map(Some)
+        batch.put(&self.collection, &record_body([(message, 1)])).map(Some)
     }
 
     /// Remembers the record a send wrote for `message` (once durable,
@@ -498,7 +477,7 @@ impl DeliveryLedger {
                 }
                 freed.push(id);
             } else if !record.failed {
-                batch.update(record.handle, &encode_record(record.pending.iter().map(|(&m, &c)| (m, c))))?;
+                batch.update(record.handle, &record_body(record.pending.iter().map(|(&m, &c)| (m, c))))?;
             }
         }
         for id in freed {
@@ -625,12 +604,10 @@ mod tests {
 
     /// The records in the store: record handle -> entries.
     fn records(store: &Store) -> Vec<(u64, Vec<(u64, u32)>)> {
-        store
-            .scan(RECORDS, None, 1000)
-            .unwrap()
-            .into_iter()
-            .map(|(h, body)| (h, decode_record(&body).unwrap()))
-            .collect()
+        let entries = |body: &[u8]| -> Vec<(u64, u32)> {
+            format::decode_delivery_record(body).unwrap().map(|e| (e.message_handle, e.delivery_count)).collect()
+        };
+        store.scan(RECORDS, None, 1000).unwrap().into_iter().map(|(h, body)| (h, entries(&body))).collect()
     }
 
     fn wait(flag: &Flag) {
@@ -646,14 +623,6 @@ mod tests {
         }
         ledger.settle(ms, &mut batch, None).unwrap();
         store.commit(batch).unwrap();
-    }
-
-    #[test]
-    fn the_record_format_round_trips_and_refuses_a_partial_entry() {
-        let entries = vec![(1, 1), (u64::MAX, u32::MAX), (7, 0)];
-        assert_eq!(decode_record(&encode_record(entries.clone())).unwrap(), entries);
-        assert!(decode_record(&[]).unwrap().is_empty());
-        assert!(matches!(decode_record(&[0; 13]), Err(Error::InvalidArgument(_))));
     }
 
     #[test]

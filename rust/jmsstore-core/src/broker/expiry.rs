@@ -13,6 +13,7 @@
 use std::sync::{Arc, Mutex};
 
 use crate::broker::ack::header_of;
+use crate::broker::format;
 use crate::broker::server::{Broker, Counters};
 use crate::broker::target::{ExpirationPolicy, Target};
 use crate::error::Result;
@@ -25,21 +26,6 @@ pub struct Expired {
     pub body: Vec<u8>,
     /// Whether it had been delivered before.
     pub redelivered: bool,
-}
-
-/// The offset of the expiration field in an encoded broker message
-/// (version, body type, delivery mode and priority bytes, the id and the
-/// timestamp come first).
-const EXPIRATION_OFFSET: usize = 4 + 8 + 8;
-
-/// `encoded` with its expiration cleared (a redirected message would
-/// expire at once in its new place).
-fn without_expiration(encoded: &[u8]) -> Vec<u8> {
-    let mut copy = encoded.to_vec();
-    if let Some(field) = copy.get_mut(EXPIRATION_OFFSET..EXPIRATION_OFFSET + 8) {
-        field.fill(0);
-    }
-    copy
 }
 
 /// Serializes expiry runs (the reaper and passive expiry may overlap).
@@ -84,7 +70,7 @@ impl Broker {
                         if let Some(error) = error {
                             let mut moved_header = header_of(&header);
                             moved_header.expiration = 0;
-                            let body: Arc<[u8]> = Arc::from(without_expiration(&body));
+                            let body: Arc<[u8]> = Arc::from(format::with_expiration(&body, 0)?);
                             if self.move_to(Some(&error), &target, handle, body, moved_header)? {
                                 Counters::bump(&self.counters.expired_redirected, 1);
                                 continue; // its store record went in the move
@@ -100,19 +86,5 @@ impl Broker {
         }
         self.delete_stored(&deletes)?;
         Ok(to_log)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn clearing_the_expiration_touches_that_field_only() {
-        let mut encoded: Vec<u8> = (0u8..40).collect();
-        let cleared = without_expiration(&encoded);
-        encoded[EXPIRATION_OFFSET..EXPIRATION_OFFSET + 8].fill(0);
-        assert_eq!(cleared, encoded);
-        assert_eq!(without_expiration(&[1, 2, 3]), vec![1, 2, 3], "too short to hold one: unchanged");
     }
 }

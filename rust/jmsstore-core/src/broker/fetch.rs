@@ -9,11 +9,12 @@
 
 use std::sync::Arc;
 
+use crate::broker::selector::{PagerHeader, Selector};
 use crate::broker::server::Broker;
 use crate::broker::target::Target;
 use crate::broker::wake::Flag;
 use crate::error::Result;
-use crate::pager::{Filter, Taken};
+use crate::pager::{Filter, Header, Taken};
 
 /// What a fetch reserved for a consumer.
 pub struct Fetched {
@@ -42,6 +43,30 @@ impl Broker {
     ) -> Result<Fetched> {
         let items = self.pager.take_many(target.pager_id(), now, limit, filter, with_body)?;
         self.reserved(target, items, limit, consumer)
+    }
+
+    /// As [`Broker::fetch`] for a consumer with a JMS selector, evaluated
+    /// here under the target's pager lock alone: on the pager's resident
+    /// header when the selector names only fields it holds (a paged-out
+    /// body is then not read), else on the encoded message. A message the
+    /// selector cannot read (a string that is not UTF-8) is not selected.
+    pub fn fetch_selected(
+        &self,
+        target: &Target,
+        now: i64,
+        limit: usize,
+        selector: &Selector,
+        consumer: Option<&Arc<Flag>>,
+    ) -> Result<Fetched> {
+        let with_body = !selector.needs_only_pager_header();
+        let mut filter = |h: &Header, body: Option<&[u8]>| -> bool {
+            let selected = match body {
+                Some(encoded) => selector.matches_encoded(encoded, h.redelivery_count),
+                None => selector.matches(&pager_header(h)),
+            };
+            selected.unwrap_or(false)
+        };
+        self.fetch(target, now, limit, Some(&mut filter), with_body, consumer)
     }
 
     /// As [`Broker::fetch`] without a selector, but only if it needs no
@@ -102,5 +127,18 @@ impl Broker {
                 Err(e)
             }
         }
+    }
+}
+
+/// The fields of the pager's header a selector may look at.
+fn pager_header(h: &Header) -> PagerHeader<'_> {
+    PagerHeader {
+        priority: h.priority,
+        timestamp: h.timestamp,
+        expiration: h.expiration,
+        delivery_time: h.delivery_time,
+        correlation_id: h.correlation_id.as_deref(),
+        message_type: h.message_type.as_deref(),
+        redelivery_count: h.redelivery_count,
     }
 }

@@ -32,9 +32,10 @@ use crate::broker::target::{Destination, Route, Target};
 use crate::error::Result;
 use crate::pager::NewMessage;
 
-/// The fields the pager orders, filters and expires by.
+/// What the post office needs of a message besides its bytes: the fields
+/// the pager orders, filters and expires by.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct MessageHeader {
+pub struct Envelope {
     /// The broker's message id.
     pub id: u64,
     /// JMS priority, 0..=9.
@@ -51,7 +52,7 @@ pub struct MessageHeader {
     pub message_type: Option<String>,
 }
 
-impl MessageHeader {
+impl Envelope {
     fn new_message(&self, store_handle: Option<u64>) -> NewMessage<'_> {
         NewMessage {
             id: self.id,
@@ -91,7 +92,7 @@ pub(crate) struct Held {
     routes: Vec<Route>,
     handles: Vec<Option<u64>>,
     body: Arc<[u8]>,
-    header: MessageHeader,
+    header: Envelope,
 }
 
 /// Work to run once an asynchronous send is done (on the completer thread).
@@ -168,7 +169,7 @@ impl Broker {
         destination: &Destination,
         routes: &[Route],
         body: Arc<[u8]>,
-        header: &MessageHeader,
+        header: &Envelope,
         birth_record: bool,
     ) -> Result<()> {
         let result = self.send_now(destination, routes, body.clone(), header, birth_record);
@@ -184,7 +185,7 @@ impl Broker {
         destination: &Destination,
         routes: &[Route],
         body: Arc<[u8]>,
-        header: &MessageHeader,
+        header: &Envelope,
         birth_record: bool,
     ) -> Result<()> {
         if !routes.iter().any(|r| r.stored) || destination.insertion_paused() {
@@ -245,7 +246,7 @@ impl Broker {
         destination: &Arc<Destination>,
         routes: Vec<Route>,
         body: Arc<[u8]>,
-        header: MessageHeader,
+        header: Envelope,
         on_done: OnDone,
     ) -> Result<()> {
         if !routes.iter().any(|r| r.stored) || destination.insertion_paused() {
@@ -311,7 +312,7 @@ impl Broker {
         routes: &[Route],
         handles: &[Option<u64>],
         body: Arc<[u8]>,
-        header: &MessageHeader,
+        header: &Envelope,
         count_as_sent: bool,
     ) -> Result<()> {
         if destination.insertion_paused() {
@@ -361,13 +362,7 @@ impl Broker {
     /// reason is deleted from the store too, so that it is never delivered
     /// (not now, not after a restart); the error is returned if no copy
     /// became visible.
-    fn deliver(
-        &self,
-        routes: &[Route],
-        handles: &[Option<u64>],
-        body: &Arc<[u8]>,
-        header: &MessageHeader,
-    ) -> Result<()> {
+    fn deliver(&self, routes: &[Route], handles: &[Option<u64>], body: &Arc<[u8]>, header: &Envelope) -> Result<()> {
         if header.delayed() {
             for r in routes {
                 r.target.delay_until(header.delivery_time);

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::broker::ledger::Account;
 use crate::broker::post_office::Held;
+use crate::broker::selector::Selector;
 use crate::broker::wake::Bell;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -171,6 +172,15 @@ impl Destination {
 pub trait MessageFilter: Send + Sync {
     /// Whether the subscription takes this message.
     fn accepts(&self, encoded: &[u8]) -> bool;
+}
+
+impl MessageFilter for Selector {
+    /// The selector on the encoded message (not redelivered: it is being
+    /// published). A message it cannot read (a string that is not UTF-8)
+    /// is not selected.
+    fn accepts(&self, encoded: &[u8]) -> bool {
+        self.matches_encoded(encoded, 0).unwrap_or(false)
+    }
 }
 
 /// Who sent a message, for subscriptions that do not want their own

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use crate::broker::delivery::Settled;
-use crate::broker::post_office::MessageHeader;
+use crate::broker::post_office::Envelope;
 use crate::broker::server::{Broker, Counters};
 use crate::broker::target::{Destination, Route, Target};
 use crate::error::Result;
@@ -24,7 +24,7 @@ pub struct StagedSend {
     /// The encoded message.
     pub body: Arc<[u8]>,
     /// Its pager fields.
-    pub header: MessageHeader,
+    pub header: Envelope,
 }
 
 impl StagedSend {

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use jmsstore_core::broker::ack::AckBacklog;
-use jmsstore_core::broker::post_office::{Admission, MessageHeader};
+use jmsstore_core::broker::post_office::{Admission, Envelope};
 use jmsstore_core::broker::target::{self, Sender};
 use jmsstore_core::broker::transaction::StagedSend;
 use jmsstore_core::broker::Broker;
@@ -16,6 +16,7 @@ use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict};
 
 use super::ledger::Account;
+use super::selector::NativeSelector;
 use super::target::{NativeDestination, NativeRoutes, NativeTarget};
 use super::wake::Signal;
 use crate::completion::{self, Outstanding};
@@ -29,8 +30,8 @@ type HeaderArgs = (u64, u8, i64, i64, i64, Option<String>, Option<String>);
 
 fn header_of(
     (id, priority, timestamp, expiration, delivery_time, correlation_id, message_type): HeaderArgs,
-) -> MessageHeader {
-    MessageHeader { id, priority, timestamp, expiration, delivery_time, correlation_id, message_type }
+) -> Envelope {
+    Envelope { id, priority, timestamp, expiration, delivery_time, correlation_id, message_type }
 }
 
 /// What a send's admission decided: 0 sent (or staged), 1 no room in the
@@ -336,10 +337,11 @@ impl NativeBroker {
     /// Reserves up to `limit` messages of `target` for a consumer:
     /// `([(key, redelivery_count, body)], record)`, `record` the signal of
     /// their delivery record (wait for it before handing out the first).
-    /// `filter(header[, body])` is a Python selector (called under the
-    /// target's pager lock, holding the GIL); `consumer` the consumer's
-    /// signal on the target's bell.
-    #[pyo3(signature = (target, now, limit, filter=None, filter_body=false, consumer=None))]
+    /// The consumer's JMS `selector` runs in the core without the GIL; a
+    /// selector the core cannot compile is a Python `filter(header[,
+    /// body])` instead (called under the target's pager lock, holding the
+    /// GIL). `consumer` is the consumer's signal on the target's bell.
+    #[pyo3(signature = (target, now, limit, selector=None, filter=None, filter_body=false, consumer=None))]
     #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn fetch<'py>(
         &self,
@@ -347,14 +349,20 @@ impl NativeBroker {
         target: &NativeTarget,
         now: i64,
         limit: usize,
+        selector: Option<PyRef<'_, NativeSelector>>,
         filter: Option<Bound<'py, PyAny>>,
         filter_body: bool,
         consumer: Option<PyRef<'_, Signal>>,
     ) -> PyResult<(Vec<TakenTuple<'py>>, Option<Signal>)> {
         let consumer = consumer.map(|s| s.flag());
         let target = target.target.clone();
-        let fetched = match filter {
-            Some(f) => {
+        let fetched = match (selector, filter) {
+            (Some(selector), _) => {
+                let selector = selector.selector.clone();
+                py.detach(|| self.broker.fetch_selected(&target, now, limit, &selector, consumer.as_ref()))
+                    .map_err(PyStoreError)?
+            }
+            (None, Some(f)) => {
                 let (failure, fetched) = call_with_filter(py, &f, |filter| {
                     self.broker.fetch(&target, now, limit, Some(filter), filter_body, consumer.as_ref())
                 });
@@ -368,12 +376,14 @@ impl NativeBroker {
                 }
                 fetched.map_err(PyStoreError)?
             }
-            None => match self.broker.try_fetch(&target, now, limit, consumer.as_ref()).map_err(PyStoreError)? {
-                Some(fetched) => fetched,
-                None => py
-                    .detach(|| self.broker.fetch(&target, now, limit, None, false, consumer.as_ref()))
-                    .map_err(PyStoreError)?,
-            },
+            (None, None) => {
+                match self.broker.try_fetch(&target, now, limit, consumer.as_ref()).map_err(PyStoreError)? {
+                    Some(fetched) => fetched,
+                    None => py
+                        .detach(|| self.broker.fetch(&target, now, limit, None, false, consumer.as_ref()))
+                        .map_err(PyStoreError)?,
+                }
+            }
         };
         Ok((taken_tuples(py, fetched.items), fetched.record.map(Signal::wrap)))
     }

@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use super::ledger::Account;
+use super::selector::NativeSelector;
 use super::wake::Doorbell;
 use crate::errors::PyResult2;
 
@@ -120,8 +121,10 @@ pub struct NativeTarget {
 impl NativeTarget {
     /// A target on pager destination `pager_id` charged to `destination`,
     /// storing its persistent messages in `collection` (None: not stored).
-    /// A subscription has `routing` True, a `selector` (a callable taking
-    /// the encoded message), `no_local` and its `client_id`.
+    /// A subscription has `routing` True, a `selector` (a `NativeSelector`,
+    /// evaluated without Python; or, for a selector the core cannot
+    /// compile, a callable taking the encoded message), `no_local` and its
+    /// `client_id`.
     #[new]
     #[pyo3(signature = (pager_id, destination, collection=None, routing=false, selector=None, no_local=false, client_id=None))]
     fn new(
@@ -129,16 +132,15 @@ impl NativeTarget {
         destination: &NativeDestination,
         collection: Option<String>,
         routing: bool,
-        selector: Option<Py<PyAny>>,
+        selector: Option<Bound<'_, PyAny>>,
         no_local: bool,
         client_id: Option<String>,
     ) -> Self {
-        let routing = routing.then(|| Routing {
-            filter: selector.map(|s| Arc::new(PythonFilter(s)) as Arc<dyn MessageFilter>),
-            no_local,
-            client_id,
-            ..Routing::default()
+        let filter = selector.map(|s| match s.cast::<NativeSelector>() {
+            Ok(native) => native.get().selector.clone() as Arc<dyn MessageFilter>,
+            Err(_) => Arc::new(PythonFilter(s.unbind())) as Arc<dyn MessageFilter>,
         });
+        let routing = routing.then(|| Routing { filter, no_local, client_id, ..Routing::default() });
         NativeTarget { target: Arc::new(Target::new(pager_id, destination.destination.clone(), collection, routing)) }
     }
 
