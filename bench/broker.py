@@ -29,10 +29,22 @@ Peers, measured in the same run with the same N and thread counts:
 - ``pq-file``: persist-queue's file ``Queue(autosave=True)`` (thread-safe, but
   not durable per message: it fsyncs once per 100-put chunk file).
 
-Goals (ratios of figures of the same run): (a) ``persistent`` with 16
-producers >= 10x ``pq-sqlite`` with 16 producers; (b) ``async`` >= 0.70x
-``non-persistent`` at every thread count. Fsyncs per message are counted
-for ours (store ``stats()``), not for the peers.
+Every run reports the process CPU per message: ``getrusage(RUSAGE_SELF)``
+user + system time, every thread, from releasing the threads to the last
+receive, divided by the messages received. Right after each of our runs, in
+the same round, its engine floor (:mod:`bench.floor`: the same messages
+through the same native calls by plain loops, as many threads as
+producers) is measured the same way, so that broker CPU / floor CPU is a
+ratio of one round (broker, floor, broker, floor, ...).
+
+Goals (ratios of figures of the same run, medians of the per-round
+quotients): (a) ``persistent`` with 16 producers >= 10x ``pq-sqlite`` with
+16 producers; (b) ``async`` >= 0.70x ``non-persistent`` at every thread
+count; CPU per message against the floor's: (c) ``non-persistent`` <= 3x at
+every thread count, (d) ``async`` <= 2x and (e) ``persistent`` <= 2x with 16
+producers; (f) ``persistent`` with 1 producer and 1 consumer: <= 1.05 fsyncs
+per message. Fsyncs per message are counted for ours and the floors (store
+``stats()``), not for the peers.
 
 ``--pin-python CPU,...`` runs every producer and consumer thread (ours and
 the peers') on those CPUs only: a tuning experiment, whose goal ratios are
