@@ -14,7 +14,8 @@ Layout (meant to grow into the full harness of issue 7):
   queue, the native-thread engine load generator;
 - ``store``    -- the store suite of issue 2 (put throughput, recovery, codecs);
 - ``pager``    -- the pager suite (memory per message, paged drain, sorted orders);
-- ``broker``   -- the broker suite (send+receive throughput vs sqlite3 and persist-queue).
+- ``broker``   -- the broker suite (send+receive throughput vs sqlite3 and persist-queue,
+  process CPU per message against the engine floor of ``floor``).
 
 Suites register themselves in ``SUITES`` (see ``__main__``).
 """

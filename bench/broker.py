@@ -29,10 +29,22 @@ Peers, measured in the same run with the same N and thread counts:
 - ``pq-file``: persist-queue's file ``Queue(autosave=True)`` (thread-safe, but
   not durable per message: it fsyncs once per 100-put chunk file).
 
-Goals (ratios of figures of the same run): (a) ``persistent`` with 16
-producers >= 10x ``pq-sqlite`` with 16 producers; (b) ``async`` >= 0.70x
-``non-persistent`` at every thread count. Fsyncs per message are counted
-for ours (store ``stats()``), not for the peers.
+Every run reports the process CPU per message: ``getrusage(RUSAGE_SELF)``
+user + system time, every thread, from releasing the threads to the last
+receive, divided by the messages received. Right after each of our runs, in
+the same round, its engine floor (:mod:`bench.floor`: the same messages
+through the same native calls by plain loops, as many threads as
+producers) is measured the same way, so that broker CPU / floor CPU is a
+ratio of one round (broker, floor, broker, floor, ...).
+
+Goals (ratios of figures of the same run, medians of the per-round
+quotients): (a) ``persistent`` with 16 producers >= 10x ``pq-sqlite`` with
+16 producers; (b) ``async`` >= 0.70x ``non-persistent`` at every thread
+count; CPU per message against the floor's: (c) ``non-persistent`` <= 3x at
+every thread count, (d) ``async`` <= 2x and (e) ``persistent`` <= 2x with 16
+producers; (f) ``persistent`` with 1 producer and 1 consumer: <= 1.05 fsyncs
+per message. Fsyncs per message are counted for ours and the floors (store
+``stats()``), not for the peers.
 
 ``--pin-python CPU,...`` runs every producer and consumer thread (ours and
 the peers') on those CPUs only: a tuning experiment, whose goal ratios are
@@ -54,8 +66,8 @@ from typing import Any
 
 from jmsstore.broker import AckMode, DeliveryMode, JMSServer, Message
 
-from bench import bodies
-from bench.harness import Context, StartLine, goal_cell, median, ratio
+from bench import bodies, floor
+from bench.harness import Context, StartLine, cpu_seconds, fmt, goal_cell, median, ratio
 from bench.peers import persist_queue, raw_disk, sqlite_queue
 from bench.store import settle
 
@@ -69,6 +81,16 @@ BASELINE = "pq-sqlite"
 GOAL_THREADS = 16
 GOAL_VS_BASELINE = 10.0
 GOAL_ASYNC_VS_NON_PERSISTENT = 0.70
+# Process CPU per message at most this many times the engine floor's (bench.floor).
+GOAL_CPU_NON_PERSISTENT = 3.0  # at every thread count
+GOAL_CPU_ASYNC = 2.0  # GOAL_THREADS producers
+GOAL_CPU_SEND = 2.0  # GOAL_THREADS producers
+GOAL_FSYNCS_PER_MESSAGE = 1.05  # synchronous persistent sends, 1 producer + 1 consumer
+CPU_GOAL_LABELS = {
+    "non-persistent": "non-persistent send",
+    "async": "persistent send_async",
+    "persistent": "persistent send",
+}
 # Our systems move 20,000 messages in well under a second, where the start of
 # the threads and the last consumers' tail weigh more than the steady state;
 # the full mode gives them this many times the peers' messages (rates, not
@@ -243,7 +265,7 @@ def drive(
     got = [0] * consumers
     errors: list[BaseException] = []
     lock = threading.Lock()
-    state = {"received": 0, "expected": producers * per_producer, "t_end": 0.0, "t_sent": 0.0}
+    state = {"received": 0, "expected": producers * per_producer, "t_end": 0.0, "cpu_end": 0.0}
     done = threading.Event()
 
     def pin() -> None:
@@ -294,6 +316,7 @@ def drive(
                         state["received"] += k
                         if state["received"] >= state["expected"]:
                             state["t_end"] = clock()
+                            state["cpu_end"] = cpu_seconds()
                             done.set()
         except BaseException as e:
             errors.append(e)
@@ -321,17 +344,22 @@ def drive(
         state["expected"] = sum(sent)
         if state["received"] >= state["expected"] and not done.is_set():
             state["t_end"] = clock()
+            state["cpu_end"] = cpu_seconds()
             done.set()
     done.wait(max(0.0, t0 + cap + 30 - clock()))
-    timed_out = not done.is_set()
-    done.set()
+    with lock:
+        timed_out = not done.is_set()
+        if timed_out:
+            state["t_end"] = clock()
+            state["cpu_end"] = cpu_seconds()
+        done.set()
     for t in pool_c:
         t.join()
     if errors:
         raise errors[0]
     received = state["received"]
-    t_end = state["t_end"] if not timed_out else clock()
-    seconds = t_end - t0
+    seconds = state["t_end"] - t0
+    cpu = state["cpu_end"] - line.cpu_started
     total = sum(sent)
     return {
         "producers": producers,
@@ -345,6 +373,8 @@ def drive(
         "seconds": seconds,
         "send_seconds": t_sent - t0,
         "rate": received / seconds if seconds > 0 else None,
+        "cpu_s": cpu,
+        "cpu_us_per_message": cpu / received * 1e6 if received else None,
     }
 
 
@@ -377,7 +407,23 @@ def measure(ctx: Context, name: str, threads: int, per_producer: int, body: byte
     return {"system": name, "threads": threads, **run}
 
 
+def measure_floor(ctx: Context, name: str, threads: int, per_producer: int, body: bytes, cap: float) -> dict[str, Any]:
+    """The engine floor of our system ``name`` (see :mod:`bench.floor`): as many
+    threads as the run has producers, the same messages."""
+    directory = ctx.scratch / f"floor-{name}-{threads}"
+    run = floor.run(name, directory, threads, per_producer, body, cap, ctx.options.get("pin_python"))
+    return {"system": f"floor of {name}", **run}
+
+
 # --------------------------------------------------------------------------
+
+
+def _spread(values: list[float | None]) -> tuple[float | None, float | None, float | None]:
+    """(median, min, max) of the values present."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return None, None, None
+    return median(present), min(present), max(present)
 
 
 def _summarise(name: str, threads: int, runs: list[dict[str, Any]], baselines: list[float | None]) -> dict[str, Any]:
@@ -394,6 +440,7 @@ def _summarise(name: str, threads: int, runs: list[dict[str, Any]], baselines: l
     if not ok:
         row["error"] = runs[0]["error"] if runs else "not run"
         row.update(rate=None, ratio_baseline=None, fsyncs_per_message=None, messages=0, received=0)
+        row.update(cpu_us_per_message=None, cpu_vs_floor=None)
         return row
     row["messages"] = sum(r["sent"] for r in ok)  # all rounds
     row["messages_per_run"] = ok[0]["planned"]
@@ -405,6 +452,9 @@ def _summarise(name: str, threads: int, runs: list[dict[str, Any]], baselines: l
     row["rate_max"] = max(r["rate"] for r in ok)
     pairs = [(r, b) for r, b in zip(runs, baselines, strict=True) if "error" not in r]
     row["ratio_baseline"] = median([ratio(r["rate"], b) for r, b in pairs])
+    row["cpu_us_per_message"], row["cpu_us_per_message_min"], row["cpu_us_per_message_max"] = _spread(
+        [r["cpu_us_per_message"] for r in ok]
+    )
     if ok[0]["fsyncs"] is not None:
         row["fsyncs"] = sum(r["fsyncs"] for r in ok)
         row["fsyncs_per_message"] = row["fsyncs"] / row["received"] if row["received"] else None
@@ -413,6 +463,18 @@ def _summarise(name: str, threads: int, runs: list[dict[str, Any]], baselines: l
         row["avg_group"] = written / flushes if flushes else None
     else:
         row["fsyncs"] = row["fsyncs_per_message"] = row["avg_group"] = None
+    if name in OURS:
+        # Each round's broker run against the floor run right after it.
+        floors = [f for r in ok if "error" not in (f := r.get("floor") or {"error": "not run"})]
+        row["floor_failed_rounds"] = len(ok) - len(floors)
+        row["floor_rate"] = median([f["rate"] for f in floors])
+        row["floor_cpu_us_per_message"], row["floor_cpu_us_per_message_min"], row["floor_cpu_us_per_message_max"] = (
+            _spread([f["cpu_us_per_message"] for f in floors])
+        )
+        row["floor_fsyncs_per_message"] = median([f["fsyncs_per_message"] for f in floors])
+        per_round = [r.get("cpu_vs_floor") for r in ok]
+        row["cpu_vs_floor_rounds"] = per_round
+        row["cpu_vs_floor"], row["cpu_vs_floor_min"], row["cpu_vs_floor_max"] = _spread(per_round)
     return row
 
 
@@ -423,7 +485,7 @@ def bench_throughput(ctx: Context) -> None:
     n = ctx.n(2000, 20000, minimum=max(counts))
     ours_factor = 1 if ctx.quick else OURS_MESSAGES_FACTOR
     rounds_n = 1 if ctx.quick else 3
-    cap = 10.0 if ctx.quick else 60.0
+    cap = 5.0 if ctx.quick else 60.0  # seconds per measurement (a slow disk caps the fsync-bound runs)
     body = bodies.random_body(BODY_BYTES, seed=7)
     pq_error = persist_queue.IMPORT_ERROR
     ctx.settings["throughput"] = {
@@ -445,9 +507,23 @@ def bench_throughput(ctx: Context) -> None:
         "receive_timeout_s": RECEIVE_TIMEOUT,
         "persist_queue": persist_queue.version(),
         "python_threads_cpus": ctx.options.get("pin_python"),
-        "method": "per thread count, rounds of every system one after the other (fresh queue/store each), ratios "
-        "taken within a round; rates and ratios are medians over the rounds; in the full mode our systems send "
-        "ours_messages_factor times the peers' messages",
+        "cpu": "process CPU (getrusage RUSAGE_SELF, user + system, every thread) from releasing the threads to "
+        "the last receive, per message received",
+        "floor": {
+            "what": "per scenario, the same messages pushed through the same native calls by plain loops in as "
+            "many threads as producers (see bench/floor.py); measured right after each of our runs, in the same "
+            "round, CPU the same way",
+            "scenarios": list(floor.SCENARIOS),
+            "store": floor.STORE_SETTINGS,
+            "message_buffer_size": floor.MESSAGE_BUFFER_SIZE,
+            "take": floor.TAKE,
+            "window": floor.WINDOW,
+            "deletes_per_batch": floor.DELETES,
+        },
+        "method": "per thread count, rounds of every system one after the other (fresh queue/store each), each of "
+        "ours followed by its engine floor; ratios taken within a round; rates, CPU per message and ratios are "
+        "medians over the rounds; in the full mode our systems (and their floors) send ours_messages_factor "
+        "times the peers' messages",
     }
     rows: list[dict[str, Any]] = []
     disk: list[dict[str, Any]] = []
@@ -458,10 +534,8 @@ def bench_throughput(ctx: Context) -> None:
             probe0 = raw_disk.limit(ctx.scratch, 1, 1100, 100 if ctx.quick else 300)["syncs_per_s"]
             for name in systems:
                 per_producer = per * ours_factor if name in OURS else per
-                ctx.step(
-                    f"throughput: {threads}+{threads} threads, round {i + 1}/{rounds_n}: {name}, "
-                    f"{per_producer * threads:,} messages"
-                )
+                where = f"throughput: {threads}+{threads} threads, round {i + 1}/{rounds_n}"
+                ctx.step(f"{where}: {name}, {per_producer * threads:,} messages")
                 if name.startswith("pq-") and pq_error is not None:
                     r: dict[str, Any] = {"system": name, "threads": threads, "error": pq_error}
                 else:
@@ -470,6 +544,16 @@ def bench_throughput(ctx: Context) -> None:
                     except Exception as e:  # a failed run is reported, not fatal
                         r = {"system": name, "threads": threads, "error": f"{type(e).__name__}: {e}"}
                         ctx.note(f"{name} with {threads} threads failed: {r['error']}")
+                if name in OURS:
+                    ctx.step(f"{where}: floor of {name}, {per_producer * threads:,} messages")
+                    try:
+                        f = measure_floor(ctx, name, threads, per_producer, body, cap)
+                    except Exception as e:
+                        f = {"system": f"floor of {name}", "threads": threads, "error": f"{type(e).__name__}: {e}"}
+                        ctx.note(f"the floor of {name} with {threads} threads failed: {f['error']}")
+                    r["floor"] = f
+                    if "error" not in r:
+                        r["cpu_vs_floor"] = ratio(r["cpu_us_per_message"], f.get("cpu_us_per_message"))
                 per_system[name].append(r)
             probe1 = raw_disk.limit(ctx.scratch, 1, 1100, 100 if ctx.quick else 300)["syncs_per_s"]
             disk.append({"threads": threads, "round": i + 1, "syncs_per_s_before": probe0, "syncs_per_s_after": probe1})
@@ -492,50 +576,136 @@ def _row(rows: list[dict[str, Any]], name: str, threads: int) -> dict[str, Any] 
     return None
 
 
+def _paired(
+    a: dict[str, Any], b: dict[str, Any], num: Callable[[dict[str, Any]], Any], den: Callable[[dict[str, Any]], Any]
+) -> tuple[list[Any], list[Any], list[float | None]]:
+    """Per round of rows ``a`` and ``b`` (both without error): the numerator,
+    the denominator and their quotient."""
+    nums, dens, quotients = [], [], []
+    for x, y in zip(a["rounds"], b["rounds"], strict=True):
+        if "error" in x or "error" in y:
+            continue
+        nums.append(num(x))
+        dens.append(den(y))
+        quotients.append(ratio(nums[-1], dens[-1]))
+    return nums, dens, quotients
+
+
+def _goal(
+    key: str,
+    what: str,
+    threads: int,
+    numerator: str,
+    denominator: str,
+    unit: str,
+    figures: tuple[list[Any], list[Any], list[float | None]],
+    op: str,
+    target: float,
+) -> dict[str, Any]:
+    """One goal: the median over the rounds of the per-round quotients, their
+    range, and the medians of the two figures behind them."""
+    nums, dens, per_round = figures
+    value, low, high = _spread(per_round)
+    return {
+        "goal": key,
+        "what": what,
+        "threads": threads,
+        "numerator": numerator,
+        "denominator": denominator,
+        "unit": unit,
+        "numerator_value": median(nums),
+        "denominator_value": median(dens),
+        "ratio": value,
+        "ratio_rounds": per_round,
+        "ratio_min": low,
+        "ratio_max": high,
+        "op": op,
+        "target": target,
+    }
+
+
 def _goals(ctx: Context, rows: list[dict[str, Any]], counts: list[int]) -> list[dict[str, Any]]:
-    """The two goal ratios, each with both its figures (a ratio of medians: the per-round ratios are in the rows)."""
+    """Every goal: (a) and (b) compare rates, (c)-(e) our process CPU per
+    message with the engine floor's, (f) counts fsyncs per message; each a
+    median of per-round figures, with the two medians behind it."""
     out: list[dict[str, Any]] = []
+
+    def rate(r: dict[str, Any]) -> Any:
+        return r.get("rate")
+
+    def cpu(r: dict[str, Any]) -> Any:
+        return r.get("cpu_us_per_message")
+
+    def floor_cpu(r: dict[str, Any]) -> Any:
+        return (r.get("floor") or {}).get("cpu_us_per_message")
+
     if GOAL_THREADS in counts:
         ours, base = _row(rows, "persistent", GOAL_THREADS), _row(rows, BASELINE, GOAL_THREADS)
         if ours is not None and base is not None:
-            value = ours["ratio_baseline"]
-            out.append(
-                {
-                    "goal": "a",
-                    "what": f"persistent send vs {BASELINE}, {GOAL_THREADS} producers",
-                    "threads": GOAL_THREADS,
-                    "numerator": "persistent",
-                    "denominator": BASELINE,
-                    "numerator_rate": ours["rate"],
-                    "denominator_rate": base["rate"],
-                    "ratio": value,
-                    "op": ">=",
-                    "target": GOAL_VS_BASELINE,
-                }
+            g = _goal(
+                "a",
+                f"persistent send vs {BASELINE}, {GOAL_THREADS} producers",
+                GOAL_THREADS,
+                "persistent",
+                BASELINE,
+                "msg/s",
+                _paired(ours, base, rate, rate),
+                ">=",
+                GOAL_VS_BASELINE,
             )
+            g.update(numerator_rate=ours["rate"], denominator_rate=base["rate"])
+            out.append(g)
     for t in counts:
         a, np_ = _row(rows, "async", t), _row(rows, "non-persistent", t)
         if a is None or np_ is None:
             continue
-        per_round = [
-            ratio(x.get("rate"), y.get("rate"))
-            for x, y in zip(a["rounds"], np_["rounds"], strict=True)
-            if "error" not in x and "error" not in y
-        ]
+        g = _goal(
+            "b",
+            f"persistent send_async vs non-persistent, {t} producers",
+            t,
+            "async",
+            "non-persistent",
+            "msg/s",
+            _paired(a, np_, rate, rate),
+            ">=",
+            GOAL_ASYNC_VS_NON_PERSISTENT,
+        )
+        g.update(numerator_rate=a["rate"], denominator_rate=np_["rate"])
+        out.append(g)
+    cpu_goals = [("c", "non-persistent", t, GOAL_CPU_NON_PERSISTENT) for t in counts]
+    cpu_goals += [("d", "async", GOAL_THREADS, GOAL_CPU_ASYNC), ("e", "persistent", GOAL_THREADS, GOAL_CPU_SEND)]
+    for key, name, t, target in cpu_goals:
+        row = _row(rows, name, t)
+        if row is None or t not in counts:
+            continue
         out.append(
-            {
-                "goal": "b",
-                "what": f"persistent send_async vs non-persistent, {t} producers",
-                "threads": t,
-                "numerator": "async",
-                "denominator": "non-persistent",
-                "numerator_rate": a["rate"],
-                "denominator_rate": np_["rate"],
-                "ratio": median(per_round),
-                "ratio_rounds": per_round,
-                "op": ">=",
-                "target": GOAL_ASYNC_VS_NON_PERSISTENT,
-            }
+            _goal(
+                key,
+                f"{CPU_GOAL_LABELS[name]}, {t}+{t}: process CPU per message / engine floor",
+                t,
+                name,
+                f"floor of {name}",
+                "us CPU per message",
+                _paired(row, row, cpu, floor_cpu),
+                "<=",
+                target,
+            )
+        )
+    sync1 = _row(rows, "persistent", 1)
+    if sync1 is not None:
+        ok = [r for r in sync1["rounds"] if "error" not in r]
+        out.append(
+            _goal(
+                "f",
+                "persistent send, 1+1: fsyncs per message",
+                1,
+                "fsyncs",
+                "messages received",
+                "count",
+                ([r["fsyncs"] for r in ok], [r["received"] for r in ok], [r["fsyncs_per_message"] for r in ok]),
+                "<=",
+                GOAL_FSYNCS_PER_MESSAGE,
+            )
         )
     pinned = ctx.options.get("pin_python")
     for g in out:
@@ -544,8 +714,25 @@ def _goals(ctx: Context, rows: list[dict[str, Any]], counts: list[int]) -> list[
             g["status"] = "not counted: threads pinned"
             continue
         g["status"] = goal_cell(g["ratio"], g["op"], g["target"])
-        ctx.goal("throughput", g["what"], "ratio", g["ratio"], g["op"], g["target"])
+        metric = "per message" if g["goal"] == "f" else "ratio"
+        ctx.goal("throughput", g["what"], metric, g["ratio"], g["op"], g["target"])
     return out
+
+
+def _figure(value: Any, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "msg/s":
+        return f"{value:,.0f} msg/s"
+    if unit == "us CPU per message":
+        return f"{value:.1f} us"
+    return f"{value:,}"
+
+
+def _range(low: Any, high: Any, rounds_n: int) -> str:
+    if low is None or high is None or rounds_n == 1:
+        return ""
+    return f"{fmt(low)}-{fmt(high)}"
 
 
 def _report(
@@ -559,7 +746,18 @@ def _report(
     ctx.table(
         f"Broker throughput: 1 KiB messages, P producers + P consumers on one queue, until all are received "
         f"(~{n:,} per run" + (f", ours {ours_factor}x that)" if ours_factor != 1 else ")"),
-        ["threads", "system", "msgs/run", "msg/s", "range", f"vs {BASELINE}", "fsync/msg", "avg group", "note"],
+        [
+            "threads",
+            "system",
+            "msgs/run",
+            "msg/s",
+            "range",
+            f"vs {BASELINE}",
+            "CPU us/msg",
+            "fsync/msg",
+            "avg group",
+            "note",
+        ],
         [
             [
                 r["threads"],
@@ -568,6 +766,7 @@ def _report(
                 r["rate"],
                 spread(r),
                 r["ratio_baseline"],
+                r.get("cpu_us_per_message"),
                 r["fsyncs_per_message"],
                 r.get("avg_group"),
                 r.get("error") or ("capped" if r.get("capped") else ""),
@@ -579,6 +778,7 @@ def _report(
                 f"threads: producers = consumers; ours: AUTO ack, messages_maximum {MESSAGES_MAXIMUM}, one JMSServer "
                 "(direct-write) per run;",
                 f"vs {BASELINE}: ratio to persist-queue's SQLiteQueue at the same thread count, taken within a round;",
+                "CPU us/msg: the process's CPU (getrusage, user + system, all threads) over the run, per message;",
                 "fsync/msg and avg group (records per flush) from the store's stats(), ours only; "
                 f"{rounds_n} round(s), medians.",
                 *(
@@ -589,21 +789,67 @@ def _report(
             ]
         ),
     )
+    ours = [r for r in rows if r["system"] in OURS]
+    ctx.table(
+        "Process CPU per message against the engine floor (the same messages through the same native calls)",
+        [
+            "threads",
+            "system",
+            "CPU us/msg",
+            "range",
+            "floor us/msg",
+            "range",
+            "CPU/floor",
+            "range",
+            "fsync/msg",
+            "floor fsync/msg",
+            "floor msg/s",
+        ],
+        [
+            [
+                r["threads"],
+                r["system"],
+                r.get("cpu_us_per_message"),
+                _range(r.get("cpu_us_per_message_min"), r.get("cpu_us_per_message_max"), rounds_n),
+                r.get("floor_cpu_us_per_message"),
+                _range(r.get("floor_cpu_us_per_message_min"), r.get("floor_cpu_us_per_message_max"), rounds_n),
+                r.get("cpu_vs_floor"),
+                _range(r.get("cpu_vs_floor_min"), r.get("cpu_vs_floor_max"), rounds_n),
+                r.get("fsyncs_per_message"),
+                r.get("floor_fsyncs_per_message"),
+                r.get("floor_rate"),
+            ]
+            for r in ours
+        ],
+        footer="\n".join(
+            [
+                "floor: plain loops in as many threads as producers, each sending (encode, store put / put_async, "
+                "pager add) and receiving",
+                "(take_many, remove, decode, lazy batched store delete); run right after each broker run, CPU "
+                "measured the same way;",
+                f"CPU/floor: median of the per-round quotients; {rounds_n} round(s); ranges are min-max over the "
+                "rounds.",
+            ]
+        ),
+    )
     ctx.table(
         "Goal ratios",
-        ["goal", "what", "numerator msg/s", "denominator msg/s", "ratio", "target", ""],
+        ["goal", "what", "numerator", "denominator", "ratio", "range", "target", ""],
         [
             [
                 g["goal"],
                 g["what"],
-                g["numerator_rate"],
-                g["denominator_rate"],
+                _figure(g["numerator_value"], g["unit"]),
+                _figure(g["denominator_value"], g["unit"]),
                 g["ratio"],
+                _range(g["ratio_min"], g["ratio_max"], rounds_n),
                 f"{g['op']} {g['target']:g}",
                 g["status"],
             ]
             for g in goals
         ],
+        footer="ratio: the median over the rounds of the per-round quotients; numerator and denominator: the medians "
+        "of the figures behind them.",
     )
 
 

@@ -13,12 +13,14 @@ import datetime as _dt
 import json
 import math
 import os
+import resource
 import shutil
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -32,18 +34,28 @@ REPO_DIR = BENCH_DIR.parent
 SCHEMA = 1
 
 
+def cpu_seconds() -> float:
+    """The CPU time the process has used so far, user + system, every thread
+    (``getrusage(RUSAGE_SELF)``; threads that have ended included)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 class StartLine:
     """Releases ``parties`` threads together and notes the moment, in
-    ``started`` (a ``perf_counter`` time). The clock starts in the last
+    ``started`` (a ``perf_counter`` time), and the process's CPU time then,
+    in ``cpu_started`` (:func:`cpu_seconds`). The clocks start in the last
     thread to arrive, before any is released: a run so short that it ends
     before the main thread is scheduled again still starts its clock before
     its first piece of work."""
 
     def __init__(self, parties: int) -> None:
         self.started = 0.0
+        self.cpu_started = 0.0
         self.barrier = threading.Barrier(parties, action=self._start)
 
     def _start(self) -> None:
+        self.cpu_started = cpu_seconds()
         self.started = time.perf_counter()
 
 
@@ -82,7 +94,7 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
-def median(values: list[float | None]) -> float | None:
+def median(values: Sequence[float | None]) -> float | None:
     """The median of the values present (None if there are none)."""
     vals = [v for v in values if v is not None]
     return statistics.median(vals) if vals else None
@@ -156,7 +168,7 @@ class Context:
             self.table(
                 "Goals",
                 ["benchmark", "what", "value", "goal", ""],
-                [[g.benchmark, g.label, _fmt(g.value), f"{g.op} {_fmt(g.target)}", g.status] for g in self.goals],
+                [[g.benchmark, g.label, fmt(g.value), f"{g.op} {fmt(g.target)}", g.status] for g in self.goals],
             )
         for note in self.notes:
             print(f"note: {note}")
@@ -188,7 +200,7 @@ class Context:
         self.notes.append(text)
 
     def table(self, title: str, header: list[str], rows: list[list[Any]], footer: str | None = None) -> None:
-        cells = [[_fmt(c) for c in row] for row in rows]
+        cells = [[fmt(c) for c in row] for row in rows]
         widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(header)]
 
         def line(values: list[str]) -> str:
@@ -219,7 +231,8 @@ def _numeric(text: str) -> bool:
     return True
 
 
-def _fmt(v: Any) -> str:
+def fmt(v: Any) -> str:
+    """A table cell: thousands separated, three significant digits or so, "-" for none."""
     if v is None:
         return "-"
     if isinstance(v, bool):

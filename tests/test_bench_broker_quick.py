@@ -1,7 +1,8 @@
 """The broker benchmark's quick mode runs to the end and writes a complete,
 consistent JSON report. Never a timing assertion: only that every row is
-there, every message sent was received exactly once, the counters add up and
-the ratios are the quotients of the rates they name."""
+there, every message sent was received exactly once, the counters add up,
+every run and every engine floor has a CPU time per message, and the ratios
+are the quotients of the figures they name."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from bench import floor
 from bench.broker import drive
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,9 +47,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert out.exists(), proc.stderr[-4000:]
     assert [p for p in tmp.iterdir() if p.name.startswith("broker-")] == []  # scratch space cleaned up
-    for title in ("Broker throughput", "Goal ratios", "Goals"):
+    for title in ("Broker throughput", "Process CPU per message against the engine floor", "Goal ratios", "Goals"):
         assert f"== {title}" in proc.stdout
     assert "throughput: 16+16 threads, round 1/1: pq-sqlite" in proc.stderr  # progress
+    assert "throughput: 16+16 threads, round 1/1: floor of async" in proc.stderr
     data: dict[str, Any] = json.loads(out.read_text())
     return data, proc.stdout
 
@@ -102,6 +105,55 @@ def test_counts_add_up(report: dict[str, Any]) -> None:
         assert _positive(run["seconds"]) and _positive(run["send_seconds"])
         assert run["rate"] == pytest.approx(run["received"] / run["seconds"])
         assert row["rate"] == run["rate"] and row["messages_per_run"] == planned
+        # process CPU over the run, per message: ours and the peers alike
+        assert _positive(run["cpu_s"]) and _positive(run["cpu_us_per_message"])
+        assert run["cpu_us_per_message"] == pytest.approx(run["cpu_s"] / run["received"] * 1e6)
+        assert row["cpu_us_per_message"] == run["cpu_us_per_message"]
+
+
+def test_every_run_of_ours_has_its_engine_floor(report: dict[str, Any]) -> None:
+    per_threads = report["settings"]["throughput"]["messages_per_thread_count"]
+    assert report["settings"]["throughput"]["floor"]["scenarios"] == ["non-persistent", "persistent", "async"]
+    for (system, threads), row in _rows(report).items():
+        (run,) = row["rounds"]
+        if system not in OURS:
+            assert "floor" not in run and "cpu_vs_floor" not in row
+            continue
+        f = run["floor"]
+        assert "error" not in f, f.get("error")
+        assert f["system"] == f"floor of {system}" and f["scenario"] == system and f["threads"] == threads
+        assert f["planned"] == per_threads[str(threads)] == run["planned"]  # the same messages
+        assert f["sent"] == f["planned"] or f["capped"]
+        assert f["received"] == f["sent"] and f["left_behind"] == 0
+        assert f["wrong_bodies"] == 0 and f["send_errors"] == 0
+        assert _positive(f["seconds"]) and _positive(f["rate"]) and _positive(f["cpu_s"])
+        assert f["cpu_us_per_message"] == pytest.approx(f["cpu_s"] / f["received"] * 1e6)
+        store = f["store"]
+        if system == "non-persistent":
+            assert store["puts"] == store["deletes"] == store["fsyncs"] == 0
+        else:
+            assert store["puts"] == store["deletes"] == f["received"]  # stored once, deleted once
+            assert _positive(f["fsyncs_per_message"]) and f["fsyncs_per_message"] == pytest.approx(
+                store["fsyncs"] / f["received"]
+            )
+        assert run["cpu_vs_floor"] == pytest.approx(run["cpu_us_per_message"] / f["cpu_us_per_message"])
+        assert _positive(row["cpu_vs_floor"]) and row["cpu_vs_floor"] == run["cpu_vs_floor"]
+        assert row["cpu_vs_floor_rounds"] == [run["cpu_vs_floor"]]
+        assert row["floor_cpu_us_per_message"] == f["cpu_us_per_message"] and row["floor_rate"] == f["rate"]
+        assert row["floor_failed_rounds"] == 0
+
+
+@pytest.mark.parametrize("scenario", floor.SCENARIOS)
+def test_floor_moves_every_message_once(tmp_path: Path, scenario: str) -> None:
+    # 150 per thread: past one prefetch (take_many of 128) and one send_async window (128)
+    run = floor.run(scenario, tmp_path / "floor", 3, 150, b"x" * 1024, 30.0)
+    assert (run["sent"], run["received"], run["left_behind"], run["capped"]) == (450, 450, 0, False)
+    assert run["wrong_bodies"] == 0 and run["send_errors"] == 0
+    stored = 0 if scenario == "non-persistent" else 450
+    assert run["store"]["puts"] == run["store"]["deletes"] == stored
+    assert (run["fsyncs"] > 0) == (stored > 0)
+    assert _positive(run["cpu_s"]) and _positive(run["cpu_us_per_message"])
+    assert list(tmp_path.iterdir()) == []  # its store and paging files removed
 
 
 def test_ours_store_and_server_counters(report: dict[str, Any]) -> None:
@@ -140,17 +192,56 @@ def test_ratios(report: dict[str, Any]) -> None:
         if system == "pq-sqlite":
             assert row["ratio_baseline"] == pytest.approx(1.0)
     goals = report["benchmarks"]["throughput"]["goal_ratios"]
-    assert [(g["goal"], g["threads"]) for g in goals] == [("a", 16), ("b", 1), ("b", 4), ("b", 16)]
+    assert [(g["goal"], g["threads"]) for g in goals] == [
+        ("a", 16),
+        ("b", 1),
+        ("b", 4),
+        ("b", 16),
+        ("c", 1),
+        ("c", 4),
+        ("c", 16),
+        ("d", 16),
+        ("e", 16),
+        ("f", 1),
+    ]
     for g in goals:
-        num, den = rows[(g["numerator"], g["threads"])], rows[(g["denominator"], g["threads"])]
-        assert g["numerator_rate"] == num["rate"] and g["denominator_rate"] == den["rate"]
-        assert g["ratio"] == pytest.approx(num["rate"] / den["rate"])
+        assert _positive(g["ratio"]) and g["ratio_rounds"] == [g["ratio"]]
+        assert g["ratio_min"] == g["ratio_max"] == g["ratio"]
         assert g["status"] in ("PASS", "MISS")
-        assert g["status"] == ("PASS" if g["ratio"] >= g["target"] else "MISS")
-    assert goals[0]["numerator"] == "persistent" and goals[0]["denominator"] == "pq-sqlite"
-    assert goals[0]["target"] == 10.0
-    assert all(g["numerator"] == "async" and g["denominator"] == "non-persistent" for g in goals[1:])
-    assert all(g["target"] == 0.7 for g in goals[1:])
+        met = g["ratio"] >= g["target"] if g["op"] == ">=" else g["ratio"] <= g["target"]
+        assert g["status"] == ("PASS" if met else "MISS")
+        assert _positive(g["numerator_value"]) and _positive(g["denominator_value"])
+        assert g["ratio"] == pytest.approx(g["numerator_value"] / g["denominator_value"])
+    by = {(g["goal"], g["threads"]): g for g in goals}
+    for key in [("a", 16), ("b", 1), ("b", 4), ("b", 16)]:
+        g = by[key]
+        num, den = rows[(g["numerator"], g["threads"])], rows[(g["denominator"], g["threads"])]
+        assert g["numerator_rate"] == num["rate"] == g["numerator_value"]
+        assert g["denominator_rate"] == den["rate"] == g["denominator_value"]
+        assert g["op"] == ">=" and g["unit"] == "msg/s"
+    assert by[("a", 16)]["numerator"] == "persistent" and by[("a", 16)]["denominator"] == "pq-sqlite"
+    assert by[("a", 16)]["target"] == 10.0
+    assert all(by[("b", t)]["numerator"] == "async" and by[("b", t)]["target"] == 0.7 for t in THREADS)
+    assert all(by[("b", t)]["denominator"] == "non-persistent" for t in THREADS)
+    # CPU per message against the engine floor: (c) non-persistent, (d) send_async, (e) send
+    for key, system, target in [
+        (("c", 1), "non-persistent", 3.0),
+        (("c", 4), "non-persistent", 3.0),
+        (("c", 16), "non-persistent", 3.0),
+        (("d", 16), "async", 2.0),
+        (("e", 16), "persistent", 2.0),
+    ]:
+        g, row = by[key], rows[(system, key[1])]
+        assert g["numerator"] == system and g["denominator"] == f"floor of {system}"
+        assert g["numerator_value"] == row["cpu_us_per_message"]
+        assert g["denominator_value"] == row["floor_cpu_us_per_message"]
+        assert g["ratio"] == pytest.approx(row["cpu_vs_floor"])
+        assert g["op"] == "<=" and g["target"] == target
+    # (f) fsyncs per message, synchronous sends, 1 producer + 1 consumer
+    f, sync1 = by[("f", 1)], rows[("persistent", 1)]
+    assert f["numerator_value"] == sync1["fsyncs"] and f["denominator_value"] == sync1["received"]
+    assert f["ratio"] == pytest.approx(sync1["fsyncs_per_message"])
+    assert f["op"] == "<=" and f["target"] == 1.05
     recorded = [g for g in report["goals"] if g["benchmark"] == "throughput"]
     assert [g["value"] for g in recorded] == [g["ratio"] for g in goals]
     assert [g["status"] for g in recorded] == [g["status"] for g in goals]
@@ -222,8 +313,8 @@ def test_pinned_run_reports_its_goal_ratios_without_counting_them(tmp_path: Path
     data = json.loads(out.read_text())
     assert data["settings"]["throughput"]["python_threads_cpus"] == [cpu]
     goals = data["benchmarks"]["throughput"]["goal_ratios"]
-    assert [g["goal"] for g in goals] == ["b"]
-    assert goals[0]["status"] == "not counted: threads pinned"
+    assert [g["goal"] for g in goals] == ["b", "c"]  # send_async vs non-persistent, non-persistent CPU vs floor
+    assert all(g["status"] == "not counted: threads pinned" for g in goals)
     assert [g for g in data["goals"] if g["benchmark"] == "throughput"] == []
     assert f"on CPU(s) [{cpu}] only (--pin-python)" in proc.stdout
 
