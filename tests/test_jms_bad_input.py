@@ -9,10 +9,22 @@ InvalidClientIDException, MessageFormatException, ResourceAllocationException).
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
-from jms_helpers import NOTHING, SOON, browse_texts, connect, drain, receive_all, send_texts, texts
+from jms_helpers import (
+    NOTHING,
+    SOON,
+    browse_texts,
+    connect,
+    drain,
+    receive_all,
+    send_texts,
+    texts,
+    wait_for_idle_consumer,
+)
 from jmsstore import (
     AckMode,
     IllegalStateError,
@@ -27,7 +39,9 @@ from jmsstore import (
     TextMessage,
     Topic,
 )
+from jmsstore.broker.settings import DestinationSettings
 from jmsstore.errors import ResourceAllocationError
+from jmsstore.pager import Pager
 
 
 def _queue_with(server: JMSServer, contents: list[str], name: str = "Q") -> Queue:
@@ -451,6 +465,75 @@ def test_bad_receive_timeouts(server: JMSServer) -> None:
         assert texts(drain(consumer)) == ["a"]
 
 
+def _receive_in_thread(consumer: Any, timeout: Any) -> tuple[threading.Thread, list[Any]]:
+    """``consumer.receive(timeout)`` on a daemon thread; the list gets its result or exception."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(consumer.receive(timeout))
+        except BaseException as e:
+            outcome.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+@pytest.mark.parametrize("started", [True, False], ids=["started", "stopped"])
+def test_a_nan_receive_timeout_is_refused_at_once(server: JMSServer, started: bool) -> None:
+    """A NaN timeout raises InvalidArgumentError at once (it busy-looped on a stopped
+    connection and raised an untyped ValueError on a started one) and changes nothing."""
+    queue = _queue_with(server, ["a"])
+    connection = connect(server, start=started)
+    try:
+        consumer = connection.create_session().create_consumer(queue)
+        thread, outcome = _receive_in_thread(consumer, float("nan"))
+        thread.join(SOON)  # (a bound for a receive that would never return)
+        assert not thread.is_alive(), "receive(nan) did not return"
+        [error] = outcome
+        assert isinstance(error, InvalidArgumentError) and "NaN" in str(error)
+        connection.start()
+        assert texts(drain(consumer)) == ["a"]
+    finally:
+        connection.close()  # ends a receive still looping
+
+
+def test_receive_timeouts_at_the_edges(server: JMSServer) -> None:
+    """-0.0 is 0 (no wait); inf and an int too large for a float wait for ever (until a
+    message comes); True is not a number of seconds."""
+    queue = _queue_with(server, ["a", "b"])
+    with connect(server) as connection:
+        consumer = connection.create_session().create_consumer(queue)
+        with pytest.raises(TypeError):
+            consumer.receive(True)
+        assert texts([consumer.receive(-0.0)]) == ["a"]  # type: ignore[list-item]
+        assert texts([consumer.receive(10**400)]) == ["b"]  # type: ignore[list-item]
+        thread, outcome = _receive_in_thread(consumer, float("inf"))
+        wait_for_idle_consumer(server, queue)  # it looked, found nothing, and waits
+        send_texts(server, queue, ["c"])
+        thread.join(SOON)
+        assert texts(outcome) == ["c"]
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), -1, float("inf"), 10**400, 0, None])
+def test_send_future_timeouts(server: JMSServer, timeout: Any) -> None:
+    """A send future's result() and exception() take the same timeouts as receive, except
+    that a negative one means no wait (as concurrent.futures has it); NaN is refused."""
+    queue = server.create_queue("Q")
+    with connect(server) as connection:
+        future = connection.create_session().create_producer(queue).send_async(TextMessage("a"))
+        future.result()
+        if isinstance(timeout, float) and timeout != timeout:
+            with pytest.raises(InvalidArgumentError):
+                future.result(timeout)
+            with pytest.raises(InvalidArgumentError):
+                future.exception(timeout)
+        else:
+            assert future.result(timeout) is not None
+            assert future.exception(timeout) is None
+
+
 # ---------------------------------------------------------------- sessions
 
 
@@ -644,6 +727,46 @@ def test_bad_destination_settings(server: JMSServer, restart: Any, settings: dic
     assert server.destinations() == [existing]
     assert server.settings(existing) == before
     assert texts(receive_all(server, existing)) == ["a"]
+
+
+@pytest.mark.parametrize("order", ["random", "", "+", "-fifo", "+lifo", "Priority", "fifo ", "--id", "delivery-time"])
+def test_a_bad_order_changes_nothing(server: JMSServer, restart: Any, snapshot: Any, order: str) -> None:
+    """A delivery order the pager does not know is refused before anything is stored: the
+    store holds the same records, and the server opens again (a stored record with a bad
+    order used to stop every later open)."""
+    existing = _queue_with(server, ["a"], "EXISTING")
+    before = snapshot(server.store)
+    with pytest.raises(InvalidArgumentError, match="order"):
+        server.create_queue("Q7", order=order)
+    with pytest.raises(InvalidArgumentError, match="order"):
+        server.create_topic("T7", order=order)
+    assert snapshot(server.store) == before
+    assert server.destinations() == [existing]
+    server = restart(server)
+    assert server.destinations() == [existing]
+    assert server.statistics()["malformed_records"] == 0
+    assert texts(receive_all(server, existing)) == ["a"]
+
+
+def test_the_orders_refused_are_the_ones_the_pager_refuses(tmp_path: Path) -> None:
+    """The settings check and the pager (which orders the messages) agree on every order."""
+    fields = ["id", "timestamp", "expiration", "delivery_time", "priority", "redelivery_count"]
+    candidates = ["fifo", "lifo", *(sign + field for sign in ("", "+", "-") for field in fields)]
+    candidates += ["random", "", "+", "-", "-fifo", "+lifo", "-lifo", "Priority", " fifo", "fifo ", "--id", "+-id"]
+    candidates += ["id-", "delivery-time", "ID", "+ id"]
+    with Pager(None, paging_directory=tmp_path / "paging") as pager:
+        for i, order in enumerate(candidates):
+            try:
+                pager.create_destination(f"d{i}", order)
+                pager_accepts = True
+            except InvalidArgumentError:
+                pager_accepts = False
+            try:
+                DestinationSettings(order=order).checked()
+                settings_accept = True
+            except InvalidArgumentError:
+                settings_accept = False
+            assert settings_accept == pager_accepts, order
 
 
 def test_order_cannot_change(server: JMSServer) -> None:

@@ -3,6 +3,9 @@ out-of-range values the library's own typed errors."""
 
 from __future__ import annotations
 
+import math
+import threading
+
 from jmsstore.errors import InvalidArgumentError, UnknownHandleError
 
 U64_MAX = (1 << 64) - 1
@@ -24,3 +27,22 @@ def handle(value: object, what: str = "handle") -> int:
     if not 0 <= value <= U64_MAX:
         raise UnknownHandleError(f"unknown {what} {value}")
     return value
+
+
+def timeout(value: object, *, negative_is_zero: bool = False) -> float | None:
+    """A timeout in seconds, checked; None: wait for ever (None, ``inf``, or
+    past ``threading.TIMEOUT_MAX``, which no wait can take). NaN raises
+    ``InvalidArgumentError``; a negative one too, or with
+    ``negative_is_zero`` means no wait (as ``concurrent.futures`` treats it);
+    a bool or a non-number raises ``TypeError``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"timeout is a number of seconds, not {type(value).__name__}")
+    if isinstance(value, float) and math.isnan(value):
+        raise InvalidArgumentError("timeout is a number of seconds, not NaN")
+    if value < 0:
+        if negative_is_zero:
+            return 0.0
+        raise InvalidArgumentError(f"timeout must not be negative, not {value}")
+    return None if value > threading.TIMEOUT_MAX else float(value)

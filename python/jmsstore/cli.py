@@ -14,7 +14,7 @@ from jmsstore import _native, inspect
 from jmsstore.broker import JMSServer
 from jmsstore.demo import run_demo
 from jmsstore.errors import JmsStoreError, StoreLockedError
-from jmsstore.progress import ProgressBar
+from jmsstore.progress import OpeningProgress, ProgressBar
 from jmsstore.store import FileStore
 
 
@@ -179,9 +179,12 @@ def stats(path: str, as_json: bool, show_progress: bool) -> int:
     return 0
 
 
-def server_stats(directory: str | None, name: str | None, config: str | None, as_json: bool) -> int:
+def server_stats(
+    directory: str | None, name: str | None, config: str | None, as_json: bool, show_progress: bool = True
+) -> int:
     """A JMS server's statistics (``JMSServer.statistics()``): the server is
-    opened (recovering its destinations and messages) and closed again."""
+    opened (recovering its destinations and messages, with progress on
+    stderr) and closed again."""
     if config is not None:
         server = JMSServer.from_config(config, name)  # name None: the file's only server
     else:
@@ -189,7 +192,11 @@ def server_stats(directory: str | None, name: str | None, config: str | None, as
         if not os.path.isdir(os.path.join(directory, "store")):
             print(f"jmsstore: {directory} holds no JMS server (no store directory in it)", file=sys.stderr)
             return 2
-        server = JMSServer(directory, name=name or "jms1", expiration_scan_interval=0)
+        progress = OpeningProgress(enabled=show_progress)
+        try:
+            server = JMSServer(directory, name=name or "jms1", expiration_scan_interval=0, progress=progress)
+        finally:
+            progress.close()
     with server:
         data = server.statistics()
     if as_json:
@@ -234,6 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stats_cmd.add_argument("--name", help="the server's name (default jms1; with --config: the file's only one)")
     stats_cmd.add_argument("--config", help="a TOML configuration file to open the server from instead")
     stats_cmd.add_argument("--json", action="store_true", help="machine-readable output")
+    stats_cmd.add_argument("--no-progress", action="store_true", help="no progress output on stderr while it opens")
 
     demo_cmd = commands.add_parser("demo", help="write to a store, reopen it, show recovery and statistics")
     demo_cmd.add_argument("--dir", help="store directory (default: $JMSSTORE_DEMO_DIR or ~/.local/share/jmsstore/demo)")
@@ -247,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "stats":
             if (args.directory is None) == (args.config is None):
                 parser.error("stats needs a server directory or --config FILE (one of them)")
-            return server_stats(args.directory, args.name, args.config, args.json)
+            return server_stats(args.directory, args.name, args.config, args.json, not args.no_progress)
         show = not args.no_progress
         if args.action == "verify":
             return verify(args.path, args.json, show)

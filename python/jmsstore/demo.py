@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from jmsstore.broker import AckMode, DeliveryMode, JMSServer
+from jmsstore.progress import OpeningProgress
 
 
 def default_directory() -> Path:
@@ -35,7 +36,12 @@ def run_demo(directory: str | None, *, messages: int = 20000, threads: int = 16)
     print(f"jmsstore demo: JMS server home {path} (store in {path / 'store'})")
     per_thread = max(messages // threads, 1)
 
-    with JMSServer(path, name="demo") as server:
+    progress = OpeningProgress()
+    try:
+        restarted = JMSServer(path, name="demo", progress=progress)
+    finally:
+        progress.close()
+    with restarted as server:
         r = server.recovered
         print(
             f"started: boot {r['boot']}, {r['queues']} queues, {r['topics']} topics, "
@@ -129,7 +135,12 @@ def run_demo(directory: str | None, *, messages: int = 20000, threads: int = 16)
             f"durable subscription 'audit-trail' holds {stats['durable_subscriptions'][0]['messages']}"
         )
 
-    with JMSServer(path, name="demo") as server:
+    progress = OpeningProgress()
+    try:
+        restarted = JMSServer(path, name="demo", progress=progress)
+    finally:
+        progress.close()
+    with restarted as server:
         r = server.recovered
         print(
             f"restarted (recovery): boot {r['boot']}, {r['messages']} persistent messages recovered, "

@@ -15,12 +15,27 @@ def _human(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
-class ProgressBar:
-    """Calls as ``bar(done, total)`` (bytes). Draws on a terminal; elsewhere it
-    prints a line every ``log_every`` seconds, so logs show that work goes on."""
+def _count(n: float) -> str:
+    return f"{n:,.0f}"
 
-    def __init__(self, label: str, *, stream: TextIO | None = None, enabled: bool = True, log_every: float = 5.0):
+
+class ProgressBar:
+    """Calls as ``bar(done, total)`` (bytes, or ``unit="messages"``: counts).
+    Draws on a terminal; elsewhere it prints a line every ``log_every``
+    seconds, so logs show that work goes on."""
+
+    def __init__(
+        self,
+        label: str,
+        *,
+        stream: TextIO | None = None,
+        enabled: bool = True,
+        log_every: float = 5.0,
+        unit: str = "bytes",
+    ):
         self.label = label
+        self.unit = unit
+        self._show = _human if unit == "bytes" else _count
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = enabled
         self.tty = self.stream.isatty()
@@ -35,7 +50,9 @@ class ProgressBar:
         now = time.monotonic()
         fraction = done / total if total else 1.0
         rate = done / max(now - self.started, 1e-9)
-        text = f"{self.label}: {fraction * 100:5.1f}% {_human(done)}/{_human(total)} ({_human(rate)}/s)"
+        show = self._show
+        suffix = "" if self.unit == "bytes" else f" {self.unit}"
+        text = f"{self.label}: {fraction * 100:5.1f}% {show(done)}/{show(total)}{suffix} ({show(rate)}{suffix}/s)"
         if self.tty:
             width = 24
             filled = int(width * fraction)
@@ -52,3 +69,25 @@ class ProgressBar:
             self.stream.write("\n")
             self.stream.flush()
             self.drawn = False
+
+
+class OpeningProgress:
+    """Progress of opening a JMS server (``JMSServer(progress=...)``): the
+    store's recovery (bytes verified), then the stored messages loaded."""
+
+    def __init__(self, *, stream: TextIO | None = None, enabled: bool = True) -> None:
+        self._bars = {
+            "store": ProgressBar("recovering the store", stream=stream, enabled=enabled),
+            "messages": ProgressBar("loading messages", stream=stream, enabled=enabled, unit="messages"),
+        }
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        bar = self._bars.get(stage)
+        if bar is not None:
+            if stage == "messages":
+                self._bars["store"].close()
+            bar(done, total)
+
+    def close(self) -> None:
+        for bar in self._bars.values():
+            bar.close()

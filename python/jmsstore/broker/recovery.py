@@ -5,32 +5,124 @@ In order: the boot counter (raised, so message ids stay unique), the
 delivery records (each message they name comes back flagged redelivered,
 its delivery count raised: JMS 2.0 §6.2.11), the quota resources, the
 destinations, the durable subscriptions, and then every persistent message
-of every queue and subscription, back into the pager with its delivery
-count. Records left by a deletion that a crash interrupted (a
-subscription of a deleted topic, messages of a deleted destination,
-delivery records naming only deleted messages) are removed.
+of every queue and subscription, loaded by the broker core with its
+delivery count (``NativeBroker.load``). Records left by a deletion that a
+crash interrupted (a subscription of a deleted topic, messages of a deleted
+destination, delivery records naming only deleted messages) are removed.
+
+Records recovery cannot use are never deleted, never loaded, and do not
+stop the server from opening: a message a consumer could not be handed, a
+delivery record that is not whole entries, a JSON record that is not what
+it should be, a destination record whose settings are invalid (with the
+messages of its queue or the subscriptions of its topic), a subscription
+record (with its messages). They are moved to ``quarantine/<collection>``
+(see :mod:`~jmsstore.broker.layout`) in store transactions (copy, then
+delete the original), with a warning in the log naming the record, and
+counted in the statistics (``malformed_records``, ``quarantined_records``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from jmsstore._native import NativeBroker, NativePager
-from jmsstore.broker.layout import ServerLayout, decode_json
+from jmsstore.broker.layout import BOOT_SHIFT, MAX_BOOT, ServerLayout
 from jmsstore.broker.limits import Quota, ServerLimits
-from jmsstore.broker.registry import Registry, SubscriptionSpec, Target
+from jmsstore.broker.registry import Registry, SubscriptionSpec
 from jmsstore.broker.settings import DestinationSettings
-from jmsstore.jms.destination import Queue, Topic
-from jmsstore.jms.message import peek_header
+from jmsstore.errors import InvalidArgumentError, JmsStoreError
+from jmsstore.jms.destination import Queue, Topic, check_name
+from jmsstore.selector import Selector
 from jmsstore.store import FileStore
 
 __all__ = ["RecoveryLoader"]
 
-log = logging.getLogger("jmsstore.broker")
+log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]
+
+
+class _Malformed(Exception):
+    """A stored record recovery cannot use; the message says why. ``owner``:
+    the destination (kind, name) a destination record names, when readable."""
+
+    def __init__(self, reason: str, owner: tuple[str, str] | None = None) -> None:
+        super().__init__(reason)
+        self.owner = owner
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(body)
+    except ValueError as e:  # not UTF-8, or not JSON
+        raise _Malformed(f"not JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise _Malformed(f"not a JSON object but a {type(data).__name__}")
+    return data
+
+
+def _destination_record(body: bytes) -> tuple[str, str, DestinationSettings]:
+    """A destination record's kind, name and settings, checked as ``create_queue`` checks them."""
+    data = _json_object(body)
+    kind, name = data.get("kind"), data.get("name")
+    if kind not in ("queue", "topic"):
+        raise _Malformed(f"kind {kind!r} is neither 'queue' nor 'topic'")
+    try:
+        name = check_name(kind, name)
+    except (TypeError, InvalidArgumentError) as e:
+        raise _Malformed(str(e)) from None
+    settings = data.get("settings", {})
+    try:
+        if not isinstance(settings, dict):
+            raise TypeError(f"settings are a JSON object, not a {type(settings).__name__}")
+        return kind, name, DestinationSettings.from_json(settings)
+    except (TypeError, ValueError, InvalidArgumentError) as e:
+        raise _Malformed(f"invalid settings: {e}", (kind, name)) from None
+
+
+def _boot_record(body: bytes) -> int:
+    """The boot counter of the server record."""
+    boot = _json_object(body).get("boot")
+    if type(boot) is not int or not 0 <= boot < MAX_BOOT:
+        raise _Malformed(f"boot {boot!r} is not a boot count")
+    return boot
+
+
+def _quota_record(body: bytes) -> Quota:
+    data = _json_object(body)
+    try:
+        check_name("quota", data.get("name"))
+        return Quota(**data)
+    except (TypeError, ValueError, InvalidArgumentError) as e:
+        raise _Malformed(f"invalid quota: {e}") from None
+
+
+def _subscription_record(body: bytes) -> SubscriptionSpec:
+    """A durable subscription's record, checked as creating it checks it."""
+    data = _json_object(body)
+    try:
+        for key in ("client_id", "selector"):
+            if data.get(key) is not None and not isinstance(data[key], str):
+                raise TypeError(f"{key} is a str or null, not a {type(data[key]).__name__}")
+        for key in ("shared", "no_local"):
+            if not isinstance(data.get(key, False), bool):
+                raise TypeError(f"{key} is a bool, not a {type(data[key]).__name__}")
+        spec = SubscriptionSpec(
+            check_name("topic", data.get("topic")),
+            check_name("subscription", data.get("name")),
+            None if data.get("client_id") is None else check_name("client id", data["client_id"]),
+            data.get("selector"),
+            True,
+            data.get("shared", False),
+            data.get("no_local", False),
+        )
+        Selector(spec.selector)
+    except (TypeError, ValueError, JmsStoreError) as e:  # JmsStoreError: a name or the selector
+        raise _Malformed(f"invalid subscription: {e}") from None
+    return spec
 
 
 class RecoveryLoader:
@@ -53,102 +145,228 @@ class RecoveryLoader:
         self._registry = registry
         self._limits = limits
         self._progress = progress
+        self.malformed_records = 0
+        # Records set aside: (record, body, collection suffix); collections whose
+        # records all go (suffixes); replacement records (collection, body).
+        self._aside: list[tuple[int, bytes, str]] = []
+        self._moving: list[str] = []
+        self._puts: list[tuple[str, bytes]] = []
 
     def load(self) -> dict[str, Any]:
         """Loads everything; returns what was found (``JMSServer.recovered``)."""
-        layout, store = self.layout, self._store
+        layout, store, registry = self.layout, self._store, self._registry
         boot = self._boot()
-        counts_list, stale, malformed = self._native.recover_deliveries()
-        counts = dict(counts_list)
+        in_doubt, stale, malformed = self._native.recover_deliveries()
         for handle in malformed:
-            log.warning("delivery record %d of %s is malformed; it is kept and not used", handle, layout.delivered)
+            body = store.read(handle)
+            reason = f"{len(body)} bytes are not whole delivery record entries"
+            self._set_aside(handle, body, "delivered", reason)
         known = {layout.server, layout.delivered, layout.quotas, layout.destinations, layout.subscriptions}
-        for handle, body in store.scan(layout.quotas):
-            quota = Quota(**decode_json(body))
-            self._limits.define_quota(quota, handle, [])
-        for handle, body in store.scan(layout.destinations):
-            data = decode_json(body)
-            settings = DestinationSettings.from_json(data.get("settings", {}))
-            if data["kind"] == "queue":
-                state = self._registry.add_queue(Queue(data["name"]), settings, handle)
-                known.add(state.target.collection or "")
-            else:
-                self._registry.add_topic(Topic(data["name"]), settings, handle)
-        for handle, body in store.scan(layout.subscriptions):
-            spec = SubscriptionSpec.from_json(decode_json(body))
-            topic = self._registry.topics.get(spec.topic)
-            if topic is None:  # its topic's deletion was interrupted
-                stale.append(handle)
-                continue
-            sub = self._registry.add_subscription(topic, spec, handle)
-            known.add(sub.collection or "")
-        targets = self._registry.targets()
-        total = sum(store.count(t.collection) for t in targets if t.collection is not None)
-        loaded = 0
-        for target in targets:
-            loaded = self._load_messages(target, counts, loaded, total)
+        self._quotas()
+        aside_owners, unsure = self._destinations(known)
+        for kind, name in sorted(aside_owners):
+            if kind == "queue" and name not in registry.queues:
+                self._moving.append(f"q/{name}")
+        topics_aside = {name for kind, name in aside_owners if kind == "topic" and name not in registry.topics}
+        self._subscriptions(known, stale, topics_aside, unsure)
+        newest = self._messages()
+        self._native.finish_recovery()
+        if boot is None:
+            # The boot counter was lost: continue after the newest boot a
+            # recovered message id tells (ids of messages already gone may
+            # come again).
+            boot = newest >> BOOT_SHIFT
+            self._puts.append((layout.server, layout.boot_record(boot + 1)))
         # Objects of destinations whose deletion was interrupted.
+        known.update(layout.collection(suffix) for suffix in self._moving)
         for collection in store.collections():
-            if (
-                collection.startswith(layout.prefix)
-                and collection not in known
-                and not layout.is_quarantine(collection)
-            ):
+            if collection in known or layout.is_quarantine(collection) or not collection.startswith(layout.prefix):
+                continue
+            if unsure:
+                # A destination record set aside without a readable name: what
+                # looks like the leftovers of an interrupted deletion may be its data.
+                self._moving.append(collection[len(layout.prefix) :])
+            else:
                 stale.extend(store.handles(collection))
+        self._quarantine()
         if stale:
             with store.transaction() as txn:
                 for handle in stale:
                     txn.delete(handle)
         return {
-            "boot": boot,
-            "queues": len(self._registry.queues),
-            "topics": len(self._registry.topics),
-            "durable_subscriptions": len(self._registry.durable) + len(self._registry.shared),
-            "messages": sum(self._pager.count(t.pager_id) for t in targets),
-            "in_doubt_deliveries": len(counts),
+            "boot": boot + 1,
+            "queues": len(registry.queues),
+            "topics": len(registry.topics),
+            "durable_subscriptions": len(registry.durable) + len(registry.shared),
+            "messages": sum(self._pager.count(t.pager_id) for t in registry.targets()),
+            "in_doubt_deliveries": in_doubt,
             "stale_records_removed": len(stale),
+            "malformed_records": self.malformed_records,
         }
 
-    def _boot(self) -> int:
-        """Raises the boot counter (message ids stay unique across restarts)."""
+    def _boot(self) -> int | None:
+        """Raises the boot counter; None if its record was set aside."""
         store, layout = self._store, self.layout
         records = list(store.scan(layout.server))
-        if records:
-            handle, body = records[-1]
-            boot = layout.read_boot(body) + 1
-            store.update(handle, layout.boot_record(boot))
-        else:
-            boot = 1
-            store.put(layout.server, layout.boot_record(boot))
+        if not records:
+            store.put(layout.server, layout.boot_record(1))
+            return 0
+        handle, body = records[-1]
+        try:
+            boot = _boot_record(body)
+        except _Malformed as e:
+            # Replaced once the messages are loaded: their ids tell the boots they came from.
+            self._set_aside(handle, body, "server", str(e))
+            return None
+        store.update(handle, layout.boot_record(boot + 1))
         return boot
 
-    def _load_messages(self, target: Target, counts: dict[int, int], loaded: int, total: int) -> int:
-        """Puts a target's stored messages back into the pager, with their delivery counts."""
-        assert target.collection is not None
-        add = self._pager.add
-        native = target.native
-        for handle, body in self._store.scan(target.collection):
-            ident, priority, timestamp, expiration, delivery_time, correlation_id, jms_type = peek_header(body)
-            add(
-                target.pager_id,
-                body,
-                len(body),
-                ident,
-                priority,
-                timestamp,
-                expiration,
-                delivery_time,
-                counts.get(handle, 0),
-                correlation_id,
-                jms_type,
-                None,
+    def _quotas(self) -> None:
+        for handle, body in self._store.scan(self.layout.quotas):
+            try:
+                quota = _quota_record(body)
+                if quota.name in self._limits.quotas:
+                    raise _Malformed(f"a second record of quota {quota.name!r}")
+            except _Malformed as e:
+                self._set_aside(handle, body, "quotas", str(e))
+                continue
+            self._limits.define_quota(quota, handle, [])
+
+    def _destinations(self, known: set[str]) -> tuple[set[tuple[str, str]], bool]:
+        """Loads the destinations; returns those whose record was set aside
+        and whether one of them had no readable name."""
+        registry = self._registry
+        aside_owners: set[tuple[str, str]] = set()
+        unsure = False
+        for handle, body in self._store.scan(self.layout.destinations):
+            try:
+                kind, name, settings = _destination_record(body)
+                if settings.quota is not None and settings.quota not in self._limits.quotas:
+                    raise _Malformed(f"its quota {settings.quota!r} does not exist", (kind, name))
+                if kind != "topic" and settings.messages_limit_override != -1:
+                    raise _Malformed("messages_limit_override is a topic setting", (kind, name))
+            except _Malformed as e:
+                self._set_aside(handle, body, "destinations", str(e))
+                if e.owner is None:
+                    unsure = True
+                else:
+                    aside_owners.add(e.owner)
+                continue
+            if name in (registry.queues if kind == "queue" else registry.topics):
+                # Its messages are the first record's.
+                self._set_aside(handle, body, "destinations", f"a second record of {kind} {name!r}")
+                continue
+            if kind == "queue":
+                state = registry.add_queue(Queue(name), settings, handle)
+                known.add(state.target.collection or "")
+            else:
+                registry.add_topic(Topic(name), settings, handle)
+        return aside_owners, unsure
+
+    def _subscriptions(self, known: set[str], stale: list[int], topics_aside: set[str], unsure: bool) -> None:
+        registry = self._registry
+        for handle, body in self._store.scan(self.layout.subscriptions):
+            try:
+                spec = _subscription_record(body)
+            except _Malformed as e:
+                self._set_aside(handle, body, "subscriptions", str(e))
+                self._moving.append(f"s/{handle}")  # its messages
+                continue
+            topic = registry.topics.get(spec.topic)
+            if topic is None and (unsure or spec.topic in topics_aside):
+                # Its topic's record was set aside: it goes too, with its messages.
+                self._set_aside(handle, body, "subscriptions", None)
+                self._moving.append(f"s/{handle}")
+                continue
+            if topic is None:  # its topic's deletion was interrupted
+                stale.append(handle)
+                continue
+            sub = registry.add_subscription(topic, spec, handle)
+            known.add(sub.collection or "")
+
+    def _messages(self) -> int:
+        """Loads every target's stored messages (natively); returns the newest message id."""
+        store, layout = self._store, self.layout
+        targets = [t for t in self._registry.targets() if t.collection is not None]
+        total = sum(store.count(t.collection) for t in targets if t.collection is not None)
+        done = 0
+        newest = 0
+        for target in targets:
+            assert target.collection is not None
+            base = done
+
+            def progress(n: int, base: int = base) -> None:
+                if self._progress is not None:
+                    self._progress("messages", base + n, total)
+
+            messages, _, malformed, newest_id = self._native.load(target.native, progress)
+            done += messages
+            newest = max(newest, newest_id)
+            suffix = target.collection[len(layout.prefix) :]
+            for handle, reason in malformed:
+                self._set_aside(handle, store.read(handle), suffix, reason)
+        if self._progress is not None:
+            self._progress("messages", done, total)
+        return newest
+
+    def _set_aside(self, handle: int, body: bytes, suffix: str, reason: str | None) -> None:
+        """Recovery cannot use record ``handle`` of collection ``suffix``
+        (``reason``: why; None: it goes with its owner's record): it is
+        moved to quarantine."""
+        collection = self.layout.collection(suffix)
+        if reason is not None:
+            self.malformed_records += 1
+            log.warning(
+                "JMS server %r: record %d in %s cannot be recovered (%s); it is kept aside in %s",
+                self.layout.name,
                 handle,
+                collection,
+                reason,
+                self.layout.quarantine(collection),
             )
-            if delivery_time > timestamp:
-                # A delayed message: waiting consumers must wake when it is due.
-                native.delay_until(delivery_time)
-            self._native.count_in(native, 1, len(body))
-            loaded += 1
-            if self._progress is not None and loaded % 10_000 == 0:
-                self._progress("messages", loaded, total)
-        return loaded
+        self._aside.append((handle, body, suffix))
+
+    def _quarantine(self) -> None:
+        """Moves every record of the collections set aside whole, then the
+        records set aside, to ``quarantine/<suffix>``: each in a store
+        transaction that puts the copy and deletes the original. The
+        collections go first: a crash before the records moved leaves the
+        records to find, and so the collections to move, at the next open."""
+        store, layout = self._store, self.layout
+        for suffix in self._moving:
+            source = layout.collection(suffix)
+            handles = list(store.handles(source))
+            if not handles:
+                continue
+            target = layout.quarantine(source)
+            log.warning(
+                "JMS server %r: the %d records of %s belong to a record kept aside; they are kept aside in %s",
+                layout.name,
+                len(handles),
+                source,
+                target,
+            )
+            start = 0
+            while start < len(handles):
+                with store.transaction() as txn:
+                    size, count = 0, 0
+                    # Transactions of at most 1,000 records or about 8 MiB.
+                    while start < len(handles) and count < 1000 and size < 8 << 20:
+                        body = store.read(handles[start])
+                        txn.put(target, body)
+                        txn.delete(handles[start])
+                        count += 1
+                        size += len(body)
+                        start += 1
+        if self._aside or self._puts:
+            with store.transaction() as txn:
+                for handle, body, suffix in self._aside:
+                    txn.put(layout.quarantine(layout.collection(suffix)), body)
+                    txn.delete(handle)
+                for collection, body in self._puts:
+                    txn.put(collection, body)
+
+    def quarantined_records(self) -> int:
+        """Records in this server's quarantine collections (set aside at any open)."""
+        quarantine = self.layout.collection("quarantine/")
+        return sum(n for name, n in self._store.collections().items() if name.startswith(quarantine))

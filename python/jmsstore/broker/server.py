@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from jmsstore._native import NativeBroker
@@ -44,7 +45,10 @@ from jmsstore.jms.destination import Destination, Queue, Topic, check_name
 from jmsstore.pager import Pager
 from jmsstore.store import FileStore
 
-__all__ = ["JMSServer"]
+__all__ = ["JMSServer", "Progress"]
+
+# Progress of opening a server: (stage, done, total); see JMSServer.
+Progress = Callable[[str, int, int], None]
 
 
 def _check_int(name: str, value: object) -> int:
@@ -66,7 +70,10 @@ class JMSServer:
     message bodies kept in memory before paging out.
     ``maximum_message_size``: the largest encoded message accepted (default:
     the store's limit). Opening recovers every destination, durable
-    subscription and persistent message, with its delivery state.
+    subscription and persistent message, with its delivery state;
+    ``progress(stage, done, total)`` is told how it goes: stage ``"store"``
+    (bytes of the store's segments verified) then ``"messages"`` (stored
+    messages loaded).
     """
 
     def __init__(
@@ -93,8 +100,10 @@ class JMSServer:
         messages_threshold_high: int = -1,
         messages_threshold_low: int = -1,
         expiration_scan_interval: float = 30.0,
+        progress: Progress | None = None,
     ) -> None:
         self.name = check_name("server", name)
+        self._progress = progress
         # Checked before anything is opened: bad values change nothing.
         server_quota = Quota("<server>", messages_maximum, bytes_maximum, True, blocking_send_policy)
         thresholds = Thresholds(
@@ -129,6 +138,7 @@ class JMSServer:
                 codec=store_codec,
                 compression_threshold=compression_threshold,
                 max_segment_bytes=max_segment_bytes,
+                progress=None if progress is None else lambda done, total: progress("store", done, total),
             )
         self._store = store
         try:
@@ -167,7 +177,8 @@ class JMSServer:
         self.registry = Registry(self.layout, store, pager, self.core, self.limits, self._lock)
         self.pause = PauseControl(self.core, self.registry.states, self._lock)
         self.registry.on_new_state = self.pause.added
-        self.recovered = RecoveryLoader(self.layout, store, pager, self.core, self.registry, self.limits).load()
+        loader = RecoveryLoader(self.layout, store, pager, self.core, self.registry, self.limits, self._progress)
+        self.recovered = loader.load()
         self.boot: int = self.recovered["boot"]
         self.post = PostOffice(
             self.name, self.boot, self.core, self.registry, self.limits, self.pause, self.maximum_message_size
@@ -195,6 +206,12 @@ class JMSServer:
             self.pause,
             self.post,
             self.port.connections,
+            lambda: {
+                # Records found unusable at the open (malformed, or invalid
+                # settings), and what the quarantine holds from any open.
+                "malformed_records": loader.malformed_records,
+                "quarantined_records": loader.quarantined_records(),
+            },
         )
 
     def _expiry_context(self, pager_id: int) -> tuple[str, str | None] | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from jmsstore._native import check_order
 from jmsstore.broker.expiry import parse_logging_policy
 from jmsstore.broker.limits import Thresholds
 from jmsstore.errors import InvalidArgumentError
@@ -81,6 +82,8 @@ class DestinationSettings:
     def checked(self) -> DestinationSettings:
         if not isinstance(self.order, str):
             raise TypeError(f"order is a str, not {type(self.order).__name__}")
+        # The pager's own parse: a bad order is refused before the record is written.
+        check_order(self.order)
         for name in ("redelivery_delay", "redelivery_limit"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):

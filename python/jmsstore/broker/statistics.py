@@ -8,6 +8,7 @@ whatever thread); this module only reads and assembles them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from jmsstore._native import NativeBroker, NativePager
@@ -35,6 +36,7 @@ class Statistics:
         pause: PauseControl,
         post: PostOffice,
         connections: Any,
+        recovery: Callable[[], dict[str, int]],
     ) -> None:
         self._name = name
         self._boot = boot
@@ -46,7 +48,7 @@ class Statistics:
         self._pause = pause
         self._post = post
         self._connections = connections
-        self.extra: dict[str, int] = {}  # counters other parts report (recovery's quarantine, ...)
+        self._recovery = recovery  # what recovery set aside
 
     def _paged(self, target: Target) -> int:
         """A target's messages whose bodies are not in memory (paged out, or only in the store)."""
@@ -139,7 +141,7 @@ class Statistics:
                 "durable_subscriptions": self.durable_subscriptions(),
                 "store": self._store.stats(),
                 "pager": self._pager.stats(),
-                **self.extra,
+                **self._recovery(),
             }
 
     def _topic(self, t: TopicState) -> dict[str, Any]:

@@ -45,6 +45,8 @@ class Connection:
     def client_id(self, value: str) -> None:
         with self._cond:
             self._check_open()
+            if self._closing:
+                raise IllegalStateError("the connection is closing")
             if self._client_id is not None or self._used:
                 raise IllegalStateError("the client id can only be set once, before the connection is used")
             check_name("client id", value)
@@ -144,10 +146,14 @@ class Connection:
             if session in self._sessions:
                 self._sessions.remove(session)
 
-    def add_temporary(self, queue: TemporaryQueue) -> None:
+    def add_temporary(self, queue: TemporaryQueue) -> bool:
+        """Keeps a temporary queue (deleted with the connection); False if the
+        connection is closing (the caller deletes it)."""
         with self._cond:
-            self._check_open()
+            if self._closing or self._closed:
+                return False
             self._temporary.append(queue)
+            return True
 
     def owns(self, queue: TemporaryQueue) -> bool:
         return queue in self._temporary

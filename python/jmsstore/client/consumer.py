@@ -4,16 +4,16 @@ to the connection factory's ``messages_maximum`` messages ahead."""
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
+from jmsstore._args import timeout as checked_timeout
 from jmsstore._native import Signal
 from jmsstore.client.port import ConsumerPort, Delivery
-from jmsstore.errors import IllegalStateError, InvalidArgumentError, InvalidDestinationError
+from jmsstore.errors import IllegalStateError, InvalidDestinationError
 from jmsstore.jms.destination import Destination
 from jmsstore.jms.message import Message
 from jmsstore.selector import Selector
@@ -198,18 +198,11 @@ class MessageConsumer:
         self._session.release(prefetched, redelivered=False)
 
     def receive(self, timeout: float | None = None) -> Message | None:
-        """The next message, waiting up to ``timeout`` seconds (None: until
-        one arrives or the consumer closes; ``math.inf`` too); None if there
+        """The next message, waiting up to ``timeout`` seconds (None, ``inf``
+        or more than ``threading.TIMEOUT_MAX``: until one arrives or the
+        consumer closes; NaN raises ``InvalidArgumentError``); None if there
         is none."""
-        if timeout is not None:
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-                raise TypeError(f"timeout is a number of seconds, not {type(timeout).__name__}")
-            if math.isnan(timeout):
-                raise InvalidArgumentError("timeout must be a number of seconds, not NaN")
-            if timeout < 0:
-                raise InvalidArgumentError(f"timeout must not be negative, not {timeout}")
-            if math.isinf(timeout):
-                timeout = None
+        timeout = checked_timeout(timeout)
         self._check_receivable()
         session = self._session
         # Held for the whole call, so that closing from another thread can

@@ -9,6 +9,7 @@ from concurrent.futures import Future
 from typing import Protocol
 
 from jmsstore._args import integer
+from jmsstore._args import timeout as checked_timeout
 from jmsstore._native import Signal
 from jmsstore.client.port import CompletionCallback, ProducerPort
 from jmsstore.errors import IllegalStateError, InvalidArgumentError, InvalidDestinationError
@@ -32,6 +33,18 @@ class _Session(Protocol):
 
     def stage(self, staged: object) -> None: ...
 
+    def completing(self, future: Future[Message]) -> None: ...
+
+
+# The thread that runs completion listeners (the native callback thread: one
+# per process), recorded by the first it runs.
+_callback_thread: int | None = None
+
+
+def on_callback_thread() -> bool:
+    """Whether this is the thread completion listeners run on."""
+    return threading.get_ident() == _callback_thread
+
 
 class SendFuture(Future[Message]):
     """The future of an asynchronous send (a ``concurrent.futures.Future``):
@@ -47,8 +60,16 @@ class SendFuture(Future[Message]):
         self.message = message
         self.on_completion = on_completion
 
+    def result(self, timeout: float | None = None) -> Message:
+        return super().result(checked_timeout(timeout, negative_is_zero=True))
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        return super().exception(checked_timeout(timeout, negative_is_zero=True))
+
     def completed(self, _handle: object, error: BaseException | None) -> None:
         """The broker's completion (on the callback thread)."""
+        global _callback_thread
+        _callback_thread = threading.get_ident()
         if self.on_completion is not None:
             try:
                 self.on_completion(self.message, error)
@@ -166,6 +187,14 @@ class MessageProducer:
         the message is durable and visible (``error`` None) or has failed;
         the returned future completes at the same moment. Invalid arguments
         raise here. Sends of one producer complete in order.
+
+        In a transacted session the send completes once it is recorded in
+        the transaction: without a listener the future is done at once; a
+        listener runs soon after on the callback thread (JMS 2.0 never calls
+        it on the sending thread), then the future completes. The message
+        becomes durable and visible at the commit. ``commit`` and
+        ``rollback`` wait until these listeners have returned; a listener
+        calling them on its own session gets ``IllegalStateError``.
         """
         target, mode, prio, ttl, delay = self._arguments(
             message, destination, delivery_mode, priority, time_to_live, delivery_delay
@@ -176,7 +205,11 @@ class MessageProducer:
             staged = self.port.stage(message, target, mode, prio, ttl, delay)
             if staged is not None:
                 self._session.stage(staged)
-            _complete_soon(future)
+            if on_completion is None:
+                future.set_result(message)
+            else:
+                self._session.completing(future)
+                _complete_soon(future)
             return future
         if not self.port.send_async(message, target, mode, prio, ttl, delay, None, future.completed):
             _complete_soon(future)  # dropped (non-persistent, over the broker-wide limits)

@@ -22,13 +22,14 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from concurrent.futures import Future
 from typing import Protocol
 
 from jmsstore._native import Signal
 from jmsstore.client.browser import QueueBrowser
 from jmsstore.client.consumer import MessageConsumer, MessageListener
 from jmsstore.client.port import BrokerPort, Delivery, SendOptions
-from jmsstore.client.producer import MessageProducer
+from jmsstore.client.producer import MessageProducer, on_callback_thread
 from jmsstore.errors import IllegalStateError, InvalidDestinationError, JmsStoreError, TransactionRolledBackError
 from jmsstore.jms.destination import Destination, Queue, TemporaryQueue, Topic, check_name
 from jmsstore.jms.message import BytesMessage, MapMessage, Message, StreamMessage, TextMessage
@@ -79,7 +80,7 @@ class _Connection(Protocol):
 
     def owns(self, queue: TemporaryQueue) -> bool: ...
 
-    def add_temporary(self, queue: TemporaryQueue) -> None: ...
+    def add_temporary(self, queue: TemporaryQueue) -> bool: ...
 
     def forget_session(self, session: Session) -> None: ...
 
@@ -102,6 +103,8 @@ class Session:
         # Acknowledged (AUTO, DUPS_OK): store deletes not yet submitted, kept natively.
         self._backlog = self.port.new_backlog()
         self._sends: list[object] = []  # the transaction's staged sends
+        # Asynchronous sends of the transaction whose completion listener may not have returned.
+        self._completing: list[Future[Message]] = []
         self._wake = Signal()  # set on messages for its listeners (and on start and close)
         self._listeners: list[MessageConsumer] = []
         self._dispatcher: threading.Thread | None = None
@@ -131,6 +134,12 @@ class Session:
         if self._closed:
             raise IllegalStateError("the session is closed")
         self.connection.check_open()
+
+    @property
+    def consumers(self) -> list[MessageConsumer]:
+        """The session's open consumers."""
+        with self._lock:
+            return list(self._consumers)
 
     @property
     def messages_maximum(self) -> int:
@@ -230,7 +239,9 @@ class Session:
         """A queue that lives until this session's connection closes."""
         self.check_open()
         queue = self.port.create_temporary_queue(self.connection.id)
-        self.connection.add_temporary(queue)
+        if not self.connection.add_temporary(queue):
+            self.port.delete_temporary_queue(queue, force=True)
+            raise IllegalStateError("the connection is closing")
         return queue
 
     def create_queue(self, name: str) -> Queue:
@@ -345,12 +356,43 @@ class Session:
         with self._lock:
             self._sends.append(staged)
 
+    def completing(self, future: Future[Message]) -> None:
+        """An asynchronous send of the transaction whose completion listener
+        is still to run: commit and rollback wait for it."""
+        with self._lock:
+            self._completing.append(future)
+
+    def _await_completions(self, closing: bool = False) -> None:
+        """JMS 2.0 (``MessageProducer.send`` with a ``CompletionListener``):
+        commit, rollback and close wait until the completion listeners of the
+        transaction's asynchronous sends have returned. They run on the
+        callback thread: a listener there committing or rolling back while
+        any of them is pending would wait for itself, so that is refused
+        (``IllegalStateError``); a close from there does not wait."""
+        with self._lock:
+            pending = [f for f in self._completing if not f.done()]
+            self._completing = []
+        if not pending:
+            return
+        if on_callback_thread():
+            if closing:
+                return
+            with self._lock:
+                self._completing = pending + self._completing
+            raise IllegalStateError(
+                "a completion listener cannot commit or roll back a session while completion listeners of its "
+                "asynchronous sends are pending (they run on the same thread)"
+            )
+        for future in pending:
+            future.exception()  # waits; the outcome is the listener's
+
     def commit(self) -> None:
         """Makes this transaction's sends and receives durable, as one store
         transaction; then the sends become visible."""
         self.check_open()
         if not self.transacted:
             raise IllegalStateError("commit() is only for transacted sessions")
+        self._await_completions()
         with self._lock:
             sends, self._sends = self._sends, []
             acks, self._delivered = self._delivered, []
@@ -369,6 +411,7 @@ class Session:
         self.check_open()
         if not self.transacted:
             raise IllegalStateError("rollback() is only for transacted sessions")
+        self._await_completions()
         self._rollback()
 
     def _rollback(self) -> None:
@@ -513,6 +556,7 @@ class Session:
             consumer.stop()
         try:
             if self.transacted:
+                self._await_completions(closing=True)
                 self._rollback()
             elif self.ack_mode == AckMode.CLIENT:
                 self._recover()

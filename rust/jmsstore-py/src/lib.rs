@@ -52,6 +52,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(inspect::live, m)?)?;
     m.add_function(wrap_pyfunction!(message::read_message, m)?)?;
     m.add_function(wrap_pyfunction!(message::write_message, m)?)?;
+    m.add_function(wrap_pyfunction!(pager::check_order, m)?)?;
     m.add_function(wrap_pyfunction!(codec::compress, m)?)?;
     m.add_function(wrap_pyfunction!(codec::decompress, m)?)?;
     m.add_function(wrap_pyfunction!(codec::codecs, m)?)?;

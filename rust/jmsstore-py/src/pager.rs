@@ -94,6 +94,14 @@ pub(crate) fn call_with_filter<T>(
     (failure, result)
 }
 
+/// Checks a destination order (`fifo`, `lifo`, `priority` or a sort key,
+/// as the pager parses it), before anything is created with it.
+#[pyfunction]
+pub fn check_order(order: &str) -> PyResult2<()> {
+    Order::parse(order)?;
+    Ok(())
+}
+
 #[pymethods]
 impl NativePager {
     #[new]

@@ -469,6 +469,94 @@ pub fn with_expiration(data: &[u8], expiration: i64) -> Result<Vec<u8>> {
     Ok(copy)
 }
 
+/// What [`validate`] found of a message: the pager's fields, owned (a
+/// string that is not strict UTF-8 comes out with U+FFFD in place of
+/// what is not).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Validated {
+    /// The broker's numeric message id.
+    pub id: u64,
+    /// JMSPriority, 0..=9.
+    pub priority: u8,
+    /// JMSTimestamp.
+    pub timestamp: i64,
+    /// JMSExpiration (0: never).
+    pub expiration: i64,
+    /// JMSDeliveryTime.
+    pub delivery_time: i64,
+    /// JMSCorrelationID.
+    pub correlation_id: Option<String>,
+    /// JMSType.
+    pub message_type: Option<String>,
+}
+
+/// Checks a whole encoded message, as Python's reader reads it before a
+/// consumer is handed the message: the fixed header (version, body type,
+/// delivery mode, a priority within 0..=9), the four strings, every
+/// property and the body, each value's tag and length, and every string.
+/// Strings may hold lone surrogates written as Java and Python's
+/// `surrogatepass` write them (three bytes each): Python reads those. Returns
+/// the pager's fields.
+pub fn validate(data: &[u8]) -> Result<Validated> {
+    let mut r = Cursor::fixed_header(data)?;
+    let [_, body_type, delivery_mode, priority] = r.array::<4>("the fixed header")?;
+    let body_type = BodyType::from_code(body_type).ok_or_else(|| r.fail_at(1, "unknown body type"))?;
+    DeliveryMode::from_code(delivery_mode).ok_or_else(|| r.fail_at(2, "unknown delivery mode"))?;
+    if priority > 9 {
+        return Err(r.fail_at(3, format!("priority {priority} is not within 0..=9")));
+    }
+    let id = u64::from_le_bytes(r.array("the id")?);
+    let timestamp = r.i64("the timestamp")?;
+    let expiration = r.i64("the expiration")?;
+    let delivery_time = r.i64("the delivery time")?;
+    r.java_string("the message id")?;
+    let correlation_id = r.java_string("the correlation id")?;
+    let message_type = r.java_string("the type")?;
+    r.java_string("the reply-to")?;
+    let owned = |s: Option<&[u8]>| s.map(|b| String::from_utf8_lossy(b).into_owned());
+    let (correlation_id, message_type) = (owned(correlation_id), owned(message_type));
+    for _ in 0..r.count(MIN_ENTRY_LEN)? {
+        r.java_string("a property name")?;
+        r.java_value()?;
+    }
+    match body_type {
+        BodyType::Empty | BodyType::Bytes => {}
+        BodyType::Text => {
+            r.java_string("the text")?;
+        }
+        BodyType::Map => {
+            for _ in 0..r.count(MIN_ENTRY_LEN)? {
+                r.java_string("a map key")?;
+                r.java_value()?;
+            }
+        }
+        BodyType::Stream => {
+            for _ in 0..r.count(MIN_VALUE_LEN)? {
+                r.java_value()?;
+            }
+        }
+    }
+    Ok(Validated { id, priority, timestamp, expiration, delivery_time, correlation_id, message_type })
+}
+
+/// Whether `bytes` are UTF-8 but for lone surrogates written as three bytes
+/// each (`ED A0..BF 80..BF`), as Java's modified UTF-8 and Python's
+/// `surrogatepass` write them.
+fn utf8_with_surrogates(mut bytes: &[u8]) -> bool {
+    loop {
+        match std::str::from_utf8(bytes) {
+            Ok(_) => return true,
+            Err(e) => {
+                let rest = &bytes[e.valid_up_to()..];
+                match rest {
+                    [0xED, 0xA0..=0xBF, 0x80..=0xBF, ..] => bytes = &rest[3..],
+                    _ => return false,
+                }
+            }
+        }
+    }
+}
+
 /// A body for [`MessageWriter::finish`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Body<'a> {
@@ -766,6 +854,26 @@ impl<'a> Cursor<'a> {
             return Ok(None);
         }
         self.take(n as usize, field).map(Some)
+    }
+
+    /// A string's bytes, checked to be UTF-8 but for lone surrogates (see
+    /// [`utf8_with_surrogates`]); None when absent.
+    fn java_string(&mut self, field: &str) -> Result<Option<&'a [u8]>> {
+        let start = self.pos;
+        let bytes = self.raw_string(field)?;
+        match bytes {
+            Some(b) if !utf8_with_surrogates(b) => Err(self.fail_at(start + 4, format!("{field} is not UTF-8"))),
+            other => Ok(other),
+        }
+    }
+
+    /// Steps over a value, checking its tag, its length and its strings.
+    fn java_value(&mut self) -> Result<()> {
+        if self.data.get(self.pos) == Some(&b'S') {
+            self.pos += 1;
+            return self.java_string("a string value").map(drop);
+        }
+        self.skip_value()
     }
 
     fn skip_string(&mut self, field: &str) -> Result<()> {

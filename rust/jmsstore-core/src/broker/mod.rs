@@ -14,6 +14,7 @@
 //! - [`transaction`]: a transacted session's sends and acknowledgements
 //!   as one store transaction;
 //! - [`expiry`]: expired messages, as each destination's policy says;
+//! - [`recovery`]: the bulk load of the stored messages when a server opens;
 //! - [`ledger`]: message and byte counts against quotas, thresholds and
 //!   limits (WebLogic's destination resource controls);
 //! - [`delivery`]: the delivery ledger, the durable records of what was
@@ -37,6 +38,7 @@ pub mod fetch;
 pub mod format;
 pub mod ledger;
 pub mod post_office;
+pub mod recovery;
 pub mod selector;
 pub mod server;
 pub mod target;

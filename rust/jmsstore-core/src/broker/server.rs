@@ -98,6 +98,7 @@ pub struct Broker {
     /// The message counters.
     pub counters: Counters,
     pub(crate) expiry: crate::broker::expiry::ExpiryLock,
+    pub(crate) recovery_counts: crate::broker::recovery::RecoveryCounts,
 }
 
 /// What the pager knows of a message handed to a consumer.
@@ -124,6 +125,7 @@ impl Broker {
             destinations: RwLock::default(),
             counters: Counters::default(),
             expiry: Default::default(),
+            recovery_counts: Default::default(),
         }
     }
 

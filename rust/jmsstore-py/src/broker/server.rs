@@ -439,12 +439,43 @@ impl NativeBroker {
         self.broker.count_in(&target.target, messages, bytes);
     }
 
-    /// Loads the delivery records: `(counts {message: delivery count},
-    /// stale record handles, malformed record handles)`.
+    /// Loads the delivery records (their counts are kept for `load`):
+    /// `(messages in doubt, stale record handles, malformed record handles)`.
+    fn recover_deliveries(&self, py: Python<'_>) -> PyResult2<(usize, Vec<u64>, Vec<u64>)> {
+        let found = py.detach(|| self.broker.recover_deliveries())?;
+        Ok((found.in_doubt, found.stale, found.malformed))
+    }
+
+    /// Loads `target`'s stored messages into the pager and the counts:
+    /// `(messages, bytes, [(malformed record, why)], newest message id)`.
+    /// `progress(loaded)` is called every 10,000 messages.
+    #[pyo3(signature = (target, progress=None))]
     #[allow(clippy::type_complexity)]
-    fn recover_deliveries(&self, py: Python<'_>) -> PyResult2<(Vec<(u64, u32)>, Vec<u64>, Vec<u64>)> {
-        let found = py.detach(|| self.broker.deliveries().recover())?;
-        Ok((found.counts.into_iter().collect(), found.stale, found.malformed))
+    fn load(
+        &self,
+        py: Python<'_>,
+        target: &NativeTarget,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult2<(u64, u64, Vec<(u64, String)>, u64)> {
+        let target = target.target.clone();
+        let loaded = py.detach(|| {
+            let mut report = |n: u64| {
+                if let Some(cb) = &progress {
+                    Python::attach(|py| {
+                        if let Err(e) = cb.call1(py, (n,)) {
+                            e.write_unraisable(py, Some(cb.bind(py)));
+                        }
+                    });
+                }
+            };
+            self.broker.load(&target, &mut report)
+        })?;
+        Ok((loaded.messages, loaded.bytes, loaded.malformed, loaded.newest_id))
+    }
+
+    /// Recovery is over (the delivery counts it kept are dropped).
+    fn finish_recovery(&self) {
+        self.broker.finish_recovery();
     }
 
     /// At a clean close: deletes the delivery records sends wrote for
