@@ -9,6 +9,7 @@ InvalidClientIDException, MessageFormatException, ResourceAllocationException).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,7 +28,9 @@ from jmsstore import (
     TextMessage,
     Topic,
 )
+from jmsstore.broker.destination import DestinationSettings
 from jmsstore.errors import ResourceAllocationError
+from jmsstore.pager import Pager
 
 
 def _queue_with(server: JMSServer, contents: list[str], name: str = "Q") -> Queue:
@@ -644,6 +647,46 @@ def test_bad_destination_settings(server: JMSServer, restart: Any, settings: dic
     assert server.destinations() == [existing]
     assert server.settings(existing) == before
     assert texts(receive_all(server, existing)) == ["a"]
+
+
+@pytest.mark.parametrize("order", ["random", "", "+", "-fifo", "+lifo", "Priority", "fifo ", "--id", "delivery-time"])
+def test_a_bad_order_changes_nothing(server: JMSServer, restart: Any, snapshot: Any, order: str) -> None:
+    """A delivery order the pager does not know is refused before anything is stored: the
+    store holds the same records, and the server opens again (a stored record with a bad
+    order used to stop every later open)."""
+    existing = _queue_with(server, ["a"], "EXISTING")
+    before = snapshot(server.store)
+    with pytest.raises(InvalidArgumentError, match="order"):
+        server.create_queue("Q7", order=order)
+    with pytest.raises(InvalidArgumentError, match="order"):
+        server.create_topic("T7", order=order)
+    assert snapshot(server.store) == before
+    assert server.destinations() == [existing]
+    server = restart(server)
+    assert server.destinations() == [existing]
+    assert server.statistics()["malformed_records"] == 0
+    assert texts(receive_all(server, existing)) == ["a"]
+
+
+def test_the_orders_refused_are_the_ones_the_pager_refuses(tmp_path: Path) -> None:
+    """The settings check and the pager (which orders the messages) agree on every order."""
+    fields = ["id", "timestamp", "expiration", "delivery_time", "priority", "redelivery_count"]
+    candidates = ["fifo", "lifo", *(sign + field for sign in ("", "+", "-") for field in fields)]
+    candidates += ["random", "", "+", "-", "-fifo", "+lifo", "-lifo", "Priority", " fifo", "fifo ", "--id", "+-id"]
+    candidates += ["id-", "delivery-time", "ID", "+ id"]
+    with Pager(None, paging_directory=tmp_path / "paging") as pager:
+        for i, order in enumerate(candidates):
+            try:
+                pager.create_destination(f"d{i}", order)
+                pager_accepts = True
+            except InvalidArgumentError:
+                pager_accepts = False
+            try:
+                DestinationSettings(order=order).checked()
+                settings_accept = True
+            except InvalidArgumentError:
+                settings_accept = False
+            assert settings_accept == pager_accepts, order
 
 
 def test_order_cannot_change(server: JMSServer) -> None:

@@ -83,6 +83,11 @@ class TemporaryQueue(Queue):
 
 
 EXPIRATION_POLICIES = ("discard", "log", "redirect")
+# The orders the pager knows (``Order::parse`` in the core's pager/order.rs):
+# checked here too, so that a bad one is refused before the destination's
+# record is written.
+ORDER_FIELDS = ("id", "timestamp", "expiration", "delivery_time", "priority", "redelivery_count")
+ORDERS = frozenset({"fifo", "lifo", *(sign + field for sign in ("", "+", "-") for field in ORDER_FIELDS)})
 
 
 @dataclass(frozen=True)
@@ -149,6 +154,11 @@ class DestinationSettings:
     def checked(self) -> DestinationSettings:
         if not isinstance(self.order, str):
             raise TypeError(f"order is a str, not {type(self.order).__name__}")
+        if self.order not in ORDERS:
+            raise InvalidArgumentError(
+                f"order {self.order!r} is not fifo, lifo, priority or a sort field ({', '.join(ORDER_FIELDS)}) "
+                "with an optional leading + or -"
+            )
         for name in ("redelivery_delay", "redelivery_limit"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):

@@ -30,6 +30,12 @@ is prefixed ``jms/<server name>/``):
 
 Non-persistent messages, non-durable subscriptions and temporary queues live
 in the pager only.
+
+``quarantine/<collection>``: records recovery could not use, kept for
+forensics instead of being deleted or stopping the server from opening: a
+destination record whose settings are invalid (with the messages of its
+queue), moved there in store transactions (copy, then delete the original)
+at the open that found them; ``statistics()`` counts them.
 """
 
 from __future__ import annotations
@@ -99,6 +105,44 @@ def _marker_body(handles: list[int], counts: list[int]) -> bytes:
     """A delivery record's body: ``_MARKER_ENTRY`` (handle, delivery count) per message, packed in one call."""
     layout = _MARKER_ENTRY.format[0] + _MARKER_ENTRY.format[1:] * len(handles)
     return struct.pack(layout, *itertools.chain.from_iterable(zip(handles, counts, strict=True)))
+
+
+class _Malformed(Exception):
+    """A stored record recovery cannot use; the message says why. ``owner``:
+    the destination (kind, name) a destination record names, when readable."""
+
+    def __init__(self, reason: str, owner: tuple[str, str] | None = None) -> None:
+        super().__init__(reason)
+        self.owner = owner
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(body)
+    except ValueError as e:  # not UTF-8, or not JSON
+        raise _Malformed(f"not JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise _Malformed(f"not a JSON object but a {type(data).__name__}")
+    return data
+
+
+def _destination_record(body: bytes) -> tuple[str, str, DestinationSettings]:
+    """A destination record's kind, name and settings, checked as ``create_queue`` checks them."""
+    data = _json_object(body)
+    kind, name = data.get("kind"), data.get("name")
+    if kind not in ("queue", "topic"):
+        raise _Malformed(f"kind {kind!r} is neither 'queue' nor 'topic'")
+    try:
+        name = check_name(kind, name)
+    except (TypeError, InvalidArgumentError) as e:
+        raise _Malformed(str(e)) from None
+    settings = data.get("settings", {})
+    try:
+        if not isinstance(settings, dict):
+            raise TypeError(f"settings are a JSON object, not a {type(settings).__name__}")
+        return kind, name, DestinationSettings.from_json(settings)
+    except (TypeError, ValueError, InvalidArgumentError) as e:
+        raise _Malformed(f"invalid settings: {e}", (kind, name)) from None
 
 
 def _destination_text(destination: Destination) -> str:
@@ -471,6 +515,17 @@ class JMSServer:
         self.boot = boot + 1
         self._sequence = itertools.count(1)
 
+        # Records recovery cannot use go to quarantine/<their collection>, with
+        # what only they give a meaning to (a queue's messages): never deleted,
+        # never loaded, and they do not stop the server from opening.
+        self._malformed_records = 0
+        aside: list[tuple[int, bytes, str]] = []  # (record, body, collection suffix)
+        moving: list[str] = []  # suffixes of collections whose records all go
+        aside_owners: set[tuple[str, str]] = set()  # destinations whose record was set aside
+        # A destination record set aside without a readable name: what looks
+        # like the leftovers of an interrupted deletion may be its data.
+        unsure = False
+
         # Delivery records first: they tell each message's delivery count.
         counts: dict[int, int] = {}
         stale: list[int] = []
@@ -493,17 +548,43 @@ class JMSServer:
         known_collections.add(self._collection("destinations"))
         known_collections.add(self._collection("subscriptions"))
         for handle, body in store.scan(self._collection("destinations")):
-            data = json.loads(body)
-            settings = DestinationSettings.from_json(data.get("settings", {}))
-            if data["kind"] == "queue":
-                state = QueueState(self, Queue(data["name"]), settings, handle)
-                self._queues[data["name"]] = state
+            try:
+                kind, name, settings = _destination_record(body)
+                if settings.quota is not None and settings.quota not in self._quotas:
+                    raise _Malformed(f"its quota {settings.quota!r} does not exist", (kind, name))
+                try:
+                    self._check_kind(settings, kind)
+                except InvalidArgumentError as e:
+                    raise _Malformed(str(e), (kind, name)) from None
+            except _Malformed as e:
+                self._set_aside(aside, handle, body, "destinations", str(e))
+                if e.owner is None:
+                    unsure = True
+                else:
+                    aside_owners.add(e.owner)
+                continue
+            if name in (self._queues if kind == "queue" else self._topics):
+                # Its messages are the first record's.
+                self._set_aside(aside, handle, body, "destinations", f"a second record of {kind} {name!r}")
+                continue
+            if kind == "queue":
+                state = QueueState(self, Queue(name), settings, handle)
+                self._queues[name] = state
                 known_collections.add(state.collection or "")
             else:
-                self._topics[data["name"]] = TopicState(self, Topic(data["name"]), settings, handle)
+                self._topics[name] = TopicState(self, Topic(name), settings, handle)
+        for kind, name in sorted(aside_owners):
+            if kind == "queue" and name not in self._queues:
+                moving.append(f"q/{name}")
+        topics_aside = {name for kind, name in aside_owners if kind == "topic" and name not in self._topics}
         for handle, body in store.scan(self._collection("subscriptions")):
             data = json.loads(body)
             topic = self._topics.get(data["topic"])
+            if topic is None and (unsure or data["topic"] in topics_aside):
+                # Its topic's record was set aside: it goes too, with its messages.
+                self._set_aside(aside, handle, body, "subscriptions", None)
+                moving.append(f"s/{handle}")
+                continue
             if topic is None:  # its topic's deletion was interrupted
                 stale.append(handle)
                 continue
@@ -548,9 +629,17 @@ class JMSServer:
                 self._count_in(target, 1, len(body))
         # Objects of destinations whose deletion was interrupted.
         prefix = self._collection("")
+        quarantine = self._collection("quarantine/")
+        known_collections.update(self._collection(suffix) for suffix in moving)
         for collection in store.collections():
             if collection.startswith(prefix) and collection not in known_collections:
-                stale.extend(store.handles(collection))
+                if collection.startswith(quarantine):
+                    continue
+                if unsure:
+                    moving.append(collection[len(prefix) :])
+                else:
+                    stale.extend(store.handles(collection))
+        self._quarantine(moving, aside)
         if stale:
             with store.transaction() as txn:
                 for handle in stale:
@@ -563,7 +652,70 @@ class JMSServer:
             "messages": sum(self._pager.count(t.pager_id) for t in targets),
             "in_doubt_deliveries": len(counts),
             "stale_records_removed": len(stale),
+            "malformed_records": self._malformed_records,
         }
+
+    def _set_aside(
+        self, aside: list[tuple[int, bytes, str]], handle: int, body: bytes, suffix: str, reason: str | None
+    ) -> None:
+        """Recovery cannot use record ``handle`` of collection ``suffix``
+        (``reason``: why; None: it goes with its owner's record): it is
+        moved to quarantine."""
+        collection = self._collection(suffix)
+        if reason is not None:
+            self._malformed_records += 1
+            log.warning(
+                "JMS server %r: record %d in %s cannot be recovered (%s); it is kept aside in %s",
+                self.name,
+                handle,
+                collection,
+                reason,
+                self._collection(f"quarantine/{suffix}"),
+            )
+        aside.append((handle, body, suffix))
+
+    def _quarantine(self, moving: list[str], aside: list[tuple[int, bytes, str]]) -> None:
+        """Moves every record of the collections ``moving`` (suffixes), then
+        the records ``aside``, to ``quarantine/<suffix>``: each in a store
+        transaction that puts the copy and deletes the original. The
+        collections go first: a crash before the records moved leaves the
+        records to find, and so the collections to move, at the next open."""
+        store = self._store
+        for suffix in moving:
+            handles = list(store.handles(self._collection(suffix)))
+            if not handles:
+                continue
+            target = self._collection(f"quarantine/{suffix}")
+            log.warning(
+                "JMS server %r: the %d records of %s belong to a record kept aside; they are kept aside in %s",
+                self.name,
+                len(handles),
+                self._collection(suffix),
+                target,
+            )
+            start = 0
+            while start < len(handles):
+                with store.transaction() as txn:
+                    size, chunk = 0, list[int]()
+                    # Transactions of at most 1,000 records or about 8 MiB.
+                    while start < len(handles) and len(chunk) < 1000 and size < 8 << 20:
+                        body = store.read(handles[start])
+                        txn.put(target, body)
+                        txn.delete(handles[start])
+                        chunk.append(handles[start])
+                        size += len(body)
+                        start += 1
+                    self._settle(chunk, txn)
+        if aside:
+            with store.transaction() as txn:
+                for handle, body, suffix in aside:
+                    txn.put(self._collection(f"quarantine/{suffix}"), body)
+                    txn.delete(handle)
+
+    def _quarantined_records(self) -> int:
+        """Records in this server's quarantine collections (set aside at any open)."""
+        quarantine = self._collection("quarantine/")
+        return sum(n for name, n in self._store.collections().items() if name.startswith(quarantine))
 
     # ------------------------------------------------------------ destinations
 
@@ -1667,6 +1819,10 @@ class JMSServer:
                 "delivery_records_at_send": self._birth_marks.written,
                 "dropped_over_system_limit": s.dropped_over_system_limit,
                 "expired_redirected": s.expired_redirected,
+                # Records found unusable at the open (malformed, or invalid
+                # settings), and what the quarantine holds from any open.
+                "malformed_records": self._malformed_records,
+                "quarantined_records": self._quarantined_records(),
                 "subscription_limit_deleted_count": sum(
                     x.limit_deleted for t in self._topics.values() for x in t.subscriptions
                 ),
