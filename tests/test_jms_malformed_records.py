@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import logging
+import struct
 from typing import Any
 
 import pytest
 from jms_helpers import SMALL_SEGMENT, Servers, connect, drain, receive_all, send_texts, texts
-from jmsstore import FileStore, JMSServer
+from jmsstore import FileStore, JMSServer, TextMessage
+from jmsstore.broker.message import encode_in_python
 
 SERVER_LOG = "jmsstore.broker.server"
 
@@ -176,3 +178,190 @@ def test_quarantined_records_are_not_found_by_later_opens(server: JMSServer, ser
         assert server.statistics()["quarantined_records"] == 2
         assert server.recovered["stale_records_removed"] == 0
         assert server.recovered["messages"] == 0
+
+
+# ---------------------------------------------------------------- malformed records
+
+GARBAGE_36 = bytes([1, *range(35)])  # checksum-valid, starts like a message, 36 bytes long
+
+
+def _encoded(text: str, **headers: Any) -> bytes:
+    message = TextMessage(text)
+    for name, value in headers.items():
+        setattr(message, name, value)
+    return encode_in_python(message)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        GARBAGE_36,
+        b"",
+        b"\x02" + GARBAGE_36[1:],  # another format version
+        _encoded("x")[:-1],  # truncated
+        _encoded("x", delivery_mode=7),  # no such delivery mode
+        _encoded("x", priority=44),  # no such priority
+        bytes([1, 9]) + bytes(60),  # no such body type
+    ],
+    ids=["garbage", "empty", "version", "truncated", "delivery-mode", "priority", "body-type"],
+)
+def test_a_malformed_message_record_is_kept_aside(
+    server: JMSServer, servers: Servers, caplog: pytest.LogCaptureFixture, bad: bytes
+) -> None:
+    """A message record that does not decode (it stopped every open with an untyped
+    struct.error) is kept aside: every other message is delivered, in order; the bad one
+    is not delivered, not counted, not deleted."""
+    queue = server.create_queue("Q")
+    send_texts(server, queue, [f"m{i}" for i in range(5)])
+    with _edit_store(server) as store:
+        # The bad record between m1 and m2: the later messages are put again after it.
+        later = [(h, b) for h, b in store.scan("jms/jms1/q/Q")][2:]
+        with store.transaction() as txn:
+            bad_handle = txn.put("jms/jms1/q/Q", bad)
+            for handle, body in later:
+                txn.delete(handle)
+                txn.put("jms/jms1/q/Q", body)
+
+    with caplog.at_level(logging.WARNING, logger=SERVER_LOG):
+        server = servers.open()
+    stats = server.statistics()
+    assert stats["queues"]["Q"]["messages"] == 5
+    assert (stats["malformed_records"], stats["quarantined_records"]) == (1, 1)
+    assert server.recovered["messages"] == 5
+    assert any(f"record {bad_handle} in jms/jms1/q/Q " in w for w in _warnings(caplog)), _warnings(caplog)
+    assert _bodies(server, "jms/jms1/quarantine/q/Q") == [bad]
+    assert texts(receive_all(server, queue)) == [f"m{i}" for i in range(5)]
+
+    server = servers.restart(server)
+    stats = server.statistics()
+    assert (stats["malformed_records"], stats["quarantined_records"]) == (0, 1)
+    assert receive_all(server, queue) == []
+
+
+def test_a_malformed_message_of_a_durable_subscription_is_kept_aside(server: JMSServer, servers: Servers) -> None:
+    topic = server.create_topic("T")
+    with connect(server, "app") as connection:
+        connection.create_session().create_durable_subscriber(topic, "sub").close()
+    send_texts(server, topic, ["a", "b"])
+    with _edit_store(server) as store:
+        (sub_handle,) = store.handles("jms/jms1/subscriptions")
+        store.put(f"jms/jms1/s/{sub_handle}", GARBAGE_36)
+
+    server = servers.open()
+    assert server.statistics()["malformed_records"] == 1
+    assert _bodies(server, f"jms/jms1/quarantine/s/{sub_handle}") == [GARBAGE_36]
+    with connect(server, "app") as connection:
+        consumer = connection.create_session().create_durable_subscriber(topic, "sub")
+        assert texts(drain(consumer)) == ["a", "b"]
+
+
+def test_a_malformed_delivery_record_is_kept_aside(
+    server: JMSServer, servers: Servers, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A delivery record whose body is not whole (handle, count) entries of 12 bytes tells
+    nothing: it is kept aside, and the messages are delivered."""
+    queue = server.create_queue("Q")
+    send_texts(server, queue, ["a", "b"])
+    with _edit_store(server) as store:
+        message_handle = next(iter(store.handles("jms/jms1/q/Q")))
+        bad = struct.pack("<QI", message_handle, 3) + b"\x01"  # 13 bytes
+        bad_handle = store.put("jms/jms1/delivered", bad)
+
+    with caplog.at_level(logging.WARNING, logger=SERVER_LOG):
+        server = servers.open()
+    stats = server.statistics()
+    assert (stats["malformed_records"], stats["quarantined_records"]) == (1, 1)
+    assert any(f"record {bad_handle} in jms/jms1/delivered " in w for w in _warnings(caplog))
+    assert _bodies(server, "jms/jms1/quarantine/delivered") == [bad]
+    received = receive_all(server, queue)
+    assert texts(received) == ["a", "b"]
+    assert not any(m.redelivered for m in received)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b"\xff not json",
+        b"[1, 2]",
+        json.dumps({"name": "sub", "client_id": "app", "selector": None, "shared": False}).encode(),  # no topic
+        json.dumps({"topic": "T", "name": "sub", "client_id": "app", "selector": "color =", "shared": False}).encode(),
+        json.dumps({"topic": "T", "name": "sub", "client_id": 7, "selector": None, "shared": "no"}).encode(),
+    ],
+    ids=["not-json", "not-an-object", "no-topic", "bad-selector", "bad-types"],
+)
+def test_a_malformed_subscription_record_is_kept_aside_with_its_messages(
+    server: JMSServer, servers: Servers, bad: bytes
+) -> None:
+    """A durable subscription record that is not one is kept aside, with the messages
+    stored for it (nothing else names them); the topic and its other subscriptions work."""
+    topic = server.create_topic("T")
+    with connect(server, "app") as connection:
+        session = connection.create_session()
+        session.create_durable_subscriber(topic, "sub").close()
+        session.create_durable_subscriber(topic, "other").close()
+    send_texts(server, topic, ["a", "b"])
+    with _edit_store(server) as store:
+        handle, _ = _record_of(store, "jms/jms1/subscriptions", "sub")
+        store.update(handle, bad)
+        messages = sorted(body for _, body in store.scan(f"jms/jms1/s/{handle}"))
+
+    server = servers.open()
+    assert server.destinations() == [topic]
+    assert [s["name"] for s in server.durable_subscriptions()] == ["other"]
+    stats = server.statistics()
+    assert (stats["malformed_records"], stats["quarantined_records"]) == (1, 3)
+    assert _bodies(server, "jms/jms1/quarantine/subscriptions") == [bad]
+    assert _bodies(server, f"jms/jms1/quarantine/s/{handle}") == messages
+    with connect(server, "app") as connection:
+        session = connection.create_session()
+        assert texts(drain(session.create_durable_subscriber(topic, "other"))) == ["a", "b"]
+        assert drain(session.create_durable_subscriber(topic, "sub")) == []  # a new one
+
+
+def test_a_malformed_quota_record_is_kept_aside_with_the_destinations_using_it(
+    server: JMSServer, servers: Servers
+) -> None:
+    server.create_quota("small", messages_maximum=100)
+    limited = server.create_queue("LIMITED", quota="small")
+    free = server.create_queue("FREE")
+    send_texts(server, limited, ["l"])
+    send_texts(server, free, ["f"])
+    with _edit_store(server) as store:
+        (handle,) = store.handles("jms/jms1/quotas")
+        store.update(handle, json.dumps({"name": "small", "messages_maximum": "lots"}).encode())
+
+    server = servers.open()
+    assert server.quotas() == {}
+    assert server.destinations() == [free]
+    stats = server.statistics()
+    # The quota record, and the queue record naming a quota that no longer exists.
+    assert (stats["malformed_records"], stats["quarantined_records"]) == (2, 3)
+    assert server.store.count("jms/jms1/quarantine/q/LIMITED") == 1
+    assert texts(receive_all(server, free)) == ["f"]
+
+
+def test_a_malformed_server_record_is_kept_aside_and_message_ids_stay_unique(
+    server: JMSServer, servers: Servers
+) -> None:
+    """The server record (its boot counter) unreadable: the server opens with the boot
+    after the newest one a recovered message id tells, so new ids do not repeat them."""
+    queue = server.create_queue("Q")
+    send_texts(server, queue, ["boot1"])
+    server = servers.restart(server)
+    send_texts(server, queue, ["boot2"])
+    assert server.boot == 2
+    with _edit_store(server) as store:
+        (handle,) = store.handles("jms/jms1/server")
+        store.update(handle, b'{"boot": "two"}')
+
+    server = servers.open()
+    assert server.boot == 3
+    assert server.statistics()["malformed_records"] == 1
+    assert _bodies(server, "jms/jms1/quarantine/server") == [b'{"boot": "two"}']
+    send_texts(server, queue, ["boot3"])
+    received = receive_all(server, queue)
+    assert texts(received) == ["boot1", "boot2", "boot3"]
+    assert len({m.message_id for m in received}) == 3
+    server = servers.restart(server)
+    assert server.boot == 4
+    assert server.statistics()["malformed_records"] == 0

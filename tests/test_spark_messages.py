@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from jmsstore import AckMode, BytesMessage, DeliveryMode, JMSServer, MapMessage, TextMessage
+from jmsstore import AckMode, BytesMessage, DeliveryMode, FileStore, JMSServer, MapMessage, TextMessage
 
 
 def _server_with_messages(home: Path) -> dict[str, Any]:
@@ -83,3 +83,33 @@ def test_messages_of_several_stores_and_the_backlog_by_destination(spark: Any, t
         for r in df.groupBy("store", "destination").count().collect()
     }
     assert backlog == {("a", "orders"): 29, ("a", "prices"): 1, ("b", "orders"): 29, ("b", "prices"): 1}
+
+
+def test_malformed_and_quarantined_records_are_not_live_messages(spark: Any, tmp_path: Path) -> None:
+    """Records a JMS server would keep aside (malformed messages, delivery, subscription
+    and destination records) do not stop the view and are not shown; neither are the
+    records of the server's quarantine. The view shows the same before and after a
+    server opened the store (and moved them to quarantine)."""
+    home = tmp_path / "srv"
+    expected = _server_with_messages(home)
+    path = str(home / "store")
+    with FileStore(path, max_segment_bytes=16 * 1024) as store:
+        message = next(body for _, body in store.scan("jms/jms1/q/orders"))
+        store.put("jms/jms1/q/orders", bytes([1, *range(35)]))  # starts like a message, is not one
+        store.put("jms/jms1/delivered", b"\x01" * 13)  # not whole 12-byte entries
+        store.put("jms/jms1/subscriptions", b"\xff not json")
+        store.put("jms/jms1/destinations", b'{"kind": "queue", "name": ["not", "a", "name"]}')
+        (server_record,) = store.handles("jms/jms1/server")
+        store.update(server_record, b"[]")
+        store.put("jms/jms1/quarantine/q/orders", message)  # set aside by an earlier open
+
+    def live() -> list[tuple[str, str | None, int]]:
+        df = spark.read.format("jmsstore").option("view", "messages").load(path)
+        return sorted((r.message_id, r.destination, r.delivery_count) for r in df.collect())
+
+    before = live()
+    assert len(before) == expected["queued"] + expected["topic"]
+    assert len({message_id for message_id, _, _ in before}) == len(before)
+    with JMSServer(home, max_segment_bytes=16 * 1024) as server:
+        assert server.statistics()["quarantined_records"] == 6
+    assert live() == before

@@ -19,7 +19,9 @@ from typing import Any
 
 import pyarrow as pa
 from jmsstore import _native, inspect
+from jmsstore.broker.destination import DestinationSettings
 from jmsstore.broker.message import BytesMessage, MapMessage, Message, StreamMessage, TextMessage, decode
+from jmsstore.errors import JmsStoreError, MessageFormatError
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 MESSAGES_SCHEMA = (
@@ -79,6 +81,29 @@ def _json_value(value: object) -> object:
     return value
 
 
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    """A metadata record's JSON object; None if it is not one (a server opening
+    the store keeps such a record aside, and what only it names, in quarantine)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _destination_settings(data: dict[str, Any]) -> str | None:
+    """A destination record's settings as JSON; None if a server would not
+    recover the destination (it keeps it aside, with its messages)."""
+    settings = data.get("settings", {})
+    if data.get("kind") not in ("queue", "topic") or not isinstance(data.get("name"), str):
+        return None
+    try:
+        DestinationSettings.from_json(settings)
+    except (AttributeError, TypeError, ValueError, JmsStoreError):
+        return None
+    return json.dumps(settings)
+
+
 class MessageSegment(InputPartition):
     """The live messages of one segment, with what the driver knows of them."""
 
@@ -123,16 +148,25 @@ def _targets_and_counts(
             if not isinstance(item, _native.Record) or (item.offset, item.handle) not in places:
                 continue
             server, kind = places[(item.offset, item.handle)].split("/")[1:3]
+            # A malformed record is left out, and so is what only it names: the
+            # messages of its destination or subscription are orphans then.
+            if kind == "delivered":
+                if len(item.body) % _MARKER_ENTRY.size == 0:
+                    for handle, count in _MARKER_ENTRY.iter_unpack(item.body):
+                        counts[handle] = max(counts.get(handle, 0), count)
+                continue
+            data = _json_object(item.body)
+            if data is None:
+                continue
             if kind == "subscriptions":
-                subscriptions[(server, item.handle)] = json.loads(item.body)
+                if isinstance(data.get("topic"), str):
+                    subscriptions[(server, item.handle)] = data
             elif kind == "destinations":
-                data = json.loads(item.body)
-                destinations[(server, data["kind"], data["name"])] = json.dumps(data.get("settings", {}))
-            elif kind == "server":
-                boots[server] = int(json.loads(item.body)["boot"])
-            else:
-                for handle, count in _MARKER_ENTRY.iter_unpack(item.body):
-                    counts[handle] = max(counts.get(handle, 0), count)
+                settings = _destination_settings(data)
+                if settings is not None:
+                    destinations[(server, data["kind"], data["name"])] = settings
+            elif kind == "server" and type(data.get("boot")) is int:
+                boots[server] = data["boot"]
     targets: dict[str, dict[str, Any]] = {}
     orphans: set[str] = set()
     for entries in by_segment.values():
@@ -222,7 +256,10 @@ class MessagesReader(DataSourceReader):
             place = partition.live.get(item.offset)
             if place is None or place[0] != item.handle:
                 continue
-            row = _message_row(partition, item, place[1])
+            try:
+                row = _message_row(partition, item, place[1])
+            except MessageFormatError:
+                continue  # not a message: a server opening the store keeps it aside, never delivers it
             for name, value in row.items():
                 columns[name].append(value)
             if len(columns["store"]) >= BATCH_ROWS:

@@ -619,21 +619,27 @@ def with_message_id(data: bytes, message_id: str, ident: int) -> bytes:
 def peek_header(data: bytes) -> tuple[int, int, int, int, int, str | None, str | None]:
     """What the pager holds of a message (id, priority, timestamp, expiration,
     delivery time, correlation id, type), without decoding properties or body."""
-    (_, _, _, priority, ident, timestamp, expiration, delivery_time), r = _header(data)
-    r.str()  # message_id
-    return ident, priority, timestamp, expiration, delivery_time, r.str(), r.str()
+    try:
+        (_, _, _, priority, ident, timestamp, expiration, delivery_time), r = _header(data)
+        r.str()  # message_id
+        return ident, priority, timestamp, expiration, delivery_time, r.str(), r.str()
+    except (struct.error, UnicodeDecodeError) as e:
+        raise MessageFormatError(f"malformed message: {e}") from e
 
 
 def decode_properties(data: bytes) -> dict[str, object]:
     """Only the user properties of an encoded message (for selectors)."""
-    _, r = _header(data)
-    for _ in range(4):
-        r.str()
-    props: dict[str, object] = {}
-    for _ in range(r.u32()):
-        name = r.str()
-        props[name or ""] = r.value()
-    return props
+    try:
+        _, r = _header(data)
+        for _ in range(4):
+            r.str()
+        props: dict[str, object] = {}
+        for _ in range(r.u32()):
+            name = r.str()
+            props[name or ""] = r.value()
+        return props
+    except (struct.error, IndexError, UnicodeDecodeError) as e:
+        raise MessageFormatError(f"malformed message: {e}") from e
 
 
 def decode(data: bytes) -> Message:
@@ -669,6 +675,8 @@ def _message(fields: tuple[Any, ...]) -> Message:
     delivery_mode = DELIVERY_MODES.get(mode)
     if delivery_mode is None:
         raise MessageFormatError(f"malformed message: {mode} is not a valid DeliveryMode")
+    if not 0 <= priority <= 9:
+        raise MessageFormatError(f"malformed message: priority {priority} is not within 0..9")
     cls = _TYPES[body_type]
     message = cls.__new__(cls)
     # Every slot, as Message.__init__ would, without setting each twice.

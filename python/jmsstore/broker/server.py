@@ -33,9 +33,12 @@ in the pager only.
 
 ``quarantine/<collection>``: records recovery could not use, kept for
 forensics instead of being deleted or stopping the server from opening: a
-destination record whose settings are invalid (with the messages of its
-queue), moved there in store transactions (copy, then delete the original)
-at the open that found them; ``statistics()`` counts them.
+message that does not decode, a delivery record that is not whole entries,
+a JSON record that is not what it should be, a destination record whose
+settings are invalid (with the messages of its queue or the subscriptions
+of its topic), a subscription record (with its messages). Moved there in
+store transactions (copy, then delete the original) at the open that found
+them; ``statistics()`` counts them.
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ from jmsstore.broker.destination import (
     Topic,
     check_name,
 )
-from jmsstore.broker.message import DELIVERY_MODES, DeliveryMode, Message, decode, encode, peek_header
+from jmsstore.broker.message import DELIVERY_MODES, DeliveryMode, Message, decode, encode
 from jmsstore.broker.resources import (
     Quota,
     QuotaUsage,
@@ -80,6 +83,7 @@ from jmsstore.errors import (
     InvalidClientIDError,
     InvalidDestinationError,
     JmsStoreError,
+    MessageFormatError,
     MessageTooLargeError,
     ResourceAllocationError,
     UnknownHandleError,
@@ -143,6 +147,48 @@ def _destination_record(body: bytes) -> tuple[str, str, DestinationSettings]:
         return kind, name, DestinationSettings.from_json(settings)
     except (TypeError, ValueError, InvalidArgumentError) as e:
         raise _Malformed(f"invalid settings: {e}", (kind, name)) from None
+
+
+def _boot_record(body: bytes) -> int:
+    """The boot counter of the server record."""
+    boot = _json_object(body).get("boot")
+    if type(boot) is not int or not 0 <= boot < 1 << 24:  # (message ids hold it in 24 bits)
+        raise _Malformed(f"boot {boot!r} is not a boot count")
+    return boot
+
+
+def _quota_record(body: bytes) -> Quota:
+    data = _json_object(body)
+    try:
+        check_name("quota", data.get("name"))
+        return Quota(**data)
+    except (TypeError, ValueError, InvalidArgumentError) as e:
+        raise _Malformed(f"invalid quota: {e}") from None
+
+
+def _subscription_record(body: bytes) -> SubscriptionSpec:
+    """A durable subscription's record, checked as creating it checks it."""
+    data = _json_object(body)
+    try:
+        for key in ("client_id", "selector"):
+            if data.get(key) is not None and not isinstance(data[key], str):
+                raise TypeError(f"{key} is a str or null, not a {type(data[key]).__name__}")
+        for key in ("shared", "no_local"):
+            if not isinstance(data.get(key, False), bool):
+                raise TypeError(f"{key} is a bool, not a {type(data[key]).__name__}")
+        spec = SubscriptionSpec(
+            check_name("topic", data.get("topic")),
+            check_name("subscription", data.get("name")),
+            None if data.get("client_id") is None else check_name("client id", data["client_id"]),
+            data.get("selector"),
+            True,
+            data.get("shared", False),
+            data.get("no_local", False),
+        )
+        Selector(spec.selector)
+    except (TypeError, ValueError, JmsStoreError) as e:  # JmsStoreError: a name or the selector
+        raise _Malformed(f"invalid subscription: {e}") from None
+    return spec
 
 
 def _destination_text(destination: Destination) -> str:
@@ -503,18 +549,6 @@ class JMSServer:
 
     def _recover(self) -> None:
         store = self._store
-        meta = self._collection("server")
-        boot = 0
-        records = list(store.scan(meta))
-        if records:
-            handle, body = records[-1]
-            boot = int(json.loads(body)["boot"])
-            store.update(handle, json.dumps({"boot": boot + 1}).encode())
-        else:
-            store.put(meta, json.dumps({"boot": 1}).encode())
-        self.boot = boot + 1
-        self._sequence = itertools.count(1)
-
         # Records recovery cannot use go to quarantine/<their collection>, with
         # what only they give a meaning to (a queue's messages): never deleted,
         # never loaded, and they do not stop the server from opening.
@@ -526,10 +560,30 @@ class JMSServer:
         # like the leftovers of an interrupted deletion may be its data.
         unsure = False
 
+        meta = self._collection("server")
+        boot: int | None = 0
+        records = list(store.scan(meta))
+        if records:
+            handle, body = records[-1]
+            try:
+                boot = _boot_record(body)
+                store.update(handle, json.dumps({"boot": boot + 1}).encode())
+            except _Malformed as e:
+                # Replaced once the messages are loaded: their ids tell the boots they came from.
+                self._set_aside(aside, handle, body, "server", str(e))
+                boot = None
+        else:
+            store.put(meta, json.dumps({"boot": 1}).encode())
+        self._sequence = itertools.count(1)
+
         # Delivery records first: they tell each message's delivery count.
         counts: dict[int, int] = {}
         stale: list[int] = []
         for handle, body in store.scan(self._collection("delivered")):
+            if len(body) % _MARKER_ENTRY.size:
+                reason = f"{len(body)} bytes are not entries of {_MARKER_ENTRY.size}"
+                self._set_aside(aside, handle, body, "delivered", reason)
+                continue
             marker = Marker({}, handle)
             marker.durable.set()
             for message_handle, count in _MARKER_ENTRY.iter_unpack(body):
@@ -543,7 +597,13 @@ class JMSServer:
                 stale.append(handle)
         known_collections: set[str] = {meta, self._collection("delivered"), self._collection("quotas")}
         for handle, body in store.scan(self._collection("quotas")):
-            quota = Quota(**json.loads(body))
+            try:
+                quota = _quota_record(body)
+                if quota.name in self._quotas:
+                    raise _Malformed(f"a second record of quota {quota.name!r}")
+            except _Malformed as e:
+                self._set_aside(aside, handle, body, "quotas", str(e))
+                continue
             self._quotas[quota.name] = (quota, handle)
         known_collections.add(self._collection("destinations"))
         known_collections.add(self._collection("subscriptions"))
@@ -578,9 +638,14 @@ class JMSServer:
                 moving.append(f"q/{name}")
         topics_aside = {name for kind, name in aside_owners if kind == "topic" and name not in self._topics}
         for handle, body in store.scan(self._collection("subscriptions")):
-            data = json.loads(body)
-            topic = self._topics.get(data["topic"])
-            if topic is None and (unsure or data["topic"] in topics_aside):
+            try:
+                spec = _subscription_record(body)
+            except _Malformed as e:
+                self._set_aside(aside, handle, body, "subscriptions", str(e))
+                moving.append(f"s/{handle}")  # its messages
+                continue
+            topic = self._topics.get(spec.topic)
+            if topic is None and (unsure or spec.topic in topics_aside):
                 # Its topic's record was set aside: it goes too, with its messages.
                 self._set_aside(aside, handle, body, "subscriptions", None)
                 moving.append(f"s/{handle}")
@@ -588,15 +653,6 @@ class JMSServer:
             if topic is None:  # its topic's deletion was interrupted
                 stale.append(handle)
                 continue
-            spec = SubscriptionSpec(
-                data["topic"],
-                data["name"],
-                data["client_id"],
-                data["selector"],
-                True,
-                data["shared"],
-                data.get("no_local", False),
-            )
             sub = SubscriptionState(self, topic, spec, handle)
             topic.subscriptions.append(sub)
             (self._shared if spec.shared else self._durable)[spec.key()] = sub
@@ -604,31 +660,47 @@ class JMSServer:
         targets: list[Target] = list(self._queues.values())
         targets += [s for t in self._topics.values() for s in t.subscriptions]
         add = self._pager._native.add
+        prefix = self._collection("")
+        newest = 0  # the highest message id recovered
         for target in targets:
             assert target.collection is not None
             for handle, body in store.scan(target.collection):
-                ident, priority, timestamp, expiration, delivery_time, correlation_id, jms_type = peek_header(body)
+                try:
+                    # Decoded whole (natively, about as fast as reading the
+                    # header): what is loaded, a consumer can be handed.
+                    message = decode(body)
+                except MessageFormatError as e:
+                    self._set_aside(aside, handle, body, target.collection[len(prefix) :], str(e))
+                    continue
+                newest = max(newest, message.id)
                 add(
                     target.pager_id,
                     body,
                     len(body),
-                    ident,
-                    priority,
-                    timestamp,
-                    expiration,
-                    delivery_time,
+                    message.id,
+                    message.priority,
+                    message.timestamp,
+                    message.expiration,
+                    message.delivery_time,
                     counts.get(handle, 0),
-                    correlation_id,
-                    jms_type,
+                    message.correlation_id,
+                    message.type,
                     None,
                     handle,
                 )
-                if delivery_time > timestamp:
+                if message.delivery_time > message.timestamp:
                     # A delayed message: waiting consumers must wake when it is due.
-                    target.delay_until(delivery_time)
+                    target.delay_until(message.delivery_time)
                 self._count_in(target, 1, len(body))
+        fresh_boot: list[tuple[str, bytes]] = []
+        if boot is None:
+            # The boot counter was lost: continue after the newest boot a
+            # recovered message id tells (ids of messages already gone may
+            # come again).
+            boot = newest >> 40
+            fresh_boot.append((meta, json.dumps({"boot": boot + 1}).encode()))
+        self.boot = boot + 1
         # Objects of destinations whose deletion was interrupted.
-        prefix = self._collection("")
         quarantine = self._collection("quarantine/")
         known_collections.update(self._collection(suffix) for suffix in moving)
         for collection in store.collections():
@@ -639,7 +711,7 @@ class JMSServer:
                     moving.append(collection[len(prefix) :])
                 else:
                     stale.extend(store.handles(collection))
-        self._quarantine(moving, aside)
+        self._quarantine(moving, aside, fresh_boot)
         if stale:
             with store.transaction() as txn:
                 for handle in stale:
@@ -674,12 +746,16 @@ class JMSServer:
             )
         aside.append((handle, body, suffix))
 
-    def _quarantine(self, moving: list[str], aside: list[tuple[int, bytes, str]]) -> None:
+    def _quarantine(
+        self, moving: list[str], aside: list[tuple[int, bytes, str]], puts: list[tuple[str, bytes]]
+    ) -> None:
         """Moves every record of the collections ``moving`` (suffixes), then
         the records ``aside``, to ``quarantine/<suffix>``: each in a store
         transaction that puts the copy and deletes the original. The
         collections go first: a crash before the records moved leaves the
-        records to find, and so the collections to move, at the next open."""
+        records to find, and so the collections to move, at the next open.
+        ``puts`` (collection, body): records that replace some of ``aside``,
+        written in their transaction."""
         store = self._store
         for suffix in moving:
             handles = list(store.handles(self._collection(suffix)))
@@ -711,6 +787,8 @@ class JMSServer:
                 for handle, body, suffix in aside:
                     txn.put(self._collection(f"quarantine/{suffix}"), body)
                     txn.delete(handle)
+                for collection, body in puts:
+                    txn.put(collection, body)
 
     def _quarantined_records(self) -> int:
         """Records in this server's quarantine collections (set aside at any open)."""
