@@ -9,11 +9,22 @@ InvalidClientIDException, MessageFormatException, ResourceAllocationException).
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-from jms_helpers import NOTHING, SOON, browse_texts, connect, drain, receive_all, send_texts, texts
+from jms_helpers import (
+    NOTHING,
+    SOON,
+    browse_texts,
+    connect,
+    drain,
+    receive_all,
+    send_texts,
+    texts,
+    wait_for_idle_consumer,
+)
 from jmsstore import (
     AckMode,
     IllegalStateError,
@@ -452,6 +463,75 @@ def test_bad_receive_timeouts(server: JMSServer) -> None:
         with pytest.raises(TypeError):
             consumer.receive("1")  # type: ignore[arg-type]
         assert texts(drain(consumer)) == ["a"]
+
+
+def _receive_in_thread(consumer: Any, timeout: Any) -> tuple[threading.Thread, list[Any]]:
+    """``consumer.receive(timeout)`` on a daemon thread; the list gets its result or exception."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(consumer.receive(timeout))
+        except BaseException as e:
+            outcome.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+@pytest.mark.parametrize("started", [True, False], ids=["started", "stopped"])
+def test_a_nan_receive_timeout_is_refused_at_once(server: JMSServer, started: bool) -> None:
+    """A NaN timeout raises InvalidArgumentError at once (it busy-looped on a stopped
+    connection and raised an untyped ValueError on a started one) and changes nothing."""
+    queue = _queue_with(server, ["a"])
+    connection = connect(server, start=started)
+    try:
+        consumer = connection.create_session().create_consumer(queue)
+        thread, outcome = _receive_in_thread(consumer, float("nan"))
+        thread.join(SOON)  # (a bound for a receive that would never return)
+        assert not thread.is_alive(), "receive(nan) did not return"
+        [error] = outcome
+        assert isinstance(error, InvalidArgumentError) and "NaN" in str(error)
+        connection.start()
+        assert texts(drain(consumer)) == ["a"]
+    finally:
+        connection.close()  # ends a receive still looping
+
+
+def test_receive_timeouts_at_the_edges(server: JMSServer) -> None:
+    """-0.0 is 0 (no wait); inf and an int too large for a float wait for ever (until a
+    message comes); True is not a number of seconds."""
+    queue = _queue_with(server, ["a", "b"])
+    with connect(server) as connection:
+        consumer = connection.create_session().create_consumer(queue)
+        with pytest.raises(TypeError):
+            consumer.receive(True)
+        assert texts([consumer.receive(-0.0)]) == ["a"]  # type: ignore[list-item]
+        assert texts([consumer.receive(10**400)]) == ["b"]  # type: ignore[list-item]
+        thread, outcome = _receive_in_thread(consumer, float("inf"))
+        wait_for_idle_consumer(server, queue)  # it looked, found nothing, and waits
+        send_texts(server, queue, ["c"])
+        thread.join(SOON)
+        assert texts(outcome) == ["c"]
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), -1, float("inf"), 10**400, 0, None])
+def test_send_future_timeouts(server: JMSServer, timeout: Any) -> None:
+    """A send future's result() and exception() take the same timeouts as receive, except
+    that a negative one means no wait (as concurrent.futures has it); NaN is refused."""
+    queue = server.create_queue("Q")
+    with connect(server) as connection:
+        future = connection.create_session().create_producer(queue).send_async(TextMessage("a"))
+        future.result()
+        if isinstance(timeout, float) and timeout != timeout:
+            with pytest.raises(InvalidArgumentError):
+                future.result(timeout)
+            with pytest.raises(InvalidArgumentError):
+                future.exception(timeout)
+        else:
+            assert future.result(timeout) is not None
+            assert future.exception(timeout) is None
 
 
 # ---------------------------------------------------------------- sessions

@@ -15,13 +15,16 @@ Acknowledgement (JMS 2.0 §6.2.10) and what each mode writes to the store:
   ``commit()``; ``rollback()`` redelivers the received messages.
 
 Timeouts are in seconds; ``time_to_live``, ``delivery_delay`` and the
-header times are in milliseconds, as in JMS.
+header times are in milliseconds, as in JMS. A timeout of None, ``inf`` or
+more than ``threading.TIMEOUT_MAX`` waits for ever; NaN raises
+``InvalidArgumentError``.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -90,6 +93,24 @@ _PAGER_HEADERS = frozenset(
     {"JMSPriority", "JMSTimestamp", "JMSCorrelationID", "JMSType", "JMSRedelivered", "JMSDeliveryTime", "JMSExpiration"}
 )
 _MAX_MS = 1 << 50
+
+
+def _timeout(value: object, *, negative_is_zero: bool = False) -> float | None:
+    """A timeout in seconds, checked; None: wait for ever (None, ``inf``, or
+    past ``threading.TIMEOUT_MAX``, which no wait can take). A negative one
+    raises ``InvalidArgumentError``, or with ``negative_is_zero`` means no
+    wait (as ``concurrent.futures`` treats it)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"timeout is a number of seconds, not {type(value).__name__}")
+    if isinstance(value, float) and math.isnan(value):
+        raise InvalidArgumentError("timeout is a number of seconds, not NaN")
+    if value < 0:
+        if negative_is_zero:
+            return 0.0
+        raise InvalidArgumentError(f"timeout must not be negative, not {value}")
+    return None if value > threading.TIMEOUT_MAX else float(value)
 
 
 class AckMode(enum.IntEnum):
@@ -1002,10 +1023,11 @@ class SendFuture(Future[Message]):
         return super().done()
 
     def result(self, timeout: float | None = None) -> Message:
-        self._wait(timeout)
+        self._wait(_timeout(timeout, negative_is_zero=True))
         return super().result(0)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
+        timeout = _timeout(timeout, negative_is_zero=True)
         if self._state != _FINISHED:
             self._wait(timeout)
         # Settled (it is never cancelled: it starts running), so no lock is
@@ -1389,13 +1411,11 @@ class MessageConsumer:
             self._session._release(prefetched, redelivered=False)
 
     def receive(self, timeout: float | None = None) -> Message | None:
-        """The next message, waiting up to ``timeout`` seconds (None: until
-        one arrives or the consumer closes); None if there is none."""
-        if timeout is not None:
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-                raise TypeError(f"timeout is a number of seconds, not {type(timeout).__name__}")
-            if timeout < 0:
-                raise InvalidArgumentError(f"timeout must not be negative, not {timeout}")
+        """The next message, waiting up to ``timeout`` seconds (None or
+        ``inf``: until one arrives or the consumer closes; 0: not at all);
+        None if there is none. A negative or NaN timeout raises
+        ``InvalidArgumentError``, a non-number ``TypeError``."""
+        timeout = _timeout(timeout)
         self._check_receivable()
         session = self._session
         # Held for the whole call, so that closing from another thread can
