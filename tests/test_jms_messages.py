@@ -531,6 +531,52 @@ def test_browser_messages_are_read_only(server: JMSServer) -> None:
     assert server.message_count(queue) == 1
 
 
+def _numbered(server: JMSServer, queue: Queue, count: int) -> None:
+    """Sends messages "0".."count-1", each with the property n."""
+    with connect(server, start=False) as connection:
+        producer = connection.create_session().create_producer(queue)
+        for i in range(count):
+            message = TextMessage(str(i))
+            message.set_property("n", i)
+            producer.send(message, delivery_mode=DeliveryMode.NON_PERSISTENT)
+
+
+def _consume(server: JMSServer, queue: Queue, selector: str) -> list[str | None]:
+    return texts(receive_all(server, queue, selector))
+
+
+@pytest.mark.parametrize(
+    ("browsed_first", "consumed", "shown_after"),
+    [
+        # Page one shown in part; page one and part of page two consumed, the cursor with them.
+        (10, "n < 300", range(300, 600)),
+        # Page one shown; only its last message, the key the next page continues after, consumed.
+        (256, "n = 255", range(256, 600)),
+        # Pages one and two shown; page two (every key the next page could continue after) consumed.
+        (512, "n >= 256 AND n < 512", range(512, 600)),
+        # Consumed from the middle of the page being shown.
+        (100, "n >= 200 AND n < 400", [*range(100, 200), *range(400, 600)]),
+    ],
+    ids=["head-consumed", "cursor-consumed", "whole-page-consumed", "within-page"],
+)
+def test_browser_skips_messages_consumed_between_its_pages(
+    server: JMSServer, browsed_first: int, consumed: str, shown_after: Any
+) -> None:
+    """JMS 2.0 §4.1.6 (a browser may or may not reflect changes): messages consumed while a
+    browser pages through a queue (256 at a time) are skipped, the page cursor included;
+    nothing fails and nothing is shown twice."""
+    queue = server.create_queue("Q")
+    _numbered(server, queue, 600)
+    with connect(server) as connection, connection.create_session().create_browser(queue) as browser:
+        walk = iter(browser)
+        first = [next(walk) for _ in range(browsed_first)]
+        gone = _consume(server, queue, consumed)
+        rest = list(walk)
+    assert gone and not set(gone) & set(texts(rest))
+    assert texts(first) == [str(i) for i in range(browsed_first)]
+    assert texts(rest) == [str(i) for i in shown_after]
+
+
 def test_closed_browser_cannot_browse(server: JMSServer) -> None:
     """JMS 2.0 §6.2.15: using a closed object raises IllegalStateException."""
     queue = server.create_queue("Q")

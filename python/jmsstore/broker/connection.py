@@ -67,6 +67,7 @@ from jmsstore.errors import (
     InvalidDestinationError,
     JmsStoreError,
     TransactionRolledBackError,
+    UnknownHandleError,
 )
 from jmsstore.selector import Selector
 
@@ -1503,17 +1504,24 @@ class QueueBrowser:
         return self._selector.text or None
 
     def __iter__(self) -> Iterator[Message]:
+        """The waiting messages in delivery order, read a page at a time: a
+        message consumed before its page is read is not shown, one sent
+        meanwhile may be; none is shown twice. (It remembers the keys of the
+        messages it showed, a few dozen bytes each.)"""
         pager = self._session._server._pager._native
-        after: int | None = None
+        page: list[int] = []
+        shown: set[int] = set()
         while True:
             if self._closed:
                 raise IllegalStateError("the browser is closed")
             self._session._check_open()
-            keys = pager.browse(self._state.pager_id, after, 256)
+            keys = self._next_page(page)
             if not keys:
                 return
             now = now_ms()
             for key in keys:
+                if key in shown:
+                    continue  # passed before a restart from the head of the queue
                 try:
                     header = pager.header(key)
                     body = pager.body(key)
@@ -1529,8 +1537,22 @@ class QueueBrowser:
                 message.reply_to = self._session._server_destination(message.reply_to)
                 if self._selector.text and not self._selector.matches(message.selector_headers(), message._properties):
                     continue
+                shown.add(key)
                 yield message
-            after = keys[-1]
+            page = keys
+
+    def _next_page(self, page: list[int]) -> list[int]:
+        """The keys after the page ``page`` (the first page if empty). The
+        pager places a key by its message, so a page continues after the
+        last of its keys still there (its messages may be consumed between
+        pages), or, if none is, from the head of the queue."""
+        pager = self._session._server._pager._native
+        for after in reversed(page):
+            try:
+                return pager.browse(self._state.pager_id, after, 256)
+            except UnknownHandleError:
+                continue  # consumed meanwhile
+        return pager.browse(self._state.pager_id, None, 256)
 
     def messages(self) -> list[Message]:
         """Every message the browser sees now."""
