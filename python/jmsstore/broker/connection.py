@@ -22,6 +22,7 @@ more than ``threading.TIMEOUT_MAX`` waits for ever; NaN raises
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import math
@@ -112,6 +113,32 @@ def _timeout(value: object, *, negative_is_zero: bool = False) -> float | None:
             return 0.0
         raise InvalidArgumentError(f"timeout must not be negative, not {value}")
     return None if value > threading.TIMEOUT_MAX else float(value)
+
+
+class _CloseOnce:
+    """Runs an object's close once, however many threads call it: the first
+    caller gets True from :meth:`begin` and calls :meth:`done` when closed;
+    any other caller gets False, once the first is done (or at once with
+    ``wait=False``: for a thread the first closer may be waiting for)."""
+
+    __slots__ = ("_done", "_lock", "begun")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self.begun = False
+
+    def begin(self, wait: bool = True) -> bool:
+        with self._lock:
+            if not self.begun:
+                self.begun = True
+                return True
+        if wait:
+            self._done.wait()
+        return False
+
+    def done(self) -> None:
+        self._done.set()
 
 
 class AckMode(enum.IntEnum):
@@ -331,6 +358,7 @@ class Session:
         self._dispatcher: threading.Thread | None = None
         self._dispatching = False  # the dispatcher is delivering to a listener (guarded by the connection's _cond)
         self._closing = False  # close() has begun: the dispatcher delivers nothing more
+        self._close_once = _CloseOnce()
 
     # ------------------------------------------------------------ messages
 
@@ -792,7 +820,7 @@ class Session:
                     try:
                         d = consumer._next(time.monotonic())
                     except JmsStoreError:
-                        if self._closed or consumer._closed:
+                        if self._closed or self._closing or consumer._closed:
                             break
                         log.exception("delivery to a message listener failed")
                         continue
@@ -832,9 +860,20 @@ class Session:
 
     def close(self) -> None:
         """Closes consumers and producers; a transacted session rolls back, a
-        CLIENT session's unacknowledged messages are redelivered. Idempotent."""
-        if self._closed:
+        CLIENT session's unacknowledged messages are redelivered. Idempotent
+        and thread-safe: a close while another is in progress returns when
+        that one is done (at once in this session's listener, which that
+        close waits for)."""
+        # Two closers would both roll back or recover, and one of them would
+        # find the session closed by the other halfway through.
+        if not self._close_once.begin(wait=threading.current_thread() is not self._dispatcher):
             return
+        try:
+            self._close()
+        finally:
+            self._close_once.done()
+
+    def _close(self) -> None:
         # JMS 2.0 Session.close: blocks until a message listener in progress has
         # returned, and nothing is delivered after, so the rollback (or recover)
         # below covers everything the listener saw: else a listener's commit or
@@ -868,7 +907,7 @@ class Session:
         dispatcher = self._dispatcher
         if dispatcher is not None and dispatcher is not threading.current_thread():
             dispatcher.join(timeout=5)
-        if self in self._connection._sessions:
+        with contextlib.suppress(ValueError):  # (a connection closing may have taken it out)
             self._connection._sessions.remove(self)
 
     def __enter__(self) -> Session:
@@ -1252,6 +1291,7 @@ class MessageConsumer:
         self._wake = Signal()
         self._closed = False
         self._listener: MessageListener | None = None
+        self._close_once = _CloseOnce()
         self._filter: Callable[..., bool] | None = None
         self._filter_body = False
         if selector.text:
@@ -1457,9 +1497,19 @@ class MessageConsumer:
             self._session._add_listener(self)
 
     def close(self) -> None:
-        """Closes the consumer; messages it reserved but did not deliver return to the destination."""
-        if self._closed:
+        """Closes the consumer; messages it reserved but did not deliver return
+        to the destination. Idempotent and thread-safe: a close while another is
+        in progress returns when that one is done (at once in its session's
+        listener)."""
+        # Two closers would both count the consumer out of its destination.
+        if not self._close_once.begin(wait=threading.current_thread() is not self._session._dispatcher):
             return
+        try:
+            self._close()
+        finally:
+            self._close_once.done()
+
+    def _close(self) -> None:
         self._closed = True
         self._stop()  # a receive in progress on another thread returns first
         self._session._remove_listener(self)
@@ -1475,7 +1525,7 @@ class MessageConsumer:
         else:
             with server._lock:
                 self._target.consumers -= 1
-        if self in self._session._consumers:
+        with contextlib.suppress(ValueError):  # (its session closing may have taken it out)
             self._session._consumers.remove(self)
 
     @property
