@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from jms_helpers import SOON, connect, receive_all, send_texts, texts
-from jmsstore import AckMode, Connection, JMSServer, Message, Queue
+from jmsstore import AckMode, Connection, IllegalStateError, JMSServer, Message, Queue, Session
 
 ROUNDS = 20
 
@@ -154,5 +154,71 @@ def test_everything_closed_at_once(server: JMSServer, caplog: pytest.LogCaptureF
             assert _together(connection.close, session.close, consumer.close, producer.close) == [], round_
             assert connection.closed and session.closed and consumer.closed
             assert server.statistics()["queues"]["Q"]["consumers"] == 0, round_
+    assert _errors_logged(caplog) == []
+    _all_back(server, queue, 20)
+
+
+def test_a_close_racing_create_session_leaves_nothing_open(server: JMSServer, caplog: pytest.LogCaptureFixture) -> None:
+    """Sessions and temporary queues created while the connection closes are either refused
+    (IllegalStateError) or closed and deleted with the rest: none is left open on a closed
+    connection."""
+    with caplog.at_level(logging.WARNING):
+        for round_ in range(ROUNDS):
+            connection = connect(server, f"app-{round_}")
+            made: list[Session] = []
+            temporary: list[str] = []
+            creating = threading.Event()
+            errors: list[BaseException] = []
+
+            def create(
+                connection: Connection = connection,
+                made: list[Session] = made,
+                temporary: list[str] = temporary,
+                creating: threading.Event = creating,
+                errors: list[BaseException] = errors,
+            ) -> None:
+                try:
+                    while True:
+                        session = connection.create_session()
+                        made.append(session)
+                        temporary.append(session.create_temporary_queue().name)
+                        if len(made) == 10:
+                            creating.set()  # the close starts while sessions are being created
+                except IllegalStateError:
+                    pass
+                except BaseException as e:
+                    errors.append(e)
+                finally:
+                    creating.set()
+
+            creator = threading.Thread(target=create)
+            creator.start()
+            creating.wait()
+            connection.close()
+            creator.join()
+            assert errors == [], round_
+            assert connection.closed
+            assert [s for s in made if not s.closed] == [], round_
+            assert connection._sessions == []
+            assert [q for q in temporary if q in server.statistics()["queues"]] == [], round_
+            connect(server, f"app-{round_}").close()  # its client id was freed
+    assert _errors_logged(caplog) == []
+
+
+def test_two_threads_close_one_connection(server: JMSServer, caplog: pytest.LogCaptureFixture) -> None:
+    """Both return once the connection is closed: its sessions closed (their messages back),
+    its temporary queue deleted, its client id free."""
+    queue = server.create_queue("Q")
+    send_texts(server, queue, [str(i) for i in range(20)])
+    with caplog.at_level(logging.WARNING):
+        for round_ in range(ROUNDS):
+            connection = connect(server, "app")
+            session = _session_holding_messages(connection, queue, round_ % 2 == 1, listener=round_ % 4 < 2)
+            temporary = session.create_temporary_queue()
+            assert _together(connection.close, connection.close) == [], round_
+            assert connection.closed and session.closed
+            assert temporary.name not in server.statistics()["queues"]
+            assert server.statistics()["queues"]["Q"]["consumers"] == 0, round_
+            connect(server, "app").close()  # the client id is free
     assert _errors_logged(caplog) == []
     _all_back(server, queue, 20)

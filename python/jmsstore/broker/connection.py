@@ -226,6 +226,12 @@ class Connection:
         self._closed = False
         self._used = False
         self._cond = threading.Condition()
+        # Taken to change what close() undoes (sessions, temporary queues, the
+        # client id) and to begin closing: nothing is added once close has
+        # looked. Never held while anything is closed.
+        self._lock = threading.Lock()
+        self._closing = False
+        self._close_once = _CloseOnce()
         self._sessions: list[Session] = []
         self._temporary: list[TemporaryQueue] = []
         if client_id is not None:
@@ -243,14 +249,21 @@ class Connection:
     @client_id.setter
     def client_id(self, value: str) -> None:
         self._check_open()
-        if self._client_id is not None or self._used:
-            raise IllegalStateError("the client id can only be set once, before the connection is used")
-        check_name("client id", value)
-        self._server._register_client_id(value)
-        self._client_id = value
+        with self._lock:  # else a close could miss the client id it should free
+            self._check_not_closing()
+            if self._client_id is not None or self._used:
+                raise IllegalStateError("the client id can only be set once, before the connection is used")
+            check_name("client id", value)
+            self._server._register_client_id(value)
+            self._client_id = value
 
     def _check_open(self) -> None:
         if self._closed:
+            raise IllegalStateError("the connection is closed")
+
+    def _check_not_closing(self) -> None:
+        """Under ``_lock``: nothing close() would undo may be added once it began."""
+        if self._closing:
             raise IllegalStateError("the connection is closed")
 
     def create_session(self, transacted: bool = False, ack_mode: AckMode = AckMode.AUTO) -> Session:
@@ -267,9 +280,11 @@ class Connection:
                 ) from None
             if ack_mode == AckMode.SESSION_TRANSACTED:
                 raise InvalidArgumentError("SESSION_TRANSACTED needs transacted=True")
-        self._used = True
-        session = Session(self, transacted, AckMode.SESSION_TRANSACTED if transacted else ack_mode)
-        self._sessions.append(session)
+        with self._lock:
+            self._check_not_closing()
+            self._used = True
+            session = Session(self, transacted, AckMode.SESSION_TRANSACTED if transacted else ack_mode)
+            self._sessions.append(session)
         return session
 
     def start(self) -> None:
@@ -309,9 +324,22 @@ class Connection:
 
     def close(self) -> None:
         """Closes every session (unacknowledged messages return), deletes the
-        temporary queues and frees the client id. Idempotent."""
-        if self._closed:
+        temporary queues and frees the client id. Idempotent and
+        thread-safe: a close while another is in progress returns when that
+        one is done (at once in a listener of its sessions, which that close
+        waits for); a session or temporary queue being created meanwhile is
+        refused (``IllegalStateError``) or closed with the rest."""
+        me = threading.current_thread()
+        if not self._close_once.begin(wait=all(s._dispatcher is not me for s in list(self._sessions))):
             return
+        try:
+            self._close()
+        finally:
+            self._close_once.done()
+
+    def _close(self) -> None:
+        with self._lock:
+            self._closing = True
         for session in list(self._sessions):
             session.close()
         for queue in self._temporary:
@@ -470,8 +498,11 @@ class Session:
     def create_temporary_queue(self) -> TemporaryQueue:
         """A queue that lives until this session's connection closes."""
         self._check_open()
-        queue = self._server._create_temporary_queue()
-        self._connection._temporary.append(queue)
+        connection = self._connection
+        with connection._lock:  # else the connection's close could miss it
+            connection._check_not_closing()
+            queue = self._server._create_temporary_queue()
+            connection._temporary.append(queue)
         return queue
 
     def create_queue(self, name: str) -> Queue:
