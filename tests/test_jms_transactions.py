@@ -294,6 +294,78 @@ def test_transacted_async_send_follows_the_transaction(server: JMSServer) -> Non
     assert texts(receive_all(server, queue)) == ["async"]
 
 
+def test_transacted_async_sends_start_no_thread(server: JMSServer) -> None:
+    """An asynchronous send in a transaction completes once it is recorded in the
+    transaction, without a thread of its own: its completion listener runs on the callback
+    thread (never the sending one, JMS 2.0 §7.3.8), after those of earlier sends; without a
+    listener its future is done at once."""
+    queue = server.create_queue("Q")
+    release = threading.Event()
+    completed: list[tuple[str | None, BaseException | None]] = []
+    threads: set[int] = set()
+
+    def on_completion(message: Message, error: BaseException | None) -> None:
+        release.wait(SOON)  # every listener blocks: a thread per send would pile up
+        completed.extend((text, error) for text in texts([message]))
+        threads.add(threading.get_ident())
+
+    with connect(server) as connection:
+        session = connection.create_session(True)
+        producer = session.create_producer(queue)
+        release.set()
+        producer.send_async(TextMessage("warm-up"), on_completion).result(SOON)  # the callback thread is there
+        release.clear()
+        before = threading.active_count()
+        with_listener = [producer.send_async(TextMessage(f"l{i}"), on_completion) for i in range(200)]
+        without = [producer.send_async(TextMessage(f"n{i}")) for i in range(200)]
+        during = threading.active_count()
+        release.set()
+        assert during == before
+        assert all(f.done() for f in without)
+        assert texts([f.result(SOON) for f in with_listener]) == [f"l{i}" for i in range(200)]
+        session.commit()
+    assert completed == [("warm-up", None)] + [(f"l{i}", None) for i in range(200)]
+    assert threading.get_ident() not in threads
+    assert len(receive_all(server, queue)) == 401
+
+
+def test_commit_waits_for_the_completion_listeners_of_its_async_sends(server: JMSServer) -> None:
+    """JMS 2.0 (MessageProducer.send with a CompletionListener): commit and rollback wait
+    until the completion listeners of the transaction's asynchronous sends have returned;
+    a listener committing its own session is refused (IllegalStateError), not deadlocked."""
+    queue = server.create_queue("Q")
+    committed = threading.Event()
+    seen_committed: list[bool] = []
+    refused: list[BaseException | None] = []
+    with connect(server) as connection:
+        session = connection.create_session(True)
+        producer = session.create_producer(queue)
+
+        def on_completion(message: Message, error: BaseException | None) -> None:
+            seen_committed.append(committed.is_set())
+
+        for i in range(100):
+            producer.send_async(TextMessage(f"m{i}"), on_completion)
+        session.commit()
+        committed.set()
+        assert seen_committed == [False] * 100  # every listener returned before the commit
+
+        def commit_from_listener(message: Message, error: BaseException | None) -> None:
+            try:
+                session.commit()
+                refused.append(None)
+            except IllegalStateError as e:
+                refused.append(e)
+
+        producer.send_async(TextMessage("rolled back"), commit_from_listener).result(SOON)
+        assert len(refused) == 1 and isinstance(refused[0], IllegalStateError)
+        session.rollback()
+        producer.send_async(TextMessage("last"), on_completion)
+        session.commit()
+    assert len(seen_committed) == 101
+    assert texts(receive_all(server, queue)) == [f"m{i}" for i in range(100)] + ["last"]
+
+
 def test_sessions_are_isolated(server: JMSServer) -> None:
     """JMS 2.0 §6.2.7: each transacted session has its own series of transactions;
     committing one does not commit another."""

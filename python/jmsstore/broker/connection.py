@@ -97,6 +97,15 @@ _PAGER_HEADERS = frozenset(
 _MAX_MS = 1 << 50
 
 
+# The thread that runs completion listeners and done callbacks (the native
+# callback thread: one per process), recorded by the first it runs.
+_callback_thread: int | None = None
+
+
+def _on_callback_thread() -> bool:
+    return threading.get_ident() == _callback_thread
+
+
 def _timeout(value: object, *, negative_is_zero: bool = False) -> float | None:
     """A timeout in seconds, checked; None: wait for ever (None, ``inf``, or
     past ``threading.TIMEOUT_MAX``, which no wait can take). A negative one
@@ -381,6 +390,8 @@ class Session:
         self._ack_backlog: list[Delivery] = []  # acknowledged (AUTO, DUPS_OK), store deletes not yet submitted
         # Sends of the transaction: charged to their quota already (pending messages count).
         self._sends: list[tuple[QueueState | TopicState, list[tuple[Target, bool]], Message, bytes]] = []
+        # Asynchronous sends of the transaction whose completion listener may not have returned.
+        self._completing: list[SendFuture] = []
         self._wake = Signal()  # set on messages for its listeners (and on start and close)
         self._listeners: list[MessageConsumer] = []
         self._dispatcher: threading.Thread | None = None
@@ -748,12 +759,38 @@ class Session:
 
     # ------------------------------------------------------------ transactions
 
+    def _await_completions(self, closing: bool = False) -> None:
+        """JMS 2.0 (``MessageProducer.send`` with a ``CompletionListener``):
+        commit, rollback and close wait until the completion listeners of the
+        transaction's asynchronous sends have returned. They run on the
+        callback thread: a listener there committing or rolling back while
+        any of them is pending would wait for itself, so that is refused
+        (``IllegalStateError``); a close from there does not wait."""
+        with self._lock:
+            pending = [f for f in self._completing if not f._durable.is_set()]
+            self._completing = []
+        if not pending:
+            return
+        if _on_callback_thread():
+            if closing:
+                return
+            with self._lock:
+                self._completing = pending + self._completing
+            raise IllegalStateError(
+                "a completion listener cannot commit or roll back a session while completion listeners of its "
+                "asynchronous sends are pending (they run on the same thread)"
+            )
+        for future in pending:
+            future._durable.wait()
+
     def commit(self) -> None:
         """Makes this transaction's sends and receives durable, as one store
-        transaction; then the sends become visible."""
+        transaction; then the sends become visible. Waits first until the
+        completion listeners of its asynchronous sends have returned."""
         self._check_open()
         if not self.transacted:
             raise IllegalStateError("commit() is only for transacted sessions")
+        self._await_completions()
         server = self._server
         with self._lock:
             sends, self._sends = self._sends, []
@@ -794,10 +831,16 @@ class Session:
             server._publish(routes, stored, message, data)
 
     def rollback(self) -> None:
-        """Discards this transaction's sends and redelivers its received messages."""
+        """Discards this transaction's sends and redelivers its received
+        messages (once the completion listeners of its asynchronous sends
+        have returned)."""
         self._check_open()
         if not self.transacted:
             raise IllegalStateError("rollback() is only for transacted sessions")
+        self._await_completions()
+        self._rollback()
+
+    def _rollback(self) -> None:
         with self._lock:
             sends, self._sends = self._sends, []
             acks, self._delivered = self._delivered, []
@@ -919,7 +962,9 @@ class Session:
             consumer._stop()
         try:
             if self.transacted:
-                self.rollback()
+                self._await_completions(closing=True)
+                self._check_open()
+                self._rollback()
             elif self.ack_mode == AckMode.CLIENT:
                 self.recover()
             elif self.ack_mode == AckMode.DUPS_OK:
@@ -1064,6 +1109,8 @@ class SendFuture(Future[Message]):
                 self._pushed(None, None)
 
     def _pushed(self, _: object, __: object) -> None:
+        global _callback_thread
+        _callback_thread = threading.get_ident()
         self._finish(self._durable.error())
 
     def add_done_callback(self, fn: Callable[[Future[Message]], object]) -> None:
@@ -1073,6 +1120,8 @@ class SendFuture(Future[Message]):
 
     def _completed(self, _: object, error: BaseException | None) -> None:
         """The store's callback, with a listener (on the callback thread)."""
+        global _callback_thread
+        _callback_thread = threading.get_ident()
         if self._on_completion is not None:
             try:
                 self._on_completion(self._message, error)
@@ -1257,6 +1306,14 @@ class MessageProducer:
         the message is durable and visible (``error`` None) or has failed;
         the returned future completes at the same moment. Invalid arguments
         raise here. Sends of one producer complete in order.
+
+        In a transacted session the send completes once it is recorded in
+        the transaction: without a listener the future is done at once;
+        a listener runs soon after on the callback thread, then the future
+        completes. The message becomes durable and visible at the commit.
+        ``commit`` and ``rollback`` wait until these listeners have
+        returned; a listener calling them on its own session gets
+        ``IllegalStateError`` (JMS 2.0).
         """
         prepared = self._prepare(message, destination, delivery_mode, priority, time_to_live, delivery_delay)
         session = self._session
@@ -1265,14 +1322,25 @@ class MessageProducer:
         stats = None if session.transacted else server._stats
         future = SendFuture(message, self._futures_condition, self._futures_lock, on_completion, stats)
         if prepared is None or session.transacted:
-            # Dropped (non-persistent, over the broker-wide limits), or in a transaction.
+            # Dropped (non-persistent, over the broker-wide limits), or recorded
+            # in the transaction: complete now.
             if prepared is not None:
                 state, routes, data = prepared
                 for target, _ in routes:
                     target.pending.add(1, len(data))
                 with session._lock:
                     session._sends.append((state, routes, message, data))
-            threading.Thread(target=future._completed, args=(None, None), daemon=True).start()
+                    if on_completion is not None:
+                        session._completing.append(future)
+            if on_completion is None:
+                future._durable.set()
+            else:
+                # JMS 2.0 §7.3.8: never on the sending thread. The callback
+                # thread calls it (after the callbacks of earlier sends), and
+                # the future completes once it has returned.
+                completion = Signal()
+                completion.call_when_set(future._completed)
+                completion.set()
             return future
         state, routes, data = prepared
         future._charge = (server, state, routes, len(data))
