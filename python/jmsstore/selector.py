@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 from jmsstore._native import NativeSelector
-from jmsstore.errors import JmsStoreError
+from jmsstore.errors import InvalidArgumentError, JmsStoreError
 
 __all__ = ["HEADER_IDENTIFIERS", "MAX_NESTING", "InvalidSelectorError", "Selector", "Tree"]
 
@@ -825,11 +825,17 @@ class Selector:
         """The selector compiled for the Rust core (made once, then cached):
         it evaluates exactly as :meth:`evaluate` does, on dicts or on an
         encoded message. A selector whose string literals are not valid
-        Unicode (lone surrogates) cannot be compiled: the native module
-        raises :class:`~jmsstore.errors.InvalidArgumentError`."""
+        Unicode (lone surrogates) cannot be compiled: it raises
+        :class:`InvalidSelectorError` (the broker evaluates every consumer's
+        and subscription's selector natively, so it refuses such a selector)."""
         compiled = self._native
         if compiled is None:
-            compiled = self._native = NativeSelector(self._tree)
+            try:
+                compiled = self._native = NativeSelector(self._tree)
+            except InvalidArgumentError as e:
+                # Only a string literal holding a lone surrogate gets here:
+                # the core compares strings as Unicode text.
+                raise InvalidSelectorError(f"a string literal is not valid Unicode text ({e})", self._text, 0) from None
         return compiled
 
     def evaluate(self, headers: Mapping[str, object], properties: Mapping[str, object]) -> bool | None:

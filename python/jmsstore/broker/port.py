@@ -18,19 +18,12 @@ from jmsstore.broker.pause import PauseControl
 from jmsstore.broker.post import PostOffice, ProducerLink
 from jmsstore.broker.registry import QueueState, Registry, SubscriptionSpec, Target
 from jmsstore.client.port import ConsumerPort, Delivery, ProducerPort, SendOptions
-from jmsstore.errors import InvalidArgumentError, InvalidClientIDError, JmsStoreError
+from jmsstore.errors import InvalidClientIDError, JmsStoreError
 from jmsstore.jms.destination import Destination, Queue, TemporaryQueue, Topic
-from jmsstore.jms.message import Message, decode, delivered
+from jmsstore.jms.message import Message, decode, decode_delivered, delivered
 from jmsstore.selector import Selector
 
 __all__ = ["ConsumerLink", "ServerPort"]
-
-# Header fields a selector may use that the pager's resident header holds;
-# any other identifier makes the filter decode the message.
-_PAGER_HEADERS = frozenset(
-    {"JMSPriority", "JMSTimestamp", "JMSCorrelationID", "JMSType", "JMSRedelivered", "JMSDeliveryTime", "JMSExpiration"}
-)
-
 
 def now_ms() -> int:
     return ExpiryReaper.now()
@@ -47,46 +40,16 @@ class ConsumerLink:
         self._native = port.native
         self._selector = selector
         # The selector runs in the broker core, under the target's pager lock
-        # alone; one the core cannot compile (a string literal that is not
-        # valid Unicode) is evaluated by Python instead.
-        self._native_selector: NativeSelector | None = None
-        self._filter: Callable[..., bool] | None = None
-        self._filter_body = False
+        # alone (no Python is called there).
+        self._native_selector: NativeSelector | None = selector.native() if selector.text else None
         self._closed = False
         if selector.text:
             self.bell.add_selective(1)
-            try:
-                self._native_selector = selector.native()
-            except InvalidArgumentError:
-                if selector.identifiers <= _PAGER_HEADERS:
-                    self._filter = self._header_filter
-                else:
-                    self._filter = self._body_filter
-                    self._filter_body = True
-
-    def _header_filter(self, header: dict[str, Any]) -> bool:
-        headers = {
-            "JMSPriority": header["priority"],
-            "JMSTimestamp": header["timestamp"],
-            "JMSCorrelationID": header["correlation_id"],
-            "JMSType": header["type"],
-            "JMSRedelivered": header["redelivery_count"] > 0,
-            "JMSDeliveryTime": header["delivery_time"],
-            "JMSExpiration": header["expiration"],
-        }
-        return self._selector.matches(headers, {})
-
-    def _body_filter(self, header: dict[str, Any], body: bytes) -> bool:
-        message = decode(body)
-        message.redelivered = header["redelivery_count"] > 0
-        return self._selector.matches(message.selector_headers(), message.properties)
 
     def fetch(self, limit: int, waiter: Signal) -> list[Delivery]:
         now = now_ms()
         self._port.reaper.sweep(now)
-        items, record = self._native.fetch(
-            self.target.native, now, limit, self._native_selector, self._filter, self._filter_body, waiter
-        )
+        items, record = self._native.fetch(self.target.native, now, limit, self._native_selector, waiter)
         deliveries = [Delivery(self, key, count, body) for key, count, body in items]
         if deliveries and record is not None:
             # Only the first waits for the record: the buffer hands them out
@@ -299,18 +262,13 @@ class ServerPort:
         return None
 
     def message(self, delivery: Delivery, acknowledge: Callable[[], None] | None) -> Message:
-        message = decode(delivery.body)
-        link = delivery.port
-        assert isinstance(link, ConsumerLink)
-        delivered(
-            message,
-            delivery_count=delivery.redelivery_count + 1,
-            destination=link.destination,
-            reply_to=self.reply_destination(message.reply_to),
-            acknowledge=acknowledge,
+        return decode_delivered(
+            delivery.body,
+            delivery.redelivery_count + 1,
+            delivery.port.destination,
+            acknowledge,
+            self.reply_destination,
         )
-        self.native.count_received(1)
-        return message
 
     def new_backlog(self) -> AckBacklog:
         return AckBacklog()

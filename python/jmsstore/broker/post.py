@@ -57,6 +57,8 @@ class PostOffice:
         self._name = server_name
         self._boot = boot
         self._sequence = itertools.count(1)
+        self._id_base = numeric_id(boot, 0)
+        self._id_prefix = message_id(server_name, boot, 0)[:-1]  # "ID:<server>-<boot>-"
         self.native = native
         self.registry = registry
         self.limits = limits
@@ -70,9 +72,10 @@ class PostOffice:
     ) -> bytes:
         """Sets the headers a send sets (JMS 2.0 §3.4) and encodes the message."""
         seq = next(self._sequence)
-        now = now_ms()
-        message.id = numeric_id(self._boot, seq)
-        message.message_id = message_id(self._name, self._boot, seq)
+        now = time.time_ns() // 1_000_000
+        # numeric_id and message_id of the layout, inline: this runs per send.
+        message.id = self._id_base | seq
+        message.message_id = f"{self._id_prefix}{seq}"
         message.timestamp = now
         message.expiration = now + ttl if ttl > 0 else 0
         message.delivery_time = now + delay
@@ -151,6 +154,7 @@ class ProducerLink:
             if options.flow_control_enabled
             else None
         )
+        self._state: State | None = None  # the producer's own destination's, while it lives
         post.producers.add(self)
 
     @property
@@ -161,7 +165,13 @@ class ProducerLink:
         self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int
     ) -> tuple[State, bytes]:
         post = self._post
-        state = post.state(destination)
+        state = self._state
+        if state is None or state.native.deleted or destination is not self.destination:
+            state = post.registry.state_of(destination)
+            if destination is self.destination:
+                self._state = state
+        if post.pause.production_paused(state):
+            raise DestinationPausedError(f"production is paused on {destination!r}")
         data = post.stamp(message, destination, mode, priority, ttl, delay)
         flow = self._flow
         # Cheap when nothing is armed and the producer is not limited: the common case.

@@ -119,7 +119,9 @@ def _subscription_record(body: bytes) -> SubscriptionSpec:
             data.get("shared", False),
             data.get("no_local", False),
         )
-        Selector(spec.selector)
+        selector = Selector(spec.selector)
+        if selector.text:
+            selector.native()  # what the broker core evaluates
     except (TypeError, ValueError, JmsStoreError) as e:  # JmsStoreError: a name or the selector
         raise _Malformed(f"invalid subscription: {e}") from None
     return spec

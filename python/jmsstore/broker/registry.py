@@ -19,13 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from jmsstore._native import Doorbell, NativeBroker, NativeDestination, NativePager, NativeSelector, NativeTarget
+from jmsstore._native import Doorbell, NativeBroker, NativeDestination, NativePager, NativeTarget
 from jmsstore.broker.layout import ServerLayout, encode_json
 from jmsstore.broker.limits import QuotaUsage, ServerLimits, set_thresholds
 from jmsstore.broker.settings import DestinationSettings
 from jmsstore.errors import IllegalStateError, InvalidArgumentError, InvalidDestinationError
 from jmsstore.jms.destination import Destination, Queue, TemporaryQueue, Topic
-from jmsstore.jms.message import decode
 from jmsstore.selector import Selector
 from jmsstore.store import FileStore
 
@@ -162,26 +161,6 @@ class SubscriptionSpec:
         return cls(topic, name, client_id, selector, True, shared, no_local)
 
 
-def _routing_filter(selector: Selector) -> NativeSelector | Callable[[bytes], bool] | None:
-    """A subscription's selector as the core's router applies it to each
-    message published to the topic: compiled for the core (no Python runs
-    per message), or, for a selector the core cannot compile (a string
-    literal that is not valid Unicode), evaluated by Python on the decoded
-    message."""
-    if not selector.text:
-        return None
-    try:
-        return selector.native()
-    except InvalidArgumentError:
-        pass
-
-    def accepts(encoded: bytes) -> bool:
-        message = decode(encoded)
-        return selector.matches(message.selector_headers(), message.properties)
-
-    return accepts
-
-
 class SubscriptionState(Target):
     """A subscription of a topic: durable (stored, with a record) or not."""
 
@@ -305,7 +284,8 @@ class Registry:
             topic.native,
             self.layout.subscription(record) if record is not None else None,
             routing=True,
-            selector=_routing_filter(selector),
+            # Applied by the core's router to every message published to the topic.
+            selector=selector.native() if selector.text else None,
             no_local=spec.no_local,
             client_id=spec.client_id,
         )
@@ -426,7 +406,9 @@ class Registry:
             topic = self.topics.get(spec.topic)
             if topic is None:
                 raise InvalidDestinationError(f"topic {spec.topic!r} does not exist (or was deleted)")
-            Selector(spec.selector)  # InvalidSelectorError before anything changes
+            selector = Selector(spec.selector)  # InvalidSelectorError before anything changes
+            if selector.text:
+                selector.native()
             if not spec.durable and not spec.shared:
                 sub = self.add_subscription(topic, spec, None)
                 sub.native.set_owner_connection(owner_connection)

@@ -202,7 +202,8 @@ class MessageConsumer:
         or more than ``threading.TIMEOUT_MAX``: until one arrives or the
         consumer closes; NaN raises ``InvalidArgumentError``); None if there
         is none."""
-        timeout = checked_timeout(timeout)
+        if timeout is not None and not (type(timeout) is float and 0.0 <= timeout <= 1e6):
+            timeout = checked_timeout(timeout)  # NaN, a bool, a type, a negative, an int, a huge wait
         self._check_receivable()
         session = self._session
         # Held for the whole call, so that closing from another thread can

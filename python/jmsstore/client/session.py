@@ -49,6 +49,15 @@ class AckMode(enum.IntEnum):
     DUPS_OK = 3
 
 
+def _checked(text: str | None) -> Selector:
+    """A consumer's selector, parsed and compiled for the broker core: an
+    invalid one raises :class:`InvalidSelectorError` before anything changes."""
+    selector = Selector(text)
+    if selector.text:
+        selector.native()
+    return selector
+
+
 class _Connection(Protocol):
     """What a session needs of its connection."""
 
@@ -165,7 +174,7 @@ class Session:
         """A consumer of a queue, or a non-durable subscriber to a topic.
         An invalid selector raises :class:`InvalidSelectorError` here."""
         self.check_open()
-        parsed = Selector(selector)
+        parsed = _checked(selector)
         if isinstance(destination, Topic):
             link = self.port.open_subscription(
                 destination,
@@ -195,7 +204,7 @@ class Session:
     ) -> MessageConsumer:
         self.check_open()
         check_name("subscription", name)
-        parsed = Selector(selector)
+        parsed = _checked(selector)
         if not isinstance(topic, Topic):
             raise InvalidDestinationError(f"subscriptions are on topics, not {topic!r}")
         link = self.port.open_subscription(
@@ -231,7 +240,7 @@ class Session:
         self.check_open()
         if not isinstance(queue, Queue):
             raise InvalidDestinationError(f"only queues can be browsed, not {queue!r}")
-        parsed = Selector(selector)
+        parsed = _checked(selector)
         self.port.check_destination(queue)
         return QueueBrowser(self, queue, parsed)
 

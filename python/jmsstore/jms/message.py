@@ -40,6 +40,7 @@ __all__ = [
     "StreamMessage",
     "TextMessage",
     "decode",
+    "decode_delivered",
     "decode_properties",
     "delivered",
     "encode",
@@ -672,6 +673,30 @@ def decode(data: bytes) -> Message:
     except ValueError as e:
         raise MessageFormatError(str(e)) from None
     return _message(fields if fields is not None else _read_in_python(data))
+
+
+def decode_delivered(
+    data: bytes,
+    delivery_count: int,
+    destination: object,
+    acknowledge: Callable[[], None] | None,
+    reply_to: Callable[[object], object],
+) -> Message:
+    """:func:`decode` and :func:`delivered` in one: the message a consumer
+    hands out (``reply_to`` maps the encoded ``kind:name`` to the
+    destination the application sees)."""
+    try:
+        fields = _native.read_message(data)
+    except ValueError as e:
+        raise MessageFormatError(str(e)) from None
+    message = _message(fields if fields is not None else _read_in_python(data))
+    message._read_only = True
+    message.redelivered = delivery_count > 1
+    message.delivery_count = delivery_count
+    message.destination = destination
+    message.reply_to = reply_to(message.reply_to)
+    message._session = acknowledge
+    return message
 
 
 def _message(fields: tuple[Any, ...]) -> Message:

@@ -66,7 +66,7 @@ fn with_filter<T>(
 
 /// [`with_filter`]'s work: the pager call's result and, apart, the first
 /// exception the filter raised (after which it accepted nothing more).
-pub(crate) fn call_with_filter<T>(
+fn call_with_filter<T>(
     py: Python<'_>,
     filter: &Bound<'_, PyAny>,
     f: impl FnOnce(Filter<'_>) -> jmsstore_core::Result<T>,

@@ -175,6 +175,8 @@ impl Broker {
             let target = &h.target;
             target.pending.sub(1, h.size);
             if !redelivered {
+                // Given back unseen: not received after all.
+                Counters::unbump(&self.counters.received, 1);
                 self.pager.release(h.key, false, None)?;
                 target.bell.ring(1);
                 continue;

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use crate::broker::selector::{PagerHeader, Selector};
-use crate::broker::server::Broker;
+use crate::broker::server::{Broker, Counters};
 use crate::broker::target::Target;
 use crate::broker::wake::Flag;
 use crate::error::Result;
@@ -104,6 +104,7 @@ impl Broker {
         }
         let bytes: i64 = items.iter().map(|t| t.body.len() as i64).sum();
         target.pending.add(items.len() as i64, bytes);
+        Counters::bump(&self.counters.received, items.len() as u64);
         let never_delivered: Vec<u64> =
             items.iter().filter(|t| t.redelivery_count == 0).filter_map(|t| t.store_handle).collect();
         let claimed =

@@ -24,7 +24,8 @@ use crate::store::{Batch, Store};
 pub struct Counters {
     /// Messages sent (counted at the send; a failed asynchronous send is taken back).
     pub sent: AtomicU64,
-    /// Messages handed to the application.
+    /// Messages handed to consumers (counted when a consumer reserves them;
+    /// those it gives back unseen are taken back).
     pub received: AtomicU64,
     /// Messages acknowledged (or committed).
     pub acknowledged: AtomicU64,

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use jmsstore_core::broker::ack::AckBacklog;
 use jmsstore_core::broker::post_office::{Admission, Envelope};
-use jmsstore_core::broker::target::{self, Sender};
+use jmsstore_core::broker::target::{self, Route, Sender};
 use jmsstore_core::broker::transaction::StagedSend;
 use jmsstore_core::broker::Broker;
 use jmsstore_core::pager::Taken;
@@ -21,8 +21,8 @@ use super::target::{NativeDestination, NativeRoutes, NativeTarget};
 use super::wake::Signal;
 use crate::completion::{self, Outstanding};
 use crate::errors::{PyResult2, PyStoreError};
-use crate::pager::{call_with_filter, NativePager};
-use crate::store::NativeStore;
+use crate::pager::NativePager;
+use crate::store::{NativeStore, DETACH_ABOVE};
 
 /// The pager fields of a message as Python passes them:
 /// (id, priority, timestamp, expiration, delivery_time, correlation_id, type).
@@ -93,6 +93,14 @@ fn take_staged(sends: &[PyRef<'_, NativeStagedSend>]) -> PyResult2<Vec<StagedSen
                 .ok_or_else(|| Error::invalid("this send's transaction has already ended").into())
         })
         .collect()
+}
+
+/// Whether a send outside a transaction waits (for the disk, a stored copy;
+/// or for a subscription limit's durable delete): then it runs without the
+/// GIL. Otherwise it is a few map inserts, quicker than handing the GIL to
+/// another thread and taking it back.
+fn waits(routes: &[Route]) -> bool {
+    routes.iter().any(|r| r.stored || r.target.subscription_limit() >= 0)
 }
 
 fn taken_tuples<'py>(py: Python<'py>, items: Vec<Taken>) -> Vec<TakenTuple<'py>> {
@@ -230,7 +238,12 @@ impl NativeBroker {
         };
         let (broker, destination, header) = (&self.broker, &destination.destination, header_of(header));
         let r = &routes.get().routes;
-        py.detach(|| broker.send(destination, r, Arc::from(&data[..]), &header, birth_record))?;
+        let send = || broker.send(destination, r, Arc::from(&data[..]), &header, birth_record);
+        if waits(r) {
+            py.detach(send)?;
+        } else {
+            send()?;
+        }
         Ok((0, None))
     }
 
@@ -282,7 +295,13 @@ impl NativeBroker {
         };
         let (broker, destination, header) = (&self.broker, &destination.destination, header_of(header));
         let r = routes.get().routes.clone();
-        py.detach(|| broker.send_async(destination, r, Arc::from(&data[..]), header, on_done))?;
+        let detach = data.len() >= DETACH_ABOVE || r.iter().any(|r| r.target.subscription_limit() >= 0);
+        let send = || broker.send_async(destination, r, Arc::from(&data[..]), header, on_done);
+        if detach {
+            py.detach(send)?;
+        } else {
+            send()?;
+        }
         Ok((0, None))
     }
 
@@ -337,12 +356,10 @@ impl NativeBroker {
     /// Reserves up to `limit` messages of `target` for a consumer:
     /// `([(key, redelivery_count, body)], record)`, `record` the signal of
     /// their delivery record (wait for it before handing out the first).
-    /// The consumer's JMS `selector` runs in the core without the GIL; a
-    /// selector the core cannot compile is a Python `filter(header[,
-    /// body])` instead (called under the target's pager lock, holding the
-    /// GIL). `consumer` is the consumer's signal on the target's bell.
-    #[pyo3(signature = (target, now, limit, selector=None, filter=None, filter_body=false, consumer=None))]
-    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
+    /// The consumer's JMS `selector` runs in the core without the GIL.
+    /// `consumer` is the consumer's signal on the target's bell.
+    #[pyo3(signature = (target, now, limit, selector=None, consumer=None))]
+    #[allow(clippy::type_complexity)]
     fn fetch<'py>(
         &self,
         py: Python<'py>,
@@ -350,40 +367,21 @@ impl NativeBroker {
         now: i64,
         limit: usize,
         selector: Option<PyRef<'_, NativeSelector>>,
-        filter: Option<Bound<'py, PyAny>>,
-        filter_body: bool,
         consumer: Option<PyRef<'_, Signal>>,
-    ) -> PyResult<(Vec<TakenTuple<'py>>, Option<Signal>)> {
+    ) -> PyResult2<(Vec<TakenTuple<'py>>, Option<Signal>)> {
         let consumer = consumer.map(|s| s.flag());
         let target = target.target.clone();
-        let fetched = match (selector, filter) {
-            (Some(selector), _) => {
+        let fetched = match selector {
+            // A selector may read bodies (paged out, or in the store): I/O.
+            Some(selector) => {
                 let selector = selector.selector.clone();
-                py.detach(|| self.broker.fetch_selected(&target, now, limit, &selector, consumer.as_ref()))
-                    .map_err(PyStoreError)?
+                py.detach(|| self.broker.fetch_selected(&target, now, limit, &selector, consumer.as_ref()))?
             }
-            (None, Some(f)) => {
-                let (failure, fetched) = call_with_filter(py, &f, |filter| {
-                    self.broker.fetch(&target, now, limit, Some(filter), filter_body, consumer.as_ref())
-                });
-                if let Some(e) = failure {
-                    // What the filter accepted before it raised goes back.
-                    if let Ok(fetched) = fetched {
-                        let keys: Vec<u64> = fetched.items.iter().map(|t| t.key).collect();
-                        let _ = self.broker.release(&keys, false, now);
-                    }
-                    return Err(e);
-                }
-                fetched.map_err(PyStoreError)?
-            }
-            (None, None) => {
-                match self.broker.try_fetch(&target, now, limit, consumer.as_ref()).map_err(PyStoreError)? {
-                    Some(fetched) => fetched,
-                    None => py
-                        .detach(|| self.broker.fetch(&target, now, limit, None, false, consumer.as_ref()))
-                        .map_err(PyStoreError)?,
-                }
-            }
+            // Holding the GIL when it needs no wait and no disk read.
+            None => match self.broker.try_fetch(&target, now, limit, consumer.as_ref())? {
+                Some(fetched) => fetched,
+                None => py.detach(|| self.broker.fetch(&target, now, limit, None, false, consumer.as_ref()))?,
+            },
         };
         Ok((taken_tuples(py, fetched.items), fetched.record.map(Signal::wrap)))
     }
@@ -394,14 +392,9 @@ impl NativeBroker {
     }
 
     /// AUTO / DUPS_OK acknowledgement: gone now, store deletes batched in `backlog`.
-    fn acknowledge_lazily(
-        &self,
-        py: Python<'_>,
-        keys: Vec<u64>,
-        backlog: &NativeAckBacklog,
-        flush_at: usize,
-    ) -> PyResult2<()> {
-        Ok(py.detach(|| self.broker.acknowledge_lazily(&keys, &backlog.backlog, flush_at))?)
+    fn acknowledge_lazily(&self, keys: Vec<u64>, backlog: &NativeAckBacklog, flush_at: usize) -> PyResult2<()> {
+        // Pager bookkeeping and a store submission, no wait: with the GIL.
+        Ok(self.broker.acknowledge_lazily(&keys, &backlog.backlog, flush_at)?)
     }
 
     /// Submits a session's batched acknowledgement deletes, lazily.
@@ -412,7 +405,12 @@ impl NativeBroker {
     /// Returns messages to their targets: `redelivered` (count raised,
     /// redelivery delay and limit) or unseen.
     fn release(&self, py: Python<'_>, keys: Vec<u64>, redelivered: bool, now: i64) -> PyResult2<()> {
-        Ok(py.detach(|| self.broker.release(&keys, redelivered, now))?)
+        // Given back unseen: pager bookkeeping and a store submission, with
+        // the GIL; for redelivery a move past the limit waits for the disk.
+        if redelivered {
+            return Ok(py.detach(|| self.broker.release(&keys, redelivered, now))?);
+        }
+        Ok(self.broker.release(&keys, redelivered, now)?)
     }
 
     /// Removes expired messages (their destination's policy); returns the
@@ -482,11 +480,6 @@ impl NativeBroker {
     /// messages no consumer took; how many.
     fn forget_untaken(&self, py: Python<'_>) -> PyResult2<usize> {
         Ok(py.detach(|| self.broker.deliveries().forget_untaken())?)
-    }
-
-    /// Counts `n` messages handed to the application.
-    fn count_received(&self, n: u64) {
-        jmsstore_core::broker::server::Counters::bump(&self.broker.counters.received, n);
     }
 
     /// The server's message counters and the delivery ledger's.

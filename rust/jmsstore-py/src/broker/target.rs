@@ -9,7 +9,6 @@ use jmsstore_core::broker::target::{
 };
 use jmsstore_core::Error;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
 
 use super::ledger::Account;
 use super::selector::NativeSelector;
@@ -82,6 +81,12 @@ impl NativeDestination {
         self.destination.set_insertion_paused(true);
     }
 
+    /// True once deleted (a destination of the same name made later is another).
+    #[getter]
+    fn deleted(&self) -> bool {
+        self.destination.is_deleted()
+    }
+
     #[getter]
     fn messages_expired(&self) -> u64 {
         self.destination.messages_expired.load(Ordering::Relaxed)
@@ -96,21 +101,6 @@ impl NativeDestination {
     }
 }
 
-/// A subscription's selector evaluated by Python on the encoded message.
-struct PythonFilter(Py<PyAny>);
-
-impl MessageFilter for PythonFilter {
-    fn accepts(&self, encoded: &[u8]) -> bool {
-        Python::attach(|py| match self.0.call1(py, (PyBytes::new(py, encoded),)).and_then(|r| r.is_truthy(py)) {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                e.write_unraisable(py, Some(self.0.bind(py)));
-                false
-            }
-        })
-    }
-}
-
 /// What consumers read from: a queue, or a subscription of a topic.
 #[pyclass(module = "jmsstore._native", frozen)]
 pub struct NativeTarget {
@@ -121,10 +111,9 @@ pub struct NativeTarget {
 impl NativeTarget {
     /// A target on pager destination `pager_id` charged to `destination`,
     /// storing its persistent messages in `collection` (None: not stored).
-    /// A subscription has `routing` True, a `selector` (a `NativeSelector`,
-    /// evaluated without Python; or, for a selector the core cannot
-    /// compile, a callable taking the encoded message), `no_local` and its
-    /// `client_id`.
+    /// A subscription has `routing` True, its `selector` (evaluated by the
+    /// core's router on every message published to the topic), `no_local`
+    /// and its `client_id`.
     #[new]
     #[pyo3(signature = (pager_id, destination, collection=None, routing=false, selector=None, no_local=false, client_id=None))]
     fn new(
@@ -132,14 +121,11 @@ impl NativeTarget {
         destination: &NativeDestination,
         collection: Option<String>,
         routing: bool,
-        selector: Option<Bound<'_, PyAny>>,
+        selector: Option<PyRef<'_, NativeSelector>>,
         no_local: bool,
         client_id: Option<String>,
     ) -> Self {
-        let filter = selector.map(|s| match s.cast::<NativeSelector>() {
-            Ok(native) => native.get().selector.clone() as Arc<dyn MessageFilter>,
-            Err(_) => Arc::new(PythonFilter(s.unbind())) as Arc<dyn MessageFilter>,
-        });
+        let filter = selector.map(|s| s.selector.clone() as Arc<dyn MessageFilter>);
         let routing = routing.then(|| Routing { filter, no_local, client_id, ..Routing::default() });
         NativeTarget { target: Arc::new(Target::new(pager_id, destination.destination.clone(), collection, routing)) }
     }
