@@ -147,7 +147,11 @@ class FileStore:
     dead, the store compacts itself in the background; 0 turns that off
     (:meth:`compact` still works).
 
-    Opening runs recovery (see :attr:`recovery_report`). Only one
+    Opening runs recovery (see :attr:`recovery_report`); ``header_index``
+    (a ``jmsstore._native.HeaderIndex``) collects the header fields of a
+    JMS server's stored messages as recovery reads them, so that the
+    server opening on this store loads its backlog without reading the
+    store again (``JMSServer`` does this when it opens its own store). Only one
     ``FileStore`` may have a directory open at a time; a second open raises
     :class:`~jmsstore.errors.StoreLockedError`.
     """
@@ -165,7 +169,10 @@ class FileStore:
         max_body_bytes: int | None = None,
         compaction_threshold: float = 0.5,
         progress: ProgressCallback | None = None,
+        header_index: _native.HeaderIndex | None = None,
     ) -> None:
+        if header_index is not None and not isinstance(header_index, _native.HeaderIndex):
+            raise TypeError(f"header_index is a HeaderIndex, not {type(header_index).__name__}")
         if isinstance(compaction_threshold, bool) or not isinstance(compaction_threshold, (int, float)):
             raise TypeError(f"compaction_threshold is a float, not {type(compaction_threshold).__name__}")
         for name, value in (
@@ -193,6 +200,7 @@ class FileStore:
             max_body_bytes=max_body_bytes,
             compaction_threshold=float(compaction_threshold),
             progress=progress,
+            header_index=header_index,
         )
         self.sync_policy = sync_policy
         self.codec = codec

@@ -151,6 +151,11 @@ class ServerLayout:
     def delivered(self) -> str:
         return self.collection(DELIVERED)
 
+    @property
+    def message_prefixes(self) -> list[str]:
+        """The prefixes of the collections holding this server's messages."""
+        return [self.collection(QUEUE_MESSAGES), self.collection(SUBSCRIPTION_MESSAGES)]
+
     def queue(self, name: str) -> str:
         """The collection of queue ``name``'s persistent messages."""
         return self.collection(QUEUE_MESSAGES + name)

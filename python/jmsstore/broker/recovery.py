@@ -28,7 +28,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from jmsstore._native import NativeBroker, NativePager
+from jmsstore._native import HeaderIndex, NativeBroker, NativePager
 from jmsstore.broker.layout import BOOT_SHIFT, MAX_BOOT, ServerLayout
 from jmsstore.broker.limits import Quota, ServerLimits
 from jmsstore.broker.registry import Registry, SubscriptionSpec
@@ -139,8 +139,10 @@ class RecoveryLoader:
         registry: Registry,
         limits: ServerLimits,
         progress: Progress | None = None,
+        index: HeaderIndex | None = None,
     ) -> None:
         self.layout = layout
+        self._index = index
         self._store = store
         self._pager = pager
         self._native = native
@@ -301,7 +303,7 @@ class RecoveryLoader:
                 if self._progress is not None:
                     self._progress("messages", base + n, total)
 
-            messages, _, malformed, newest_id = self._native.load(target.native, progress)
+            messages, _, malformed, newest_id = self._native.load(target.native, self._index, progress)
             done += messages
             newest = max(newest, newest_id)
             suffix = target.collection[len(layout.prefix) :]

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from jmsstore._native import NativeBroker
+from jmsstore._native import HeaderIndex, NativeBroker
 from jmsstore.broker import config
 from jmsstore.broker.expiry import ExpiryReaper
 from jmsstore.broker.layout import ServerLayout, encode_json
@@ -129,9 +129,13 @@ class JMSServer:
         self.layout = ServerLayout(self.name)
         self._closed = False
         self._lock = threading.RLock()
+        # The store's recovery hands the header fields of this server's stored
+        # messages on as it reads them: the backlog loads without a second read.
+        self._header_index: HeaderIndex | None = None
         if store is None:
             assert directory is not None
             os.makedirs(directory, mode=0o700, exist_ok=True)
+            self._header_index = HeaderIndex(self.layout.message_prefixes)
             store = FileStore(
                 os.path.join(directory, "store"),
                 sync_policy=sync_policy,
@@ -139,6 +143,7 @@ class JMSServer:
                 compression_threshold=compression_threshold,
                 max_segment_bytes=max_segment_bytes,
                 progress=None if progress is None else lambda done, total: progress("store", done, total),
+                header_index=self._header_index,
             )
         self._store = store
         try:
@@ -177,8 +182,13 @@ class JMSServer:
         self.registry = Registry(self.layout, store, pager, self.core, self.limits, self._lock)
         self.pause = PauseControl(self.core, self.registry.states, self._lock)
         self.registry.on_new_state = self.pause.added
-        loader = RecoveryLoader(self.layout, store, pager, self.core, self.registry, self.limits, self._progress)
+        loader = RecoveryLoader(
+            self.layout, store, pager, self.core, self.registry, self.limits, self._progress, self._header_index
+        )
         self.recovered = loader.load()
+        if self._header_index is not None:
+            self._header_index.clear()
+            self._header_index = None
         self.boot: int = self.recovered["boot"]
         self.post = PostOffice(
             self.name, self.boot, self.core, self.registry, self.limits, self.pause, self.maximum_message_size

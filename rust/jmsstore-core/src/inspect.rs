@@ -233,7 +233,7 @@ pub fn live(dir: &Path, progress: &mut Progress<'_>) -> Result<LiveView> {
 /// [`live`] on any file system.
 pub fn live_on(fs: Arc<dyn FileSystem>, dir: &Path, progress: &mut Progress<'_>) -> Result<LiveView> {
     segments_on(&*fs, dir)?;
-    let recovered = recovery::recover(&*fs, dir, RecoveryMode::Salvage, true, progress)?;
+    let recovered = recovery::recover(&*fs, dir, RecoveryMode::Salvage, true, progress, None)?;
     let mut objects: Vec<(u64, String, u64, u64)> = recovered
         .index
         .collections()

@@ -44,6 +44,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<broker::server::NativeBroker>()?;
     m.add_class::<broker::server::NativeStagedSend>()?;
     m.add_class::<broker::server::NativeAckBacklog>()?;
+    m.add_class::<broker::recovery::HeaderIndex>()?;
     m.add_class::<inspect::Record>()?;
     m.add_class::<inspect::Damage>()?;
     m.add_class::<broker::selector::NativeSelector>()?;

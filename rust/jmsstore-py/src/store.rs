@@ -5,12 +5,13 @@ use std::sync::{Arc, Mutex};
 
 use jmsstore_core::codec::Codec;
 use jmsstore_core::fs::StdFs;
-use jmsstore_core::store::{Batch, CompactionReport, RecoveryReport};
+use jmsstore_core::store::{Batch, CompactionReport, RecoveryReport, RecoveryVisitor};
 use jmsstore_core::{Error, RecoveryMode, Stats, Store, StoreOptions, SyncPolicy};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
+use crate::broker::recovery::HeaderIndex;
 use crate::broker::wake::Signal;
 use crate::completion::{self, Outstanding};
 use crate::errors::{PyResult2, PyStoreError};
@@ -126,7 +127,7 @@ impl NativeStore {
     #[new]
     #[pyo3(signature = (path, *, sync_policy="direct-write", codec="none", compression_threshold=0,
                         max_segment_bytes=64 << 20, recovery="strict", preallocate=true,
-                        max_body_bytes=None, compaction_threshold=0.5, progress=None))]
+                        max_body_bytes=None, compaction_threshold=0.5, progress=None, header_index=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -140,6 +141,7 @@ impl NativeStore {
         max_body_bytes: Option<usize>,
         compaction_threshold: f64,
         progress: Option<Py<PyAny>>,
+        header_index: Option<PyRef<'_, HeaderIndex>>,
     ) -> PyResult2<Self> {
         let options = options(
             sync_policy,
@@ -151,9 +153,11 @@ impl NativeStore {
             max_body_bytes,
             compaction_threshold,
         )?;
+        let index = header_index.map(|i| i.index.clone());
         let store = py.detach(|| {
             let mut report = python_progress(progress);
-            Store::open_with(Arc::new(StdFs), &path, options, &mut report)
+            let visitor = index.as_deref().map(|i| i as &dyn RecoveryVisitor);
+            Store::open_visiting(Arc::new(StdFs), &path, options, &mut report, visitor)
         })?;
         Ok(NativeStore { store: Arc::new(store), outstanding: Arc::default() })
     }

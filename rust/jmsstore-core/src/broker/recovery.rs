@@ -13,17 +13,127 @@
 //! buffer size the pager drops them again (a persistent body is read back
 //! from the store when needed).
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::broker::format;
+use crate::broker::format::{self, Validated};
 use crate::broker::server::Broker;
 use crate::broker::target::Target;
 use crate::error::Result;
 use crate::pager::NewMessage;
+use crate::store::index::IdMap;
+use crate::store::{RecoveryVisitor, SegmentVisitor};
 
 /// Stored messages read per store scan.
 const CHUNK: usize = 4096;
+
+/// One stored message as the store's recovery read it.
+struct Indexed {
+    /// The record's sequence number: the highest one of a handle is its live version.
+    sequence: u64,
+    /// The body's length.
+    len: u32,
+    /// Its pager fields, or why it is not a message a consumer could be handed.
+    fields: std::result::Result<Validated, String>,
+}
+
+/// The header fields of a server's stored messages, collected as the
+/// store's recovery reads every record (a [`RecoveryVisitor`]), so that
+/// [`Broker::load`] puts a backlog back into the pager without reading the
+/// store again: the bodies stay on disk until a consumer needs them. Each
+/// message is checked whole as it is read ([`format::validate`]). Each
+/// recovery worker keeps what it reads of a segment to itself; the lists
+/// become one map, once, when the load first looks.
+pub struct HeaderIndex {
+    /// Collection-name prefixes of the messages to index (a server's queues
+    /// and subscriptions; the Python layout names them).
+    prefixes: Vec<String>,
+    /// What each segment's visitor found.
+    segments: Mutex<Vec<Vec<(u64, Indexed)>>>,
+    /// The segments' lists merged (the highest sequence of each handle).
+    merged: Mutex<Option<IdMap<Indexed>>>,
+}
+
+impl HeaderIndex {
+    /// An index of the records in collections starting with one of `prefixes`.
+    pub fn new(prefixes: Vec<String>) -> HeaderIndex {
+        HeaderIndex { prefixes, segments: Mutex::default(), merged: Mutex::default() }
+    }
+
+    fn merged(&self) -> MutexGuard<'_, Option<IdMap<Indexed>>> {
+        let mut merged = self.merged.lock().unwrap_or_else(|p| p.into_inner());
+        let segments = std::mem::take(&mut *self.segments.lock().unwrap_or_else(|p| p.into_inner()));
+        if !segments.is_empty() {
+            let map = merged.get_or_insert_with(IdMap::default);
+            map.reserve(segments.iter().map(Vec::len).sum());
+            for (handle, indexed) in segments.into_iter().flatten() {
+                match map.entry(handle) {
+                    Entry::Occupied(mut e) => {
+                        if e.get().sequence < indexed.sequence {
+                            e.insert(indexed);
+                        }
+                    }
+                    Entry::Vacant(e) => {
+                        e.insert(indexed);
+                    }
+                }
+            }
+        }
+        merged
+    }
+
+    fn take(&self, handle: u64) -> Option<Indexed> {
+        self.merged().as_mut()?.remove(&handle)
+    }
+
+    /// Records indexed and not taken yet.
+    pub fn len(&self) -> usize {
+        self.merged().as_ref().map_or(0, |m| m.len())
+    }
+
+    /// True if nothing is indexed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Forgets everything (recovery is over).
+    pub fn clear(&self) {
+        self.segments.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        *self.merged.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+/// What one recovery worker reads of one segment, for a [`HeaderIndex`].
+struct SegmentIndex<'a> {
+    index: &'a HeaderIndex,
+    found: Vec<(u64, Indexed)>,
+}
+
+impl SegmentVisitor for SegmentIndex<'_> {
+    fn visit(&mut self, collection: &str, handle: u64, sequence: u64, body: &[u8]) {
+        if !self.index.prefixes.iter().any(|p| collection.starts_with(p.as_str())) {
+            return;
+        }
+        let fields = format::validate(body).map_err(|e| e.to_string());
+        self.found.push((handle, Indexed { sequence, len: body.len() as u32, fields }));
+    }
+}
+
+impl Drop for SegmentIndex<'_> {
+    fn drop(&mut self) {
+        if !self.found.is_empty() {
+            let found = std::mem::take(&mut self.found);
+            self.index.segments.lock().unwrap_or_else(|p| p.into_inner()).push(found);
+        }
+    }
+}
+
+impl RecoveryVisitor for HeaderIndex {
+    fn segment(&self) -> Box<dyn SegmentVisitor + '_> {
+        Box::new(SegmentIndex { index: self, found: Vec::new() })
+    }
+}
 
 /// What [`Broker::recover_deliveries`] found.
 #[derive(Debug, Default)]
@@ -65,14 +175,18 @@ impl Broker {
         Ok(report)
     }
 
-    /// Loads `target`'s stored messages (see the module notes);
+    /// Loads `target`'s stored messages (see the module notes):
+    /// those `index` holds without reading the store (their bodies stay
+    /// there until a consumer needs them), any other by reading it;
     /// `progress(loaded)` is told every 10,000 messages.
-    pub fn load(&self, target: &Target, progress: &mut dyn FnMut(u64)) -> Result<Loaded> {
+    pub fn load(&self, target: &Target, index: Option<&HeaderIndex>, progress: &mut dyn FnMut(u64)) -> Result<Loaded> {
         let mut loaded = Loaded::default();
         let Some(collection) = target.collection() else { return Ok(loaded) };
         let counts = self.recovery_counts.0.lock().unwrap_or_else(|p| p.into_inner()).take().unwrap_or_default();
-        let result = self.load_collection(target, collection, &counts, &mut loaded, progress);
+        let result = self.load_collection(target, collection, index, &counts, &mut loaded, progress);
         *self.recovery_counts.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(counts);
+        // Counted in once, for all of them.
+        self.count_in(target, loaded.messages as i64, loaded.bytes as i64);
         result.map(|()| loaded)
     }
 
@@ -80,20 +194,30 @@ impl Broker {
         &self,
         target: &Target,
         collection: &str,
+        index: Option<&HeaderIndex>,
         counts: &HashMap<u64, u32>,
         loaded: &mut Loaded,
         progress: &mut dyn FnMut(u64),
     ) -> Result<()> {
         let mut after = None;
         loop {
-            let chunk = self.store.scan(collection, after, CHUNK)?;
-            let Some(&(last, _)) = chunk.last() else { return Ok(()) };
+            let handles = self.store.handles(collection, after, CHUNK)?;
+            let Some(&last) = handles.last() else { return Ok(()) };
             after = Some(last);
-            for (handle, body) in chunk {
-                let fields = match format::validate(&body) {
+            for handle in handles {
+                let (fields, body, len) = match index.and_then(|i| i.take(handle)) {
+                    Some(Indexed { fields, len, .. }) => (fields, None, len as usize),
+                    // Not indexed (the store was opened without the index): read it.
+                    None => match self.store.read(handle) {
+                        Ok(body) => (format::validate(&body).map_err(|e| e.to_string()), Some(body), 0),
+                        Err(crate::error::Error::UnknownHandle(_)) => continue,
+                        Err(e) => return Err(e),
+                    },
+                };
+                let fields = match fields {
                     Ok(fields) => fields,
-                    Err(e) => {
-                        loaded.malformed.push((handle, e.to_string()));
+                    Err(why) => {
+                        loaded.malformed.push((handle, why));
                         continue;
                     }
                 };
@@ -109,13 +233,21 @@ impl Broker {
                     unit_of_order: None,
                     store_handle: Some(handle),
                 };
-                let size = body.len() as i64;
-                self.pager.add_shared(target.pager_id(), &message, Arc::from(body))?;
+                let size = match body {
+                    Some(body) => {
+                        let size = body.len();
+                        self.pager.add_shared(target.pager_id(), &message, Arc::from(body))?;
+                        size
+                    }
+                    None => {
+                        self.pager.add(target.pager_id(), &message, None, len as u32)?;
+                        len
+                    }
+                } as i64;
                 if fields.delivery_time > fields.timestamp {
                     // A delayed message: waiting consumers must wake when it is due.
                     target.delay_until(fields.delivery_time);
                 }
-                self.count_in(target, 1, size);
                 loaded.messages += 1;
                 loaded.bytes += size as u64;
                 loaded.newest_id = loaded.newest_id.max(fields.id);

@@ -44,7 +44,7 @@ use crate::fs::{FileSystem, LockGuard, StdFs, StorageFile};
 pub use compaction::CompactionReport;
 use format::{RecordKind, SegmentKind, MAX_COLLECTION_NAME, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
 use index::{IdMap, Index, Location};
-pub use recovery::{DamagedSegment, RecoveryReport, TornTail};
+pub use recovery::{DamagedSegment, RecoveryReport, RecoveryVisitor, SegmentVisitor, TornTail};
 
 /// Progress of a long operation: `(done, total)` in bytes.
 pub type Progress<'a> = dyn FnMut(u64, u64) + 'a;
@@ -802,6 +802,18 @@ impl Store {
         options: StoreOptions,
         progress: &mut Progress<'_>,
     ) -> Result<Store> {
+        Self::open_visiting(fs, dir, options, progress, None)
+    }
+
+    /// As [`Store::open_with`], handing every put and update record that
+    /// recovery reads to `visitor` (see [`recovery::RecoveryVisitor`]).
+    pub fn open_visiting(
+        fs: Arc<dyn FileSystem>,
+        dir: &Path,
+        options: StoreOptions,
+        progress: &mut Progress<'_>,
+        visitor: Option<&dyn RecoveryVisitor>,
+    ) -> Result<Store> {
         options.validate()?;
         if fs.exists(dir) && !fs.is_dir(dir) {
             return Err(Error::invalid(format!("{} exists and is not a directory", dir.display())));
@@ -812,7 +824,7 @@ impl Store {
             .try_lock(&lock_path)
             .map_err(|e| Error::io("opening lock file", &lock_path, e))?
             .ok_or_else(|| Error::Locked(dir.to_path_buf()))?;
-        let recovered = recovery::recover(&*fs, dir, options.recovery, false, progress)?;
+        let recovered = recovery::recover(&*fs, dir, options.recovery, false, progress, visitor)?;
         let mut segments = BTreeMap::new();
         for (number, seg) in recovered.segments {
             segments.insert(

@@ -258,8 +258,34 @@ struct SegmentScan {
     resume_epoch: u64,
 }
 
+/// What recovery hands each verified put or update record to as it reads
+/// the segments (on its worker threads, in no particular order): a reader
+/// that wants something of every record (the broker: the header fields of
+/// its stored messages) gets it without reading the store a second time.
+/// Records of transactions recovery drops, and versions later superseded or
+/// deleted, are visited too: the visitor keeps the highest `sequence` of a
+/// handle and asks the opened store which handles are live.
+pub trait RecoveryVisitor: Sync {
+    /// A visitor of one segment's records (on one worker thread: it needs
+    /// no lock per record); dropped once the segment is read.
+    fn segment(&self) -> Box<dyn SegmentVisitor + '_>;
+}
+
+/// A [`RecoveryVisitor`]'s visitor of one segment.
+pub trait SegmentVisitor {
+    /// A record: its collection, handle, sequence number and uncompressed body.
+    fn visit(&mut self, collection: &str, handle: u64, sequence: u64, body: &[u8]);
+}
+
 /// Reads, verifies and parses one segment.
-fn scan_segment(seg: &Opened, buf: &mut Vec<u8>, mode: RecoveryMode, last_journal: bool) -> Result<SegmentScan> {
+fn scan_segment(
+    seg: &Opened,
+    buf: &mut Vec<u8>,
+    mode: RecoveryMode,
+    last_journal: bool,
+    visitor: Option<&dyn RecoveryVisitor>,
+) -> Result<SegmentScan> {
+    let mut visitor = visitor.map(|v| v.segment());
     seg.file.read_all_into(buf).map_err(|e| Error::io("reading segment", &seg.path, e))?;
     let data = &buf[..];
     let len = data.len();
@@ -319,6 +345,9 @@ fn scan_segment(seg: &Opened, buf: &mut Vec<u8>, mode: RecoveryMode, last_journa
                     last_name = (rec.collection, id);
                     id
                 };
+                if let (Some(visitor), RecordKind::Put | RecordKind::Update) = (visitor.as_mut(), h.kind) {
+                    visitor.visit(rec.collection, h.handle, h.sequence, &rec.body);
+                }
                 let commit_count = if h.kind == RecordKind::Commit {
                     rec.stored.get(..4).map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
                 } else {
@@ -379,6 +408,7 @@ pub fn recover(
     mode: RecoveryMode,
     read_only: bool,
     progress: &mut Progress<'_>,
+    visitor: Option<&dyn RecoveryVisitor>,
 ) -> Result<Recovered> {
     let started = Instant::now();
     let mut report = RecoveryReport::default();
@@ -493,7 +523,7 @@ pub fn recover(
                         return;
                     }
                     let seg = &opened[i];
-                    let scan = scan_segment(seg, &mut buf, mode, Some(seg.number) == last_journal);
+                    let scan = scan_segment(seg, &mut buf, mode, Some(seg.number) == last_journal, visitor);
                     if sender.send((i, scan)).is_err() {
                         return;
                     }

@@ -21,6 +21,8 @@ pub struct RecordView<'a> {
     pub collection: &'a str,
     /// Its body as stored.
     pub stored: &'a [u8],
+    /// Its body uncompressed (as verification decoded it).
+    pub body: Cow<'a, [u8]>,
 }
 
 /// Result of reading at one offset.
@@ -83,7 +85,9 @@ pub fn step(buf: &[u8], at: usize) -> Step<'_> {
         });
     };
     match verify(buf, at, &header) {
-        Ok(v) => Step::Record(RecordView { offset: at, header, collection: v.collection, stored: v.stored }),
+        Ok(v) => {
+            Step::Record(RecordView { offset: at, header, collection: v.collection, stored: v.stored, body: v.body })
+        }
         Err(reason) => Step::Damage(reason),
     }
 }

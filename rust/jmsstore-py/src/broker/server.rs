@@ -16,6 +16,7 @@ use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict};
 
 use super::ledger::Account;
+use super::recovery::HeaderIndex;
 use super::selector::NativeSelector;
 use super::target::{NativeDestination, NativeRoutes, NativeTarget};
 use super::wake::Signal;
@@ -447,15 +448,19 @@ impl NativeBroker {
     /// Loads `target`'s stored messages into the pager and the counts:
     /// `(messages, bytes, [(malformed record, why)], newest message id)`.
     /// `progress(loaded)` is called every 10,000 messages.
-    #[pyo3(signature = (target, progress=None))]
+    /// The messages `index` collected while the store recovered are loaded
+    /// without reading the store again.
+    #[pyo3(signature = (target, index=None, progress=None))]
     #[allow(clippy::type_complexity)]
     fn load(
         &self,
         py: Python<'_>,
         target: &NativeTarget,
+        index: Option<PyRef<'_, HeaderIndex>>,
         progress: Option<Py<PyAny>>,
     ) -> PyResult2<(u64, u64, Vec<(u64, String)>, u64)> {
         let target = target.target.clone();
+        let index = index.map(|i| i.index.clone());
         let loaded = py.detach(|| {
             let mut report = |n: u64| {
                 if let Some(cb) = &progress {
@@ -466,7 +471,7 @@ impl NativeBroker {
                     });
                 }
             };
-            self.broker.load(&target, &mut report)
+            self.broker.load(&target, index.as_deref(), &mut report)
         })?;
         Ok((loaded.messages, loaded.bytes, loaded.malformed, loaded.newest_id))
     }
