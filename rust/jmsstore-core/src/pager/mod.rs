@@ -5,9 +5,9 @@
 //! holds pass the *message buffer size*, writes bodies to a paging
 //! directory. This does the same with Rust structs instead of objects:
 //!
-//! - every message is one slot in a slab (about a hundred bytes), addressed by
-//!   a [`Key`] (slot and generation); correlation id, type and unit-of-order
-//!   are interned;
+//! - every message is one slot in its destination's slab (about a hundred
+//!   bytes), addressed by a [`Key`] (destination, slot and generation);
+//!   correlation id, type and unit-of-order are interned per destination;
 //! - each destination keeps its messages in a B-tree by [`order::OrderKey`]
 //!   (FIFO, LIFO, priority, or a header field) and, separately, its resident
 //!   ones, so the resident body furthest from delivery is found at once;
@@ -19,13 +19,101 @@
 //!   bodies in order, contiguous ones in one read;
 //! - expiring messages are also kept by expiration time, so expired ones are
 //!   listed without a scan.
+//!
+//! # Locking
+//!
+//! A pager serves many destinations from many threads, and some of what it
+//! does for one destination takes long: a consumer's filter (a selector,
+//! possibly a Python callback), reading a body back from the store or a
+//! paging file, writing bodies to a paging file. None of it may hold up
+//! another destination, so there is no pager-wide lock around messages.
+//!
+//! - **Each destination has its own mutex** around everything that belongs
+//!   to it: its slab of messages, its order and resident indexes, its
+//!   expiration index and its interner. Whatever reads or changes a message
+//!   holds that lock, and only that one. A filter and the body reads a take,
+//!   a read-ahead or a filter needs run under it (the message must stay
+//!   put while they do): they stall that destination alone.
+//! - **The registry** (ids, names, and an `Arc` of each destination) is
+//!   under a read-write lock, taken to look a destination up (clone its
+//!   `Arc`) and to create or delete one, and released before the
+//!   destination's own lock is taken: it is never held while waiting for a
+//!   destination, across I/O or across a filter.
+//! - **Pager-wide figures are atomics**: the resident bytes counted against
+//!   the budget, the statistics and the arrival sequence. Each destination
+//!   also publishes its message count, its resident count and bytes, and
+//!   its earliest expiration as atomics, written under its lock when it is
+//!   released; so `count`, `residency`, `stats`, the choice of where to page
+//!   out from, and `expired`'s skipping of destinations with nothing due,
+//!   take no destination lock.
+//! - **The paging files are shared scratch files**: a short mutex hands out
+//!   and takes back space; writes, reads and truncations are positional
+//!   I/O on shared handles with no lock held (see [`paging`]). A file left
+//!   with nothing live is truncated by whoever freed its last body, after
+//!   releasing the destination's lock.
+//!
+//! Lock order: a thread holds at most one destination lock at a time, and
+//! takes the registry lock only when it holds none. The paging files' mutex
+//! is a leaf: it may be taken under a destination lock, never the other way
+//! round. So no thread waits for a lock while holding one another thread
+//! could be waiting on in turn.
+//!
+//! **Paging out** follows from that. An add that finds the pager over budget
+//! releases its own destination's lock first, then repeatedly: picks the
+//! destination with the most resident bytes (from the published atomics),
+//! locks it alone, detaches the bodies furthest from delivery until the
+//! excess is covered (a persistent body is just dropped: it is in the
+//! store) and marks the others as being paged out, their bytes no longer
+//! counted resident; releases the lock; writes those bodies to a paging
+//! file in one positional write, in delivery order (so read-ahead reads them
+//! back in one read); and locks the destination again to record where each
+//! went, or to free the space of one removed meanwhile. A body being paged
+//! out is still in memory: a take, a filter or `body` uses it as it is.
+//!
+//! **Transients.** The budget is pager-wide (a JMS server's message buffer
+//! size) and, under concurrency, kept as follows. `try_add` and read-ahead
+//! reserve their bytes with a compare-and-swap, so they never pass it. A
+//! waiting add counts its body, then pages out: between the two, the
+//! resident bytes may exceed the budget by the bodies of the adds in flight
+//! (one per adding thread), and an add whose page-out write fails leaves the
+//! bodies it could not write resident (and returns the error), as a
+//! single-threaded pager does. A page-out deducts what it selects as it
+//! selects it, so two threads never page out the same excess twice. At rest
+//! (no call in flight) the resident bytes are within the budget. Statistics
+//! are read field by field: while other threads work they may not add up
+//! (a body being paged out is counted neither resident nor paged); at rest
+//! they are exact.
+//!
+//! # Keys and limits
+//!
+//! A [`Key`] names one message across the whole pager: from the top, 16 bits
+//! of destination index, 28 bits of slot (in that destination's slab) and 20
+//! bits of the slot's generation. So:
+//!
+//! - at most 65,536 destinations exist at once ([`MAX_DESTINATIONS`]); the
+//!   index of a deleted destination is used again, under a new id (ids are
+//!   the index plus, in the top 16 bits, how many times it was used before),
+//!   so that an id of a deleted destination stays unknown;
+//! - a destination holds at most 268,435,456 messages ([`MAX_MESSAGES_PER_DESTINATION`]),
+//!   fewer by the slots retired (below);
+//! - a slot's generation goes up each time its message goes, so a key of a
+//!   removed message never names the message that reuses the slot. A slot
+//!   whose generation reaches 2^20 - 1 is retired instead of wrapping (at
+//!   most one slot, about a hundred bytes, per million messages through a
+//!   destination); a destination made at a reused index starts its
+//!   generations above every one its predecessor used, and an index whose
+//!   generations (or ids) are used up is retired.
+//!
+//! Passing a limit (a 65,537th destination, a message past the last slot)
+//! is refused with [`Error::Full`]; nothing wraps.
 
 pub mod order;
 pub mod paging;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
 pub use crate::body::BodyBytes;
 use crate::codec::{Codec, CodecId};
@@ -34,14 +122,36 @@ use crate::store::Store;
 use order::{Order, OrderFields, OrderIndex, OrderKey};
 use paging::{PagedRef, PagingFiles};
 
-/// A message's key: its slot and the slot's generation (so a key of a
-/// removed message never names the message that reuses the slot).
+/// A message's key: its destination's index, its slot in that destination
+/// and the slot's generation (see the module documentation, "Keys and
+/// limits"), so that a key of a removed message never names another.
 pub type Key = u64;
+
+const INDEX_BITS: u32 = 16;
+const SLOT_BITS: u32 = 28;
+const GENERATION_BITS: u32 = 20;
+const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
+const GENERATION_MASK: u64 = (1 << GENERATION_BITS) - 1;
+/// The highest generation a slot reaches before it is retired.
+const MAX_GENERATION: u32 = (1 << GENERATION_BITS) - 1;
+/// How many times a destination index is used (ids keep the count in 16 bits).
+const MAX_INCARNATIONS: u32 = 1 << 16;
+
+/// The most destinations a pager holds at once.
+pub const MAX_DESTINATIONS: usize = 1 << INDEX_BITS;
+/// The most messages one destination holds at once.
+pub const MAX_MESSAGES_PER_DESTINATION: usize = 1 << SLOT_BITS;
+
+/// Bodies paged out per write: enough to make the write worth it, few
+/// enough that a page-out does not hold its destination's lock for long.
+const PAGE_OUT_BATCH_MESSAGES: usize = 64;
+const PAGE_OUT_BATCH_BYTES: u64 = 1 << 20;
 
 /// A consumer's filter (a JMS selector): called with each candidate's
 /// header and, when the call asks for bodies, `Some(body)` (read from
 /// memory, a paging file or the store, without making it resident), else
-/// `None`; true accepts the message.
+/// `None`; true accepts the message. It runs under its destination's lock
+/// (and no other).
 pub type Filter<'a> = &'a mut dyn FnMut(&Header, Option<&[u8]>) -> bool;
 
 /// Pager configuration.
@@ -151,7 +261,9 @@ pub struct Taken {
     pub body: BodyBytes,
 }
 
-/// Counters and sizes.
+/// Counters and sizes. Read field by field: exact when no call is in
+/// flight, approximate while other threads work (see the module
+/// documentation, "Transients").
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PagerStats {
     /// Messages held.
@@ -209,7 +321,7 @@ impl PagedAt {
     }
 }
 
-/// A new message's body: copied under the pager lock, or shared as it is.
+/// A new message's body: copied under the destination's lock, or shared as it is.
 enum NewBody<'a> {
     Borrowed(&'a [u8]),
     Shared(Arc<[u8]>),
@@ -227,8 +339,38 @@ impl NewBody<'_> {
 enum Body {
     /// Shared: an asynchronous send's store record refers to the same bytes until written.
     Resident(Arc<[u8]>),
+    /// Still in memory, on its way to a paging file (see [`InFlight`]).
+    PagingOut(Arc<InFlight>),
     Store,
     Paged(PagedAt),
+}
+
+/// A body a page-out is writing to a paging file with no lock held. Its
+/// bytes left the resident count when the page-out took it; the writer
+/// records the outcome here (counting the body as paged once written) and
+/// the next holder of the destination's lock settles the message's body
+/// from it, so the writer never waits for that lock.
+struct InFlight {
+    body: Arc<[u8]>,
+    transit: Mutex<Transit>,
+}
+
+#[derive(Clone, Copy)]
+enum Transit {
+    /// Being written.
+    Writing,
+    /// Written there (and counted as paged).
+    Written(PagedRef),
+    /// The write failed: the body is to be made resident again.
+    Failed,
+    /// Its message is gone; whoever sees this last frees the space written.
+    Dropped,
+}
+
+impl InFlight {
+    fn transit(&self) -> MutexGuard<'_, Transit> {
+        self.transit.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 struct Message {
@@ -241,7 +383,6 @@ struct Message {
     store_handle: u64,
     body: Body,
     body_len: u32,
-    destination: u32,
     redelivery_count: u32,
     correlation_id: u32,
     message_type: u32,
@@ -264,10 +405,24 @@ impl Message {
     }
 
     fn location(&self) -> BodyLocation {
-        match self.body {
+        match &self.body {
             Body::Resident(_) => BodyLocation::Memory,
+            Body::PagingOut(f) => match *f.transit() {
+                Transit::Written(_) => BodyLocation::Paged,
+                _ => BodyLocation::Memory,
+            },
             Body::Store => BodyLocation::Store,
             Body::Paged(_) => BodyLocation::Paged,
+        }
+    }
+
+    /// The body, if in memory.
+    fn in_memory(&self) -> Option<&Arc<[u8]>> {
+        match &self.body {
+            Body::Resident(b) => Some(b),
+            // In memory until the message is settled, whatever the write's outcome.
+            Body::PagingOut(f) => Some(&f.body),
+            Body::Store | Body::Paged(_) => None,
         }
     }
 }
@@ -275,14 +430,6 @@ impl Message {
 struct Slot {
     generation: u32,
     message: Option<Message>,
-}
-
-struct Destination {
-    name: String,
-    order: Order,
-    all: OrderIndex,
-    resident: OrderIndex,
-    resident_bytes: u64,
 }
 
 /// Reference-counted strings, so that a million messages with the same type
@@ -338,45 +485,190 @@ impl Interner {
     }
 }
 
-struct Inner {
-    slots: Vec<Slot>,
-    free_slots: Vec<u32>,
-    destinations: Vec<Option<Destination>>,
-    names: HashMap<String, u32>,
-    expirations: BTreeSet<(i64, u64, u32)>,
-    interner: Interner,
-    paging: PagingFiles,
-    next_seq: u64,
-    messages: u64,
-    resident_messages: u64,
-    resident_bytes: u64,
-    paged_messages: u64,
-    paged_bytes: u64,
-    store_paged_messages: u64,
-    page_outs: u64,
-    page_ins: u64,
-    read_ahead_hits: u64,
-    filter_body_reads: u64,
-    closed: bool,
+/// Pager-wide counters: atomics, updated by each destination's lock holder.
+#[derive(Default)]
+struct Counters {
+    messages: AtomicU64,
+    resident_messages: AtomicU64,
+    /// Counted against the budget.
+    resident_bytes: AtomicU64,
+    paged_messages: AtomicU64,
+    paged_bytes: AtomicU64,
+    store_paged_messages: AtomicU64,
+    page_outs: AtomicU64,
+    page_ins: AtomicU64,
+    read_ahead_hits: AtomicU64,
+    filter_body_reads: AtomicU64,
 }
 
-/// The paging engine. Safe to share between threads.
+fn add(counter: &AtomicU64, n: u64) {
+    if n != 0 {
+        counter.fetch_add(n, Relaxed);
+    }
+}
+
+fn sub(counter: &AtomicU64, n: u64) {
+    if n != 0 {
+        counter.fetch_sub(n, Relaxed);
+    }
+}
+
+impl Counters {
+    /// Counts `n` more resident bytes if that keeps them within `budget`.
+    fn reserve_resident(&self, n: u64, budget: u64) -> bool {
+        let mut now = self.resident_bytes.load(Relaxed);
+        loop {
+            let Some(after) = now.checked_add(n).filter(|after| *after <= budget) else { return false };
+            match self.resident_bytes.compare_exchange_weak(now, after, Relaxed, Relaxed) {
+                Ok(_) => return true,
+                Err(actual) => now = actual,
+            }
+        }
+    }
+
+    /// A body leaves memory.
+    fn unresident(&self, len: u64) {
+        sub(&self.resident_bytes, len);
+        sub(&self.resident_messages, 1);
+    }
+}
+
+/// What one destination holds: under its lock.
+struct DestState {
+    slots: Vec<Slot>,
+    free_slots: Vec<u32>,
+    all: OrderIndex,
+    resident: OrderIndex,
+    resident_bytes: u64,
+    /// (expiration, arrival, slot) of the messages that expire.
+    expirations: BTreeSet<(i64, u64, u32)>,
+    interner: Interner,
+    /// The generation of a new slot: above every generation a destination
+    /// that had this index before gave out.
+    first_generation: u32,
+    /// The highest generation given to a slot so far.
+    max_generation: u32,
+    /// Slots at most (a test lowers it).
+    max_slots: u32,
+    /// (slot, generation, body) of the bodies being paged out, to settle.
+    in_flight: Vec<(u32, u32, Arc<InFlight>)>,
+    /// Deleted, or the pager closed: holds nothing more.
+    gone: bool,
+}
+
+/// A destination: its fixed identity, its lock, and figures it publishes
+/// (written under the lock when released, read without it).
+struct Destination {
+    id: u32,
+    name: String,
+    order: Order,
+    state: Mutex<DestState>,
+    messages: AtomicUsize,
+    resident_messages: AtomicUsize,
+    resident_bytes: AtomicU64,
+    /// Earliest expiration held (i64::MAX: none).
+    next_expiration: AtomicI64,
+}
+
+impl Destination {
+    fn index(&self) -> u32 {
+        self.id & ((1 << INDEX_BITS) - 1)
+    }
+
+    fn key_of(&self, slot: u32, generation: u32) -> Key {
+        (u64::from(self.index()) << (SLOT_BITS + GENERATION_BITS))
+            | (u64::from(slot) << GENERATION_BITS)
+            | u64::from(generation)
+    }
+
+    fn publish(&self, st: &DestState) {
+        self.messages.store(st.all.len(), Relaxed);
+        self.resident_messages.store(st.resident.len(), Relaxed);
+        self.resident_bytes.store(st.resident_bytes, Relaxed);
+        self.next_expiration.store(st.expirations.first().map_or(i64::MAX, |e| e.0), Relaxed);
+    }
+}
+
+/// A destination's state, locked; publishes its figures when released.
+struct Locked<'a> {
+    dest: &'a Destination,
+    st: MutexGuard<'a, DestState>,
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        self.dest.publish(&self.st);
+    }
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = DestState;
+
+    fn deref(&self) -> &DestState {
+        &self.st
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut DestState {
+        &mut self.st
+    }
+}
+
+/// One destination index of the registry.
+struct Entry {
+    /// The destination there now, if any.
+    dest: Option<Arc<Destination>>,
+    /// Times the index was given to a destination.
+    incarnations: u32,
+    /// The first generation the next destination at this index may use.
+    next_generation: u32,
+}
+
+/// Destinations by index and by name.
+#[derive(Default)]
+struct Registry {
+    entries: Vec<Entry>,
+    names: HashMap<String, u32>,
+    /// Indexes free for a new destination, oldest first.
+    free: VecDeque<u32>,
+    live: usize,
+}
+
+/// The paging engine. Safe to share between threads; see the module
+/// documentation for what waits for what.
 pub struct Pager {
     store: Option<Arc<Store>>,
     options: PagerOptions,
-    inner: Mutex<Inner>,
+    registry: RwLock<Registry>,
+    paging: PagingFiles,
+    counters: Counters,
+    /// Arrival order across the pager (FIFO ties, expiration ties).
+    next_seq: AtomicU64,
+    closed: AtomicBool,
+    /// Slots per destination at most (a test lowers it).
+    max_slots: u32,
 }
 
-fn key_of(slot: u32, generation: u32) -> Key {
-    (u64::from(generation) << 32) | u64::from(slot)
+fn lock_state(m: &Mutex<DestState>) -> MutexGuard<'_, DestState> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn unknown(key: Key) -> Error {
-    Error::UnknownHandle(key)
+fn read(r: &RwLock<Registry>) -> RwLockReadGuard<'_, Registry> {
+    r.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write(r: &RwLock<Registry>) -> RwLockWriteGuard<'_, Registry> {
+    r.write().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn unknown_destination(id: u32) -> Error {
     Error::invalid(format!("unknown destination {id}"))
+}
+
+/// A key's slot and generation.
+fn split_key(key: Key) -> (u32, u32) {
+    (((key >> GENERATION_BITS) & SLOT_MASK) as u32, (key & GENERATION_MASK) as u32)
 }
 
 /// A deliverable message a scan found.
@@ -387,39 +679,91 @@ struct Found {
     body: Option<BodyBytes>,
 }
 
-impl Inner {
+impl DestState {
+    fn new(first_generation: u32, max_slots: u32) -> DestState {
+        DestState {
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            all: OrderIndex::default(),
+            resident: OrderIndex::default(),
+            resident_bytes: 0,
+            expirations: BTreeSet::new(),
+            interner: Interner::default(),
+            first_generation,
+            max_generation: first_generation,
+            max_slots,
+            in_flight: Vec::new(),
+            gone: false,
+        }
+    }
+
+    /// Settles the bodies whose page-out has finished: a written one is now
+    /// paged, a failed one resident again (counted against the budget once
+    /// more: a failed write leaves the pager over it, as it always did).
+    fn settle(&mut self, dest: &Destination, counters: &Counters) {
+        if self.in_flight.is_empty() {
+            return;
+        }
+        for (slot, generation, f) in std::mem::take(&mut self.in_flight) {
+            let here = matches!(self.slots.get(slot as usize),
+                Some(Slot { generation: g, message: Some(Message { body: Body::PagingOut(x), .. }) })
+                    if *g == generation && Arc::ptr_eq(x, &f));
+            if !here {
+                continue; // removed meanwhile: its remover marked it dropped
+            }
+            let transit = *f.transit();
+            match transit {
+                Transit::Writing => self.in_flight.push((slot, generation, f)),
+                Transit::Written(r) => self.indexed_mut(slot).body = Body::Paged(PagedAt::pack(r)),
+                Transit::Failed => {
+                    let m = self.indexed_mut(slot);
+                    m.body = Body::Resident(f.body.clone());
+                    let (order_key, len) = (dest.order.key(&m.order_fields()), u64::from(m.body_len));
+                    self.resident.insert(order_key, slot);
+                    self.resident_bytes += len;
+                    add(&counters.resident_bytes, len);
+                    add(&counters.resident_messages, 1);
+                }
+                Transit::Dropped => {}
+            }
+        }
+    }
+
     fn message(&self, key: Key) -> Result<(u32, &Message)> {
-        let slot = (key & 0xffff_ffff) as u32;
+        let (slot, generation) = split_key(key);
         match self.slots.get(slot as usize) {
-            Some(Slot { generation, message: Some(m) }) if u64::from(*generation) == key >> 32 => Ok((slot, m)),
-            _ => Err(unknown(key)),
+            Some(Slot { generation: g, message: Some(m) }) if *g == generation => Ok((slot, m)),
+            _ => Err(Error::UnknownHandle(key)),
         }
     }
 
     fn message_mut(&mut self, key: Key) -> Result<(u32, &mut Message)> {
-        let slot = (key & 0xffff_ffff) as u32;
+        let (slot, generation) = split_key(key);
         match self.slots.get_mut(slot as usize) {
-            Some(Slot { generation, message: Some(m) }) if u64::from(*generation) == key >> 32 => Ok((slot, m)),
-            _ => Err(unknown(key)),
+            Some(Slot { generation: g, message: Some(m) }) if *g == generation => Ok((slot, m)),
+            _ => Err(Error::UnknownHandle(key)),
         }
     }
 
-    fn destination(&self, id: u32) -> Result<&Destination> {
-        self.destinations.get(id as usize).and_then(Option::as_ref).ok_or_else(|| unknown_destination(id))
+    /// The message in `slot`, which an index names.
+    fn indexed(&self, slot: u32) -> &Message {
+        match self.slots.get(slot as usize).and_then(|s| s.message.as_ref()) {
+            Some(m) => m,
+            None => unreachable!("an indexed slot holds a message"),
+        }
     }
 
-    fn destination_mut(&mut self, id: u32) -> Result<&mut Destination> {
-        self.destinations.get_mut(id as usize).and_then(Option::as_mut).ok_or_else(|| unknown_destination(id))
+    fn indexed_mut(&mut self, slot: u32) -> &mut Message {
+        match self.slots.get_mut(slot as usize).and_then(|s| s.message.as_mut()) {
+            Some(m) => m,
+            None => unreachable!("an indexed slot holds a message"),
+        }
     }
 
-    fn key_at(&self, slot: u32) -> Key {
-        key_of(slot, self.slots[slot as usize].generation)
-    }
-
-    fn header(&self, m: &Message) -> Header {
+    fn header(&self, dest: &Destination, m: &Message) -> Header {
         Header {
             id: m.id,
-            destination: m.destination,
+            destination: dest.id,
             priority: m.priority,
             timestamp: m.timestamp,
             expiration: m.expiration,
@@ -435,146 +779,91 @@ impl Inner {
         }
     }
 
-    /// Pages out bodies, furthest from delivery first, until under `budget`.
-    fn enforce_budget(&mut self, budget: u64) -> Result<()> {
-        while self.resident_bytes > budget {
-            let Some((dest_id, _)) = self
-                .destinations
-                .iter()
-                .enumerate()
-                .filter_map(|(i, d)| d.as_ref().map(|d| (i, d.resident_bytes)))
-                .filter(|(_, bytes)| *bytes > 0)
-                .max_by_key(|(_, bytes)| *bytes)
-            else {
-                break;
-            };
-            let dest = self.destinations[dest_id].as_mut().expect("chosen destination exists");
-            let (order_key, slot) = dest.resident.last(dest.order.reversed()).expect("resident bytes mean entries");
-            dest.resident.remove(order_key);
-            let message = self.slots[slot as usize].message.as_mut().expect("indexed slot holds a message");
-            let Body::Resident(bytes) = std::mem::replace(&mut message.body, Body::Store) else {
-                unreachable!("the resident index holds resident bodies only");
-            };
-            let len = u64::from(message.body_len);
-            dest.resident_bytes -= len;
-            self.resident_bytes -= len;
-            self.resident_messages -= 1;
-            self.page_outs += 1;
-            message.flags &= !FLAG_READ_AHEAD;
-            if message.store_handle != 0 {
-                self.store_paged_messages += 1;
-            } else {
-                match self.paging.write(&bytes) {
-                    Ok(r) => {
-                        message.body = Body::Paged(PagedAt::pack(r));
-                        self.paged_messages += 1;
-                        self.paged_bytes += len;
-                    }
-                    Err(e) => {
-                        // Keep it in memory rather than lose it.
-                        message.body = Body::Resident(bytes);
-                        let dest = self.destinations[dest_id].as_mut().expect("destination exists");
-                        dest.resident.insert(order_key, slot);
-                        dest.resident_bytes += len;
-                        self.resident_bytes += len;
-                        self.resident_messages += 1;
-                        self.page_outs -= 1;
-                        return Err(e);
-                    }
-                }
-            }
-        }
-        Ok(())
+    /// Whether a new message has a slot: a free one, or room to add one.
+    fn has_room(&self) -> bool {
+        !self.free_slots.is_empty() || self.slots.len() < self.max_slots as usize
     }
 
-    /// Makes a paged-out body resident again (read-ahead).
-    fn make_resident(&mut self, slot: u32, bytes: Arc<[u8]>) {
-        let message = self.slots[slot as usize].message.as_mut().expect("slot holds a message");
-        match std::mem::replace(&mut message.body, Body::Resident(bytes)) {
-            Body::Paged(at) => {
-                self.paging.free(at.unpack());
-                self.paged_messages -= 1;
-                self.paged_bytes -= u64::from(message.body_len);
+    /// Puts `message` in a free slot (see [`DestState::has_room`]); returns
+    /// the slot and its generation.
+    fn place(&mut self, message: Message) -> (u32, u32) {
+        match self.free_slots.pop() {
+            Some(slot) => {
+                let entry = &mut self.slots[slot as usize];
+                entry.message = Some(message);
+                (slot, entry.generation)
             }
-            Body::Store => self.store_paged_messages -= 1,
-            Body::Resident(_) => unreachable!("only paged-out bodies are brought back"),
+            None => {
+                let generation = self.first_generation;
+                self.slots.push(Slot { generation, message: Some(message) });
+                ((self.slots.len() - 1) as u32, generation)
+            }
         }
-        message.flags |= FLAG_READ_AHEAD;
-        let len = u64::from(message.body_len);
-        let key = {
-            let dest = self.destinations[message.destination as usize].as_ref().expect("destination exists");
-            dest.order.key(&message.order_fields())
-        };
-        let dest = self.destinations[message.destination as usize].as_mut().expect("destination exists");
-        dest.resident.insert(key, slot);
-        dest.resident_bytes += len;
-        self.resident_bytes += len;
-        self.resident_messages += 1;
-        self.page_ins += 1;
     }
 
     /// Empties a slot (its message is going away): the message leaves the
-    /// pager-wide indexes and counters and its body is freed (a paged body's
-    /// space is released). The destination's indexes are the caller's.
-    fn free_slot(&mut self, slot: u32) {
+    /// expiration index, the interner and the pager-wide counters, and its
+    /// body is freed (a paged body's space is released; a file left empty
+    /// is named in `to_empty`). The order indexes are the caller's.
+    fn free_slot(&mut self, slot: u32, counters: &Counters, paging: &PagingFiles, to_empty: &mut Vec<u32>) {
         let entry = &mut self.slots[slot as usize];
         let Some(m) = entry.message.take() else { return };
-        entry.generation = entry.generation.wrapping_add(1).max(1);
-        self.free_slots.push(slot);
+        if entry.generation >= MAX_GENERATION {
+            // Retired: its generation would wrap, and a key of a removed
+            // message must never name a later one.
+        } else {
+            entry.generation += 1;
+            self.max_generation = self.max_generation.max(entry.generation);
+            self.free_slots.push(slot);
+        }
         if m.expiration > 0 {
             self.expirations.remove(&(m.expiration, m.seq, slot));
         }
         self.interner.release(m.correlation_id);
         self.interner.release(m.message_type);
         self.interner.release(m.unit_of_order);
-        self.messages -= 1;
+        sub(&counters.messages, 1);
         let len = u64::from(m.body_len);
         match m.body {
-            Body::Resident(_) => {
-                self.resident_bytes -= len;
-                self.resident_messages -= 1;
+            Body::Resident(_) => counters.unresident(len),
+            // Its bytes left the resident count when its page-out took it.
+            Body::PagingOut(f) => {
+                let mut transit = f.transit();
+                if let Transit::Written(r) = *transit {
+                    to_empty.extend(paging.free(r));
+                    sub(&counters.paged_messages, 1);
+                    sub(&counters.paged_bytes, len);
+                }
+                // Still being written: the writer frees the space.
+                *transit = Transit::Dropped;
             }
-            Body::Store => self.store_paged_messages -= 1,
+            Body::Store => sub(&counters.store_paged_messages, 1),
             Body::Paged(at) => {
-                self.paging.free(at.unpack());
-                self.paged_messages -= 1;
-                self.paged_bytes -= len;
+                to_empty.extend(paging.free(at.unpack()));
+                sub(&counters.paged_messages, 1);
+                sub(&counters.paged_bytes, len);
             }
         }
     }
-}
-fn lock(m: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
-/// The pager's state, unless it is closed.
-fn open(m: &Mutex<Inner>) -> Result<MutexGuard<'_, Inner>> {
-    let inner = lock(m);
-    if inner.closed {
-        return Err(Error::Closed);
+    /// Drops every message (a deleted destination, a closed pager); returns
+    /// how many there were.
+    fn drop_all(&mut self, counters: &Counters, paging: &PagingFiles, to_empty: &mut Vec<u32>) -> usize {
+        let count = self.all.len();
+        for slot in 0..self.slots.len() as u32 {
+            self.free_slot(slot, counters, paging, to_empty);
+        }
+        self.gone = true;
+        self.slots = Vec::new();
+        self.free_slots = Vec::new();
+        self.all = OrderIndex::default();
+        self.resident = OrderIndex::default();
+        self.resident_bytes = 0;
+        self.expirations = BTreeSet::new();
+        self.interner = Interner::default();
+        self.in_flight = Vec::new();
+        count
     }
-    Ok(inner)
-}
-
-/// The pager's state if its lock is free now: None if another thread holds it.
-fn try_open(m: &Mutex<Inner>) -> Option<Result<MutexGuard<'_, Inner>>> {
-    let inner = match m.try_lock() {
-        Ok(inner) => inner,
-        Err(TryLockError::Poisoned(p)) => p.into_inner(),
-        Err(TryLockError::WouldBlock) => return None,
-    };
-    if inner.closed {
-        return Some(Err(Error::Closed));
-    }
-    Some(Ok(inner))
-}
-
-/// Takes the lock, waiting for it (`wait`) or not (None when it is taken).
-fn open_or_skip(m: &Mutex<Inner>, wait: bool) -> Result<Option<MutexGuard<'_, Inner>>> {
-    if wait {
-        return open(m).map(Some);
-    }
-    try_open(m).transpose()
 }
 
 impl Pager {
@@ -598,27 +887,12 @@ impl Pager {
         Ok(Pager {
             store,
             options,
-            inner: Mutex::new(Inner {
-                slots: Vec::new(),
-                free_slots: Vec::new(),
-                destinations: Vec::new(),
-                names: HashMap::new(),
-                expirations: BTreeSet::new(),
-                interner: Interner::default(),
-                paging,
-                next_seq: 1,
-                messages: 0,
-                resident_messages: 0,
-                resident_bytes: 0,
-                paged_messages: 0,
-                paged_bytes: 0,
-                store_paged_messages: 0,
-                page_outs: 0,
-                page_ins: 0,
-                read_ahead_hits: 0,
-                filter_body_reads: 0,
-                closed: false,
-            }),
+            registry: RwLock::new(Registry::default()),
+            paging,
+            counters: Counters::default(),
+            next_seq: AtomicU64::new(1),
+            closed: AtomicBool::new(false),
+            max_slots: MAX_MESSAGES_PER_DESTINATION as u32,
         })
     }
 
@@ -627,30 +901,113 @@ impl Pager {
         &self.options
     }
 
-    /// Creates a destination; returns its id.
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(SeqCst) {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    /// The destination with id `id` (the registry's lock is held for the lookup only).
+    fn lookup(&self, id: u32) -> Result<Arc<Destination>> {
+        self.check_open()?;
+        let registry = read(&self.registry);
+        let index = (id & ((1 << INDEX_BITS) - 1)) as usize;
+        match registry.entries.get(index).and_then(|e| e.dest.as_ref()) {
+            Some(dest) if dest.id == id => Ok(dest.clone()),
+            _ => Err(unknown_destination(id)),
+        }
+    }
+
+    /// The destination a key names (whether the key names a live message
+    /// there is for its lock holder to say).
+    fn lookup_key(&self, key: Key) -> Result<Arc<Destination>> {
+        self.check_open()?;
+        let index = (key >> (SLOT_BITS + GENERATION_BITS)) as usize;
+        read(&self.registry).entries.get(index).and_then(|e| e.dest.clone()).ok_or(Error::UnknownHandle(key))
+    }
+
+    /// Locks a destination: waiting for it, or (`!wait`) None if another
+    /// thread holds it. `gone` is the error if it was deleted meanwhile.
+    fn lock<'a>(&self, dest: &'a Destination, wait: bool, gone: impl FnOnce() -> Error) -> Result<Option<Locked<'a>>> {
+        let st = if wait {
+            lock_state(&dest.state)
+        } else {
+            match dest.state.try_lock() {
+                Ok(st) => st,
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(TryLockError::WouldBlock) => return Ok(None),
+            }
+        };
+        let locked = self.enter(dest, st);
+        if locked.gone {
+            return Err(if self.closed.load(SeqCst) { Error::Closed } else { gone() });
+        }
+        Ok(Some(locked))
+    }
+
+    /// A destination's state, just locked: bodies whose page-out finished
+    /// are settled first.
+    fn enter<'a>(&self, dest: &'a Destination, st: MutexGuard<'a, DestState>) -> Locked<'a> {
+        let mut locked = Locked { dest, st };
+        locked.st.settle(dest, &self.counters);
+        locked
+    }
+
+    /// [`Pager::lock`], waiting.
+    fn locked<'a>(&self, dest: &'a Destination, gone: impl FnOnce() -> Error) -> Result<Locked<'a>> {
+        match self.lock(dest, true, gone)? {
+            Some(locked) => Ok(locked),
+            None => unreachable!("a waiting lock is always taken"),
+        }
+    }
+
+    /// Creates a destination; returns its id. Refused with [`Error::Full`]
+    /// when [`MAX_DESTINATIONS`] exist.
     pub fn create_destination(&self, name: &str, order: Order) -> Result<u32> {
-        let mut inner = open(&self.inner)?;
+        self.check_open()?;
         if name.is_empty() {
             return Err(Error::invalid("destination name must not be empty"));
         }
-        if inner.names.contains_key(name) {
+        let mut registry = write(&self.registry);
+        if registry.names.contains_key(name) {
             return Err(Error::invalid(format!("destination {name:?} exists already")));
         }
-        let id = inner.destinations.len() as u32;
-        inner.destinations.push(Some(Destination {
+        // A new index while there are, so that ids go 0, 1, 2, ... as long
+        // as they can; then the index freed longest ago.
+        let index = if registry.entries.len() < MAX_DESTINATIONS {
+            registry.entries.push(Entry { dest: None, incarnations: 0, next_generation: 1 });
+            registry.entries.len() - 1
+        } else if let Some(index) = registry.free.pop_front() {
+            index as usize
+        } else {
+            return Err(Error::Full(format!(
+                "{} destinations exist, the most a pager holds; delete one to create {name:?}",
+                registry.live
+            )));
+        };
+        let entry = &mut registry.entries[index];
+        let id = (entry.incarnations << INDEX_BITS) | index as u32;
+        entry.incarnations += 1;
+        entry.dest = Some(Arc::new(Destination {
+            id,
             name: name.to_string(),
             order,
-            all: OrderIndex::default(),
-            resident: OrderIndex::default(),
-            resident_bytes: 0,
+            state: Mutex::new(DestState::new(entry.next_generation, self.max_slots)),
+            messages: AtomicUsize::new(0),
+            resident_messages: AtomicUsize::new(0),
+            resident_bytes: AtomicU64::new(0),
+            next_expiration: AtomicI64::new(i64::MAX),
         }));
-        inner.names.insert(name.to_string(), id);
+        registry.names.insert(name.to_string(), id);
+        registry.live += 1;
         Ok(id)
     }
 
     /// The id of a destination.
     pub fn destination(&self, name: &str) -> Result<u32> {
-        open(&self.inner)?
+        self.check_open()?;
+        read(&self.registry)
             .names
             .get(name)
             .copied()
@@ -660,6 +1017,12 @@ impl Pager {
     /// Adds a message. `body` is its body (with user properties) if in
     /// memory; `None` with `body_len` for a persistent message whose body is
     /// only in the store (recovering a backlog without reading it).
+    ///
+    /// Past the budget, pages out after releasing the destination's lock
+    /// (see the module documentation): an error writing a paging file is
+    /// returned, the message added all the same and the bodies not written
+    /// kept in memory. A destination holding [`MAX_MESSAGES_PER_DESTINATION`]
+    /// messages refuses it with [`Error::Full`].
     pub fn add(&self, destination: u32, m: &NewMessage<'_>, body: Option<&[u8]>, body_len: u32) -> Result<Key> {
         // Copied before the lock is taken: this add will happen.
         let body = body.map(|b| NewBody::Shared(Arc::from(b)));
@@ -678,9 +1041,10 @@ impl Pager {
     }
 
     /// As [`Pager::add`], but only if it can be done at once: None (and
-    /// nothing done) if another thread holds the lock or if the body would
-    /// push the pager over its budget (paging out writes files). Callers
-    /// that must not block (a thread holding Python's GIL) try this first.
+    /// nothing done) if another thread holds this destination's lock or if
+    /// the body would push the pager over its budget (paging out writes
+    /// files). Callers that must not block (a thread holding Python's GIL)
+    /// try this first.
     pub fn try_add(
         &self,
         destination: u32,
@@ -714,92 +1078,261 @@ impl Pager {
         if m.store_handle == Some(0) {
             return Err(Error::UnknownHandle(0));
         }
-        let Some(mut inner) = open_or_skip(&self.inner, wait)? else { return Ok(None) };
-        let resident_len = body.as_ref().map_or(0, |b| b.len() as u64);
-        if !wait && inner.resident_bytes.saturating_add(resident_len) > self.options.message_buffer_size {
-            return Ok(None);
-        }
-        let order = inner.destination(destination)?.order;
-        let seq = inner.next_seq;
-        inner.next_seq += 1;
-        let body_len = body.as_ref().map_or(body_len, |b| b.len() as u32);
-        let message = Message {
-            id: m.id,
-            seq,
-            timestamp: m.timestamp,
-            expiration: m.expiration,
-            delivery_time: m.delivery_time,
-            store_handle: m.store_handle.unwrap_or(0),
-            body: match body {
-                Some(NewBody::Borrowed(b)) => Body::Resident(Arc::from(b)),
-                Some(NewBody::Shared(b)) => Body::Resident(b),
-                None => Body::Store,
-            },
-            body_len,
-            destination,
-            redelivery_count: m.redelivery_count,
-            correlation_id: inner.interner.intern(m.correlation_id),
-            message_type: inner.interner.intern(m.message_type),
-            unit_of_order: inner.interner.intern(m.unit_of_order),
-            priority: m.priority,
-            flags: 0,
-        };
-        let order_key = order.key(&message.order_fields());
-        let resident = matches!(message.body, Body::Resident(_));
-        let expiration = message.expiration;
-        let slot = match inner.free_slots.pop() {
-            Some(slot) => {
-                inner.slots[slot as usize].message = Some(message);
-                slot
+        let dest = self.lookup(destination)?;
+        let key = {
+            let Some(mut st) = self.lock(&dest, wait, || unknown_destination(destination))? else { return Ok(None) };
+            if !st.has_room() {
+                return Err(Error::Full(format!(
+                    "destination {:?} holds {} messages and has no free slot for another \
+                     ({MAX_MESSAGES_PER_DESTINATION} at most, fewer by slots retired)",
+                    dest.name,
+                    st.all.len()
+                )));
             }
-            None => {
-                inner.slots.push(Slot { generation: 1, message: Some(message) });
-                (inner.slots.len() - 1) as u32
+            let body_len = body.as_ref().map_or(body_len, |b| b.len() as u32);
+            if body.is_some() {
+                let len = u64::from(body_len);
+                if wait {
+                    add(&self.counters.resident_bytes, len);
+                } else if !self.counters.reserve_resident(len, self.options.message_buffer_size) {
+                    return Ok(None);
+                }
             }
+            let seq = self.next_seq.fetch_add(1, Relaxed);
+            let message = Message {
+                id: m.id,
+                seq,
+                timestamp: m.timestamp,
+                expiration: m.expiration,
+                delivery_time: m.delivery_time,
+                store_handle: m.store_handle.unwrap_or(0),
+                body: match body {
+                    Some(NewBody::Borrowed(b)) => Body::Resident(Arc::from(b)),
+                    Some(NewBody::Shared(b)) => Body::Resident(b),
+                    None => Body::Store,
+                },
+                body_len,
+                redelivery_count: m.redelivery_count,
+                correlation_id: st.interner.intern(m.correlation_id),
+                message_type: st.interner.intern(m.message_type),
+                unit_of_order: st.interner.intern(m.unit_of_order),
+                priority: m.priority,
+                flags: 0,
+            };
+            let order_key = dest.order.key(&message.order_fields());
+            let resident = matches!(message.body, Body::Resident(_));
+            let expiration = message.expiration;
+            let (slot, generation) = st.place(message);
+            st.all.insert(order_key, slot);
+            if resident {
+                st.resident.insert(order_key, slot);
+                st.resident_bytes += u64::from(body_len);
+                add(&self.counters.resident_messages, 1);
+            } else {
+                add(&self.counters.store_paged_messages, 1);
+            }
+            add(&self.counters.messages, 1);
+            if expiration > 0 {
+                st.expirations.insert((expiration, seq, slot));
+            }
+            dest.key_of(slot, generation)
         };
-        let dest = inner.destinations[destination as usize].as_mut().expect("checked above");
-        dest.all.insert(order_key, slot);
-        if resident {
-            dest.resident.insert(order_key, slot);
-            dest.resident_bytes += u64::from(body_len);
+        // Outside the lock: paging out may lock another destination, and writes files.
+        if wait {
+            self.enforce_budget(&dest)?;
         }
-        inner.messages += 1;
-        if resident {
-            inner.resident_bytes += u64::from(body_len);
-            inner.resident_messages += 1;
-        } else {
-            inner.store_paged_messages += 1;
-        }
-        if expiration > 0 {
-            inner.expirations.insert((expiration, seq, slot));
-        }
-        let key = inner.key_at(slot);
-        inner.enforce_budget(self.options.message_buffer_size)?;
         Ok(Some(key))
+    }
+
+    /// Pages out until the resident bodies are within the budget, each round
+    /// from the destination holding the most, under its lock alone. Another
+    /// destination whose lock is taken is passed over for the next largest
+    /// (its holder may be a filter that takes its time): only `own`, the
+    /// destination just added to, is waited for. When every destination
+    /// with resident bodies is busy, the excess is left to the next add.
+    fn enforce_budget(&self, own: &Destination) -> Result<()> {
+        let budget = self.options.message_buffer_size;
+        loop {
+            let resident = self.counters.resident_bytes.load(Relaxed);
+            if resident <= budget || self.closed.load(Relaxed) {
+                return Ok(());
+            }
+            let excess = resident - budget;
+            let mut progress = false;
+            if let Some(largest) = self.most_resident() {
+                progress = self.page_out_if_free(&largest, own, excess)?;
+            }
+            if !progress {
+                // Busy, or emptied by another thread meanwhile: the others, largest first.
+                let mut others = self.with_resident_bodies();
+                others.sort_by_key(|(bytes, _)| std::cmp::Reverse(*bytes));
+                for (_, dest) in others {
+                    if self.page_out_if_free(&dest, own, excess)? {
+                        progress = true;
+                        break;
+                    }
+                }
+            }
+            if !progress {
+                // Nothing could be paged out now: what is over budget is
+                // under busy locks (or another add's, which pages out for
+                // itself once it releases its lock).
+                return Ok(());
+            }
+        }
+    }
+
+    /// The destination with the most resident bytes, from the figures the
+    /// destinations publish (no destination lock).
+    fn most_resident(&self) -> Option<Arc<Destination>> {
+        read(&self.registry)
+            .entries
+            .iter()
+            .filter_map(|e| e.dest.as_ref())
+            .map(|d| (d.resident_bytes.load(Relaxed), d))
+            .filter(|(bytes, _)| *bytes > 0)
+            .max_by_key(|(bytes, _)| *bytes)
+            .map(|(_, d)| d.clone())
+    }
+
+    /// The destinations with resident bytes, with how many.
+    fn with_resident_bodies(&self) -> Vec<(u64, Arc<Destination>)> {
+        read(&self.registry)
+            .entries
+            .iter()
+            .filter_map(|e| e.dest.as_ref())
+            .map(|d| (d.resident_bytes.load(Relaxed), d))
+            .filter(|(bytes, _)| *bytes > 0)
+            .map(|(bytes, d)| (bytes, d.clone()))
+            .collect()
+    }
+
+    /// [`Pager::page_out`] from `dest` if its lock is free (or it is `own`,
+    /// then waiting for it); true if it paged something out.
+    fn page_out_if_free(&self, dest: &Arc<Destination>, own: &Destination, excess: u64) -> Result<bool> {
+        let st = if std::ptr::eq(&**dest, own) {
+            lock_state(&dest.state)
+        } else {
+            match dest.state.try_lock() {
+                Ok(st) => st,
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(TryLockError::WouldBlock) => return Ok(false),
+            }
+        };
+        self.page_out(dest, self.enter(dest, st), excess)
+    }
+
+    /// Pages out about `excess` bytes of `dest`'s resident bodies, furthest
+    /// from delivery first: a persistent one is dropped under the lock, the
+    /// others are written to a paging file after it is released, and the
+    /// outcome recorded without taking it again (see [`InFlight`]). True if
+    /// it took any body.
+    fn page_out(&self, dest: &Destination, mut st: Locked<'_>, excess: u64) -> Result<bool> {
+        if st.gone {
+            return Ok(false);
+        }
+        let mut outgoing: Vec<Arc<InFlight>> = Vec::new();
+        let (mut taken, mut batch_bytes, mut any) = (0u64, 0u64, false);
+        while taken < excess && outgoing.len() < PAGE_OUT_BATCH_MESSAGES && batch_bytes < PAGE_OUT_BATCH_BYTES {
+            let Some((order_key, slot)) = st.resident.last(dest.order.reversed()) else { break };
+            st.resident.remove(order_key);
+            let generation = st.slots[slot as usize].generation;
+            let m = st.indexed_mut(slot);
+            let len = u64::from(m.body_len);
+            m.flags &= !FLAG_READ_AHEAD;
+            let bytes = match std::mem::replace(&mut m.body, Body::Store) {
+                Body::Resident(bytes) => bytes,
+                _ => unreachable!("the resident index holds resident bodies only"),
+            };
+            if m.store_handle != 0 {
+                // In the store already: dropping it is the page-out.
+                add(&self.counters.store_paged_messages, 1);
+                add(&self.counters.page_outs, 1);
+            } else {
+                let f = Arc::new(InFlight { body: bytes, transit: Mutex::new(Transit::Writing) });
+                m.body = Body::PagingOut(f.clone());
+                st.in_flight.push((slot, generation, f.clone()));
+                outgoing.push(f);
+                batch_bytes += len;
+            }
+            st.resident_bytes -= len;
+            self.counters.unresident(len);
+            taken += len;
+            any = true;
+        }
+        drop(st);
+        if outgoing.is_empty() {
+            return Ok(any);
+        }
+        // Taken furthest first; written in delivery order, so that
+        // read-ahead finds them contiguous.
+        outgoing.reverse();
+        let bodies: Vec<&[u8]> = outgoing.iter().map(|f| &f.body[..]).collect();
+        let written = self.paging.write_many(&bodies);
+        let mut to_empty = Vec::new();
+        let result = match written {
+            Ok(refs) => {
+                for (f, r) in outgoing.iter().zip(refs) {
+                    let mut transit = f.transit();
+                    if let Transit::Writing = *transit {
+                        *transit = Transit::Written(r);
+                        add(&self.counters.paged_messages, 1);
+                        add(&self.counters.paged_bytes, f.body.len() as u64);
+                        add(&self.counters.page_outs, 1);
+                    } else {
+                        // Removed, or its destination deleted, while written.
+                        to_empty.extend(self.paging.free(r));
+                    }
+                }
+                Ok(true)
+            }
+            Err(e) => {
+                // Kept in memory rather than lost: settled resident again.
+                for f in &outgoing {
+                    let mut transit = f.transit();
+                    if let Transit::Writing = *transit {
+                        *transit = Transit::Failed;
+                    }
+                }
+                Err(e)
+            }
+        };
+        // Settle now if the destination is free; else its next lock holder does.
+        if let Ok(st) = dest.state.try_lock() {
+            drop(self.enter(dest, st));
+        }
+        self.paging.empty_all(to_empty);
+        result
     }
 
     /// A message's header.
     pub fn header(&self, key: Key) -> Result<Header> {
-        let inner = open(&self.inner)?;
-        let (_, m) = inner.message(key)?;
-        Ok(inner.header(m))
+        let dest = self.lookup_key(key)?;
+        let st = self.locked(&dest, || Error::UnknownHandle(key))?;
+        let (_, m) = st.message(key)?;
+        Ok(st.header(&dest, m))
     }
 
     /// A message's body, read back in if paged out (it stays where it is).
+    /// A read runs under the message's destination's lock.
     pub fn body(&self, key: Key) -> Result<BodyBytes> {
-        let mut inner = open(&self.inner)?;
-        let (_, m) = inner.message(key)?;
-        let (body, paged) = self.read_body(&inner, m)?;
+        let dest = self.lookup_key(key)?;
+        let st = self.locked(&dest, || Error::UnknownHandle(key))?;
+        let (_, m) = st.message(key)?;
+        let (body, paged) = self.read_body(m)?;
         if paged {
-            inner.page_ins += 1;
+            add(&self.counters.page_ins, 1);
         }
         Ok(body)
     }
 
-    fn read_body(&self, inner: &Inner, m: &Message) -> Result<(BodyBytes, bool)> {
+    /// A message's body wherever it is; true if it was read from a paging
+    /// file or the store.
+    fn read_body(&self, m: &Message) -> Result<(BodyBytes, bool)> {
         match &m.body {
             Body::Resident(b) => Ok((BodyBytes::Shared(b.clone()), false)),
-            Body::Paged(at) => Ok((BodyBytes::Owned(inner.paging.read(at.unpack(), m.body_len as usize)?), true)),
+            Body::PagingOut(f) => Ok((BodyBytes::Shared(f.body.clone()), false)),
+            Body::Paged(at) => Ok((BodyBytes::Owned(self.paging.read(at.unpack(), m.body_len as usize)?), true)),
             Body::Store => {
                 let store = self.store.as_ref().ok_or_else(|| Error::invalid("a persistent message needs a store"))?;
                 Ok((BodyBytes::Owned(store.read(m.store_handle)?), true))
@@ -810,8 +1343,8 @@ impl Pager {
     /// The first deliverable message of a destination in its order: due,
     /// not reserved, not expired, and accepted by `filter`. With `reserve`,
     /// marks it reserved. The filter gets each candidate's header and, with
-    /// `with_body`, its body (see [`Filter`]). The filter must not call the
-    /// pager.
+    /// `with_body`, its body (see [`Filter`]); it runs under the
+    /// destination's lock and must not call the pager.
     pub fn next(
         &self,
         destination: u32,
@@ -820,15 +1353,14 @@ impl Pager {
         filter: Option<Filter<'_>>,
         with_body: bool,
     ) -> Result<Option<Key>> {
-        let mut inner = open(&self.inner)?;
-        let found = self.scan(&mut inner, destination, now, 1, filter, with_body, false)?;
+        let dest = self.lookup(destination)?;
+        let mut st = self.locked(&dest, || unknown_destination(destination))?;
+        let found = self.scan(&dest, &st, now, 1, filter, with_body, false)?;
         let Some(first) = found.first() else { return Ok(None) };
         if reserve {
-            if let Some(m) = inner.slots[first.slot as usize].message.as_mut() {
-                m.flags |= FLAG_RESERVED;
-            }
+            st.indexed_mut(first.slot).flags |= FLAG_RESERVED;
         }
-        Ok(Some(inner.key_at(first.slot)))
+        Ok(Some(dest.key_of(first.slot, st.slots[first.slot as usize].generation)))
     }
 
     /// Up to `limit` deliverable messages of a destination in order (see
@@ -838,33 +1370,32 @@ impl Pager {
     #[allow(clippy::too_many_arguments)]
     fn scan(
         &self,
-        inner: &mut Inner,
-        destination: u32,
+        dest: &Destination,
+        st: &DestState,
         now: i64,
         limit: usize,
         mut filter: Option<Filter<'_>>,
         with_body: bool,
         keep_bodies: bool,
     ) -> Result<Vec<Found>> {
-        let dest = inner.destination(destination)?;
         let mut found = Vec::new();
         if limit == 0 {
             return Ok(found);
         }
         let mut body_reads = 0u64;
         let mut failure = None;
-        for (order_key, slot) in dest.all.iter_from(dest.order.reversed(), None) {
-            let Some(m) = inner.slots[slot as usize].message.as_ref() else { continue };
+        for (order_key, slot) in st.all.iter_from(dest.order.reversed(), None) {
+            let m = st.indexed(slot);
             if m.flags & FLAG_RESERVED != 0 || m.delivery_time > now || (m.expiration != 0 && m.expiration <= now) {
                 continue;
             }
             let mut body = None;
             if let Some(f) = filter.as_mut() {
-                let header = inner.header(m);
-                let accepted = match &m.body {
+                let header = st.header(dest, m);
+                let accepted = match m.in_memory() {
                     _ if !with_body => f(&header, None),
-                    Body::Resident(b) => f(&header, Some(&b[..])),
-                    Body::Paged(_) | Body::Store => match self.read_body(inner, m) {
+                    Some(b) => f(&header, Some(&b[..])),
+                    None => match self.read_body(m) {
                         Ok((b, _)) => {
                             body_reads += 1;
                             let accepted = f(&header, Some(&b));
@@ -888,7 +1419,7 @@ impl Pager {
                 break;
             }
         }
-        inner.filter_body_reads += body_reads;
+        add(&self.counters.filter_body_reads, body_reads);
         match failure {
             Some(e) => Err(e),
             None => Ok(found),
@@ -913,7 +1444,8 @@ impl Pager {
     /// [`Pager::take`] would, in one call) and returns them with their
     /// redelivery counts, store handles and bodies; then reads ahead the bodies of the
     /// messages after the last. If a body cannot be read, nothing is
-    /// reserved and the error is returned.
+    /// reserved and the error is returned. Reads run under the
+    /// destination's lock.
     pub fn take_many(
         &self,
         destination: u32,
@@ -926,8 +1458,9 @@ impl Pager {
     }
 
     /// As [`Pager::take_many`] without a filter, but only if it can be done
-    /// at once: None (and nothing done) if another thread holds the lock or
-    /// if a body of the destination is not in memory (reading it is I/O).
+    /// at once: None (and nothing done) if another thread holds this
+    /// destination's lock or if a body of the destination is not in memory
+    /// (reading it is I/O).
     pub fn try_take_many(&self, destination: u32, now: i64, limit: usize) -> Result<Option<Vec<Taken>>> {
         self.take_many_with(false, destination, now, limit, None, false)
     }
@@ -941,20 +1474,36 @@ impl Pager {
         filter: Option<Filter<'_>>,
         with_body: bool,
     ) -> Result<Option<Vec<Taken>>> {
-        let Some(mut inner) = open_or_skip(&self.inner, wait)? else { return Ok(None) };
-        if !wait {
-            let dest = inner.destination(destination)?;
-            if dest.resident.len() != dest.all.len() {
-                return Ok(None);
-            }
+        let dest = self.lookup(destination)?;
+        let mut to_empty = Vec::new();
+        let result = self.take_locked(&dest, wait, now, limit, filter, with_body, &mut to_empty);
+        self.paging.empty_all(to_empty);
+        result
+    }
+
+    /// [`Pager::take_many_with`]'s work under the destination's lock.
+    #[allow(clippy::too_many_arguments)]
+    fn take_locked(
+        &self,
+        dest: &Destination,
+        wait: bool,
+        now: i64,
+        limit: usize,
+        filter: Option<Filter<'_>>,
+        with_body: bool,
+        to_empty: &mut Vec<u32>,
+    ) -> Result<Option<Vec<Taken>>> {
+        let Some(mut st) = self.lock(dest, wait, || unknown_destination(dest.id))? else { return Ok(None) };
+        if !wait && st.resident.len() != st.all.len() {
+            return Ok(None);
         }
-        let found = self.scan(&mut inner, destination, now, limit, filter, with_body, true)?;
+        let found = self.scan(dest, &st, now, limit, filter, with_body, true)?;
         let Some(last) = found.last().map(|f| f.order_key) else { return Ok(Some(Vec::new())) };
         // Read every body before reserving anything, so that a failed read leaves no trace.
         let mut taken = Vec::with_capacity(found.len());
         let (mut page_ins, mut hits) = (0u64, 0u64);
         for f in found {
-            let Some(m) = inner.slots[f.slot as usize].message.as_ref() else { continue };
+            let m = st.indexed(f.slot);
             let body = match f.body {
                 Some(body) => {
                     // Read from a paging file or the store for the filter: still a page-in.
@@ -962,7 +1511,7 @@ impl Pager {
                     body
                 }
                 None => {
-                    let (body, paged) = self.read_body(&inner, m)?;
+                    let (body, paged) = self.read_body(m)?;
                     if paged {
                         page_ins += 1;
                     } else if m.flags & FLAG_READ_AHEAD != 0 {
@@ -974,77 +1523,132 @@ impl Pager {
             let store_handle = (m.store_handle != 0).then_some(m.store_handle);
             taken.push((f.slot, m.redelivery_count, store_handle, body));
         }
-        inner.page_ins += page_ins;
-        inner.read_ahead_hits += hits;
+        add(&self.counters.page_ins, page_ins);
+        add(&self.counters.read_ahead_hits, hits);
         let taken: Vec<Taken> = taken
             .into_iter()
             .map(|(slot, redelivery_count, store_handle, body)| {
-                if let Some(m) = inner.slots[slot as usize].message.as_mut() {
-                    m.flags |= FLAG_RESERVED;
+                st.indexed_mut(slot).flags |= FLAG_RESERVED;
+                Taken {
+                    key: dest.key_of(slot, st.slots[slot as usize].generation),
+                    redelivery_count,
+                    store_handle,
+                    body,
                 }
-                Taken { key: inner.key_at(slot), redelivery_count, store_handle, body }
             })
             .collect();
         // Read-ahead only saves later reads: when it fails, the bodies stay
         // where they are (and a take that needs one reports the error).
-        let _ = self.read_ahead(&mut inner, destination, last);
+        let _ = self.read_ahead(dest, &mut st, last, to_empty);
         Ok(Some(taken))
     }
 
     /// Brings back the paged-out bodies of the next messages after
     /// `after`, contiguous paging-file runs in one read, once the message
-    /// after `after` is found paged out.
-    fn read_ahead(&self, inner: &mut Inner, destination: u32, after: OrderKey) -> Result<()> {
+    /// after `after` is found paged out. The bytes are reserved against
+    /// the budget first, so read-ahead never passes it.
+    fn read_ahead(
+        &self,
+        dest: &Destination,
+        st: &mut DestState,
+        after: OrderKey,
+        to_empty: &mut Vec<u32>,
+    ) -> Result<()> {
         if self.options.read_ahead == 0 {
             return Ok(());
         }
-        let dest = inner.destination(destination)?;
+        let reversed = dest.order.reversed();
         // Only when the window has run out: while the next body is in memory
         // (brought in by the previous read-ahead), there is nothing to do.
-        let next_is_resident = dest.all.iter_from(dest.order.reversed(), Some(after)).next().is_none_or(|(_, slot)| {
-            let m = inner.slots[slot as usize].message.as_ref().expect("indexed slot holds a message");
-            matches!(m.body, Body::Resident(_))
-        });
+        let next_is_resident = st
+            .all
+            .iter_from(reversed, Some(after))
+            .next()
+            .is_none_or(|(_, slot)| st.indexed(slot).in_memory().is_some());
         if next_is_resident {
             return Ok(());
         }
+        let budget = self.options.message_buffer_size;
         let mut paged: Vec<(u32, PagedRef, usize)> = Vec::new();
-        let mut stored: Vec<(u32, u64)> = Vec::new();
-        let mut room = self.options.message_buffer_size.saturating_sub(inner.resident_bytes);
-        for (_, slot) in dest.all.iter_from(dest.order.reversed(), Some(after)).take(self.options.read_ahead) {
-            let m = inner.slots[slot as usize].message.as_ref().expect("indexed slot holds a message");
-            if u64::from(m.body_len) > room {
+        let mut stored: Vec<(u32, u64, u64)> = Vec::new();
+        let mut room = budget.saturating_sub(self.counters.resident_bytes.load(Relaxed));
+        for (_, slot) in st.all.iter_from(reversed, Some(after)).take(self.options.read_ahead) {
+            let m = st.indexed(slot);
+            let len = u64::from(m.body_len);
+            if len > room {
                 break;
             }
             match m.body {
                 Body::Paged(at) => paged.push((slot, at.unpack(), m.body_len as usize)),
-                Body::Store if self.store.is_some() => stored.push((slot, m.store_handle)),
+                Body::Store if self.store.is_some() => stored.push((slot, m.store_handle, len)),
                 _ => continue,
             }
-            room -= u64::from(m.body_len);
+            room -= len;
         }
-        if !paged.is_empty() {
-            let refs: Vec<(PagedRef, usize)> = paged.iter().map(|(_, r, len)| (*r, *len)).collect();
-            let bodies = inner.paging.read_many(&refs)?;
-            for ((slot, _, _), body) in paged.iter().zip(bodies) {
-                inner.make_resident(*slot, body);
+        let wanted = paged.iter().map(|p| p.2 as u64).sum::<u64>() + stored.iter().map(|s| s.2).sum::<u64>();
+        if wanted == 0 || !self.counters.reserve_resident(wanted, budget) {
+            // Nothing to read, or other threads took the room meanwhile.
+            return Ok(());
+        }
+        let mut unused = wanted;
+        let result = (|| {
+            if !paged.is_empty() {
+                let refs: Vec<(PagedRef, usize)> = paged.iter().map(|(_, r, len)| (*r, *len)).collect();
+                let bodies = self.paging.read_many(&refs)?;
+                for ((slot, _, len), body) in paged.iter().zip(bodies) {
+                    self.make_resident(dest, st, *slot, body, to_empty);
+                    unused -= *len as u64;
+                }
             }
-        }
-        if let Some(store) = &self.store {
-            for (slot, handle) in stored {
-                let body = store.read_shared(handle)?;
-                inner.make_resident(slot, body);
+            if let Some(store) = &self.store {
+                for (slot, handle, len) in &stored {
+                    let body = store.read_shared(*handle)?;
+                    self.make_resident(dest, st, *slot, body, to_empty);
+                    unused -= len;
+                }
             }
+            Ok(())
+        })();
+        sub(&self.counters.resident_bytes, unused);
+        result
+    }
+
+    /// Makes a paged-out body resident again (read-ahead); its bytes are
+    /// already counted against the budget.
+    fn make_resident(
+        &self,
+        dest: &Destination,
+        st: &mut DestState,
+        slot: u32,
+        bytes: Arc<[u8]>,
+        to_empty: &mut Vec<u32>,
+    ) {
+        let m = st.indexed_mut(slot);
+        let len = u64::from(m.body_len);
+        match std::mem::replace(&mut m.body, Body::Resident(bytes)) {
+            Body::Paged(at) => {
+                to_empty.extend(self.paging.free(at.unpack()));
+                sub(&self.counters.paged_messages, 1);
+                sub(&self.counters.paged_bytes, len);
+            }
+            Body::Store => sub(&self.counters.store_paged_messages, 1),
+            Body::Resident(_) | Body::PagingOut(_) => unreachable!("only paged-out bodies are brought back"),
         }
-        Ok(())
+        m.flags |= FLAG_READ_AHEAD;
+        let order_key = dest.order.key(&m.order_fields());
+        st.resident.insert(order_key, slot);
+        st.resident_bytes += len;
+        add(&self.counters.resident_messages, 1);
+        add(&self.counters.page_ins, 1);
     }
 
     /// Un-reserves a message; `redelivered` adds one to its redelivery
     /// count, `delivery_time` (ms) sets its delivery time (a redelivery
     /// delay). A message whose order key changes moves to its new place.
     pub fn release(&self, key: Key, redelivered: bool, delivery_time: Option<i64>) -> Result<()> {
-        let mut inner = open(&self.inner)?;
-        let (slot, m) = inner.message_mut(key)?;
+        let dest = self.lookup_key(key)?;
+        let mut st = self.locked(&dest, || Error::UnknownHandle(key))?;
+        let (slot, m) = st.message_mut(key)?;
         let before = m.order_fields();
         m.flags &= !FLAG_RESERVED;
         if redelivered {
@@ -1054,14 +1658,13 @@ impl Pager {
             m.delivery_time = t;
         }
         let after = m.order_fields();
-        let (destination, resident) = (m.destination, matches!(m.body, Body::Resident(_)));
-        let dest = inner.destination_mut(destination)?;
+        let resident = matches!(m.body, Body::Resident(_));
         let (old, new) = (dest.order.key(&before), dest.order.key(&after));
         if old != new {
-            dest.all.remove(old);
-            dest.all.insert(new, slot);
-            if resident && dest.resident.remove(old).is_some() {
-                dest.resident.insert(new, slot);
+            st.all.remove(old);
+            st.all.insert(new, slot);
+            if resident && st.resident.remove(old).is_some() {
+                st.resident.insert(new, slot);
             }
         }
         Ok(())
@@ -1069,152 +1672,201 @@ impl Pager {
 
     /// Removes a message (acknowledged, expired or deleted).
     pub fn remove(&self, key: Key) -> Result<()> {
-        self.remove_locked(open(&self.inner)?, key)
+        self.remove_with(true, key).map(drop)
     }
 
-    /// As [`Pager::remove`] if the lock is free now; None (nothing done) if not.
+    /// As [`Pager::remove`] if its destination's lock is free now; None
+    /// (nothing done) if not.
     pub fn try_remove(&self, key: Key) -> Result<Option<()>> {
-        match try_open(&self.inner) {
-            None => Ok(None),
-            Some(inner) => self.remove_locked(inner?, key).map(Some),
-        }
+        self.remove_with(false, key)
     }
 
-    fn remove_locked(&self, mut inner: MutexGuard<'_, Inner>, key: Key) -> Result<()> {
-        let (slot, m) = inner.message(key)?;
-        let (destination, fields) = (m.destination, m.order_fields());
-        let resident_len = matches!(m.body, Body::Resident(_)).then_some(u64::from(m.body_len));
-        let dest = inner.destination_mut(destination)?;
-        let order_key = dest.order.key(&fields);
-        dest.all.remove(order_key);
-        if let Some(len) = resident_len {
-            if dest.resident.remove(order_key) == Some(slot) {
-                dest.resident_bytes -= len;
+    fn remove_with(&self, wait: bool, key: Key) -> Result<Option<()>> {
+        let dest = self.lookup_key(key)?;
+        let mut to_empty = Vec::new();
+        let result = (|| {
+            let Some(mut st) = self.lock(&dest, wait, || Error::UnknownHandle(key))? else { return Ok(None) };
+            let (slot, m) = st.message(key)?;
+            let fields = m.order_fields();
+            let resident_len = matches!(m.body, Body::Resident(_)).then_some(u64::from(m.body_len));
+            let order_key = dest.order.key(&fields);
+            st.all.remove(order_key);
+            if let Some(len) = resident_len {
+                if st.resident.remove(order_key) == Some(slot) {
+                    st.resident_bytes -= len;
+                }
             }
-        }
-        inner.free_slot(slot);
-        Ok(())
+            st.free_slot(slot, &self.counters, &self.paging, &mut to_empty);
+            Ok(Some(()))
+        })();
+        // A paging file this emptied is truncated with no lock held.
+        self.paging.empty_all(to_empty);
+        result
     }
 
     /// Whether `destination` names a destination not deleted.
     pub fn has_destination(&self, destination: u32) -> bool {
-        open(&self.inner).is_ok_and(|inner| inner.destination(destination).is_ok())
+        self.lookup(destination).is_ok()
     }
 
     /// Deletes a destination and every message in it (each as [`Pager::remove`]
     /// would, reserved ones too); returns how many messages it held. Its
-    /// name can be used again; its id stays unknown.
+    /// name can be used again; its id and the keys of its messages stay
+    /// unknown (a later destination may get its index, never its id).
     pub fn delete_destination(&self, destination: u32) -> Result<usize> {
-        let mut inner = open(&self.inner)?;
-        let dest = inner
-            .destinations
-            .get_mut(destination as usize)
-            .and_then(Option::take)
-            .ok_or_else(|| unknown_destination(destination))?;
-        inner.names.remove(&dest.name);
-        for (_, slot) in dest.all.iter_from(false, None) {
-            inner.free_slot(slot);
+        self.check_open()?;
+        let index = (destination & ((1 << INDEX_BITS) - 1)) as usize;
+        let dest = {
+            let mut registry = write(&self.registry);
+            let entry = registry.entries.get_mut(index).ok_or_else(|| unknown_destination(destination))?;
+            let dest = match entry.dest.take() {
+                Some(dest) if dest.id == destination => dest,
+                other => {
+                    entry.dest = other;
+                    return Err(unknown_destination(destination));
+                }
+            };
+            registry.names.remove(&dest.name);
+            registry.live -= 1;
+            dest
+        };
+        // Out of the registry: no new lookup finds it. Calls that found it
+        // before finish first (they hold or wait for its lock), or find it
+        // gone. Its index is not free until its generations are settled.
+        let mut to_empty = Vec::new();
+        let dropped = {
+            let mut st = self.enter(&dest, lock_state(&dest.state));
+            if st.gone {
+                None // closed meanwhile
+            } else {
+                let count = st.drop_all(&self.counters, &self.paging, &mut to_empty);
+                Some((count, st.max_generation + 1))
+            }
+        };
+        self.paging.empty_all(to_empty);
+        let Some((count, next_generation)) = dropped else { return Err(Error::Closed) };
+        let mut registry = write(&self.registry);
+        let entry = &mut registry.entries[index];
+        entry.next_generation = next_generation;
+        // An index whose generations or ids are used up is retired.
+        if next_generation <= MAX_GENERATION && entry.incarnations < MAX_INCARNATIONS {
+            registry.free.push_back(index as u32);
         }
-        Ok(dest.all.len())
+        Ok(count)
     }
-    /// Keys of messages with `0 < expiration <= now`, earliest first.
+
+    /// Keys of messages with `0 < expiration <= now`, earliest first
+    /// (arrival order between equal times), across destinations: each
+    /// destination with something due is locked in turn, alone.
     pub fn expired(&self, now: i64, limit: usize) -> Result<Vec<Key>> {
-        let inner = open(&self.inner)?;
-        Ok(inner
-            .expirations
+        self.check_open()?;
+        let due: Vec<Arc<Destination>> = read(&self.registry)
+            .entries
             .iter()
-            .take_while(|(expiration, _, _)| *expiration <= now)
-            .take(limit)
-            .map(|(_, _, slot)| inner.key_at(*slot))
-            .collect())
+            .filter_map(|e| e.dest.as_ref())
+            .filter(|d| d.next_expiration.load(Relaxed) <= now)
+            .cloned()
+            .collect();
+        let mut found: Vec<(i64, u64, Key)> = Vec::new();
+        for dest in &due {
+            let st = self.enter(dest, lock_state(&dest.state));
+            found.extend(st.expirations.iter().take_while(|(expiration, _, _)| *expiration <= now).take(limit).map(
+                |&(expiration, seq, slot)| (expiration, seq, dest.key_of(slot, st.slots[slot as usize].generation)),
+            ));
+        }
+        found.sort_unstable();
+        found.truncate(limit);
+        Ok(found.into_iter().map(|(_, _, key)| key).collect())
     }
 
     /// Keys of a destination in delivery order, after `after`.
     pub fn browse(&self, destination: u32, after: Option<Key>, limit: usize) -> Result<Vec<Key>> {
-        let inner = open(&self.inner)?;
-        let dest = inner.destination(destination)?;
+        let dest = self.lookup(destination)?;
+        if let Some(key) = after.filter(|key| key >> (SLOT_BITS + GENERATION_BITS) != u64::from(dest.index())) {
+            // Another destination's key, or none: which, its own lock says
+            // (this one's is not held meanwhile).
+            let other = self.lookup_key(key)?;
+            self.locked(&other, || Error::UnknownHandle(key))?.message(key)?;
+            return Err(Error::invalid(format!("message {key} is not in destination {destination}")));
+        }
+        let st = self.locked(&dest, || unknown_destination(destination))?;
         let after = match after {
-            Some(key) => {
-                let (_, m) = inner.message(key)?;
-                if m.destination != destination {
-                    return Err(Error::invalid(format!("message {key} is not in destination {destination}")));
-                }
-                Some(dest.order.key(&m.order_fields()))
-            }
+            Some(key) => Some(dest.order.key(&st.message(key)?.1.order_fields())),
             None => None,
         };
-        Ok(dest.all.iter_from(dest.order.reversed(), after).take(limit).map(|(_, slot)| inner.key_at(slot)).collect())
+        Ok(st
+            .all
+            .iter_from(dest.order.reversed(), after)
+            .take(limit)
+            .map(|(_, slot)| dest.key_of(slot, st.slots[slot as usize].generation))
+            .collect())
     }
 
-    /// Messages in a destination.
+    /// Messages in a destination (no lock: the figure it published last).
     pub fn count(&self, destination: u32) -> Result<usize> {
-        Ok(open(&self.inner)?.destination(destination)?.all.len())
+        Ok(self.lookup(destination)?.messages.load(Relaxed))
     }
 
     /// A destination's messages, and how many of them (with how many
     /// bytes) have their bodies in memory; the rest are paged out (or only
-    /// in the store).
+    /// in the store). No lock: the figures it published last.
     pub fn residency(&self, destination: u32) -> Result<(usize, usize, u64)> {
-        let inner = open(&self.inner)?;
-        let dest = inner.destination(destination)?;
-        Ok((dest.all.len(), dest.resident.len(), dest.resident_bytes))
+        let dest = self.lookup(destination)?;
+        Ok((dest.messages.load(Relaxed), dest.resident_messages.load(Relaxed), dest.resident_bytes.load(Relaxed)))
     }
 
     /// A destination's name.
     pub fn destination_name(&self, destination: u32) -> Result<String> {
-        Ok(open(&self.inner)?.destination(destination)?.name.clone())
+        Ok(self.lookup(destination)?.name.clone())
     }
 
     /// Drops every message and removes the paging files. Further calls fail
     /// with [`Error::Closed`]. Idempotent.
     pub fn close(&self) {
-        let mut inner = lock(&self.inner);
-        inner.closed = true;
-        inner.slots = Vec::new();
-        inner.free_slots = Vec::new();
-        inner.expirations = BTreeSet::new();
-        for dest in inner.destinations.iter_mut().flatten() {
-            dest.all = OrderIndex::default();
-            dest.resident = OrderIndex::default();
-            dest.resident_bytes = 0;
+        self.closed.store(true, SeqCst);
+        let dests: Vec<Arc<Destination>> = read(&self.registry).entries.iter().filter_map(|e| e.dest.clone()).collect();
+        // The paging files go as a whole: nothing to truncate.
+        let mut to_empty = Vec::new();
+        for dest in &dests {
+            let mut st = self.enter(dest, lock_state(&dest.state));
+            if !st.gone {
+                st.drop_all(&self.counters, &self.paging, &mut to_empty);
+            }
         }
-        inner.paging.remove_all();
-        inner.messages = 0;
-        inner.resident_messages = 0;
-        inner.resident_bytes = 0;
-        inner.paged_messages = 0;
-        inner.paged_bytes = 0;
-        inner.store_paged_messages = 0;
+        self.paging.remove_all();
     }
 
     /// True once closed.
     pub fn is_closed(&self) -> bool {
-        lock(&self.inner).closed
+        self.closed.load(SeqCst)
     }
 
-    /// Current statistics.
+    /// Current statistics (no destination lock: see [`PagerStats`]).
     pub fn stats(&self) -> PagerStats {
-        let inner = lock(&self.inner);
+        let c = &self.counters;
         PagerStats {
-            messages: inner.messages,
-            resident_messages: inner.resident_messages,
-            resident_bytes: inner.resident_bytes,
-            paged_messages: inner.paged_messages,
-            paged_bytes: inner.paged_bytes,
-            store_paged_messages: inner.store_paged_messages,
-            paging_file_bytes: inner.paging.file_bytes,
-            page_outs: inner.page_outs,
-            page_ins: inner.page_ins,
-            read_ahead_hits: inner.read_ahead_hits,
-            filter_body_reads: inner.filter_body_reads,
+            messages: c.messages.load(Relaxed),
+            resident_messages: c.resident_messages.load(Relaxed),
+            resident_bytes: c.resident_bytes.load(Relaxed),
+            paged_messages: c.paged_messages.load(Relaxed),
+            paged_bytes: c.paged_bytes.load(Relaxed),
+            store_paged_messages: c.store_paged_messages.load(Relaxed),
+            paging_file_bytes: self.paging.file_bytes(),
+            page_outs: c.page_outs.load(Relaxed),
+            page_ins: c.page_ins.load(Relaxed),
+            read_ahead_hits: c.read_ahead_hits.load(Relaxed),
+            filter_body_reads: c.filter_body_reads.load(Relaxed),
             message_buffer_size: self.options.message_buffer_size,
-            destinations: inner.destinations.iter().flatten().count() as u64,
+            destinations: read(&self.registry).live as u64,
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
     use super::*;
 
     fn triples(taken: Vec<Taken>) -> Vec<(Key, u32, Vec<u8>)> {
@@ -1234,51 +1886,70 @@ mod tests {
         .expect("pager")
     }
 
-    /// Every index and counter agrees with the messages.
+    /// Every index and counter agrees with the messages (no call in flight).
     fn check_invariants(p: &Pager) {
-        let inner = lock(&p.inner);
-        let live: Vec<(u32, &Message)> =
-            inner.slots.iter().enumerate().filter_map(|(i, s)| s.message.as_ref().map(|m| (i as u32, m))).collect();
-        assert_eq!(inner.messages, live.len() as u64);
-        let resident: Vec<&Message> =
-            live.iter().map(|(_, m)| *m).filter(|m| matches!(m.body, Body::Resident(_))).collect();
-        let paged: Vec<&Message> = live.iter().map(|(_, m)| *m).filter(|m| matches!(m.body, Body::Paged(_))).collect();
-        assert_eq!(inner.resident_messages, resident.len() as u64);
-        assert_eq!(inner.resident_bytes, resident.iter().map(|m| u64::from(m.body_len)).sum::<u64>());
-        assert_eq!(inner.paged_messages, paged.len() as u64);
-        assert_eq!(inner.paged_bytes, paged.iter().map(|m| u64::from(m.body_len)).sum::<u64>());
-        assert_eq!(
-            inner.store_paged_messages,
-            live.iter().filter(|(_, m)| matches!(m.body, Body::Store)).count() as u64
-        );
-        assert_eq!(inner.expirations.len(), live.iter().filter(|(_, m)| m.expiration > 0).count());
-        let mut indexed = 0;
-        for (id, dest) in inner.destinations.iter().enumerate() {
-            let Some(dest) = dest else { continue };
-            assert_eq!(inner.names.get(&dest.name), Some(&(id as u32)));
-            let mut resident_bytes = 0;
-            for (key, slot) in dest.all.iter_from(false, None) {
-                let m = inner.slots[slot as usize].message.as_ref().expect("indexed slot holds a message");
-                assert_eq!(m.destination, id as u32);
+        let registry = read(&p.registry);
+        let (mut messages, mut resident_messages, mut resident_bytes) = (0u64, 0u64, 0u64);
+        let (mut paged_messages, mut paged_bytes, mut store_paged) = (0u64, 0u64, 0u64);
+        let mut live = 0;
+        for (index, entry) in registry.entries.iter().enumerate() {
+            let Some(dest) = &entry.dest else { continue };
+            live += 1;
+            assert_eq!(dest.index() as usize, index);
+            assert_eq!(registry.names.get(&dest.name), Some(&dest.id));
+            let st = lock_state(&dest.state);
+            assert!(!st.gone);
+            let in_slots: Vec<(u32, &Message)> =
+                st.slots.iter().enumerate().filter_map(|(i, s)| s.message.as_ref().map(|m| (i as u32, m))).collect();
+            assert_eq!(st.all.len(), in_slots.len());
+            let mut dest_resident_bytes = 0;
+            for (key, slot) in st.all.iter_from(false, None) {
+                let m = st.indexed(slot);
                 assert_eq!(dest.order.key(&m.order_fields()), key, "stale order key");
-                if matches!(m.body, Body::Resident(_)) {
-                    resident_bytes += u64::from(m.body_len);
+                match m.body {
+                    Body::Resident(_) => {
+                        resident_messages += 1;
+                        resident_bytes += u64::from(m.body_len);
+                        dest_resident_bytes += u64::from(m.body_len);
+                    }
+                    Body::Paged(_) => {
+                        paged_messages += 1;
+                        paged_bytes += u64::from(m.body_len);
+                    }
+                    Body::Store => store_paged += 1,
+                    Body::PagingOut(_) => panic!("a page-out in flight at rest"),
                 }
             }
-            for (key, slot) in dest.resident.iter_from(false, None) {
-                let m = inner.slots[slot as usize].message.as_ref().expect("indexed slot holds a message");
+            for (key, slot) in st.resident.iter_from(false, None) {
+                let m = st.indexed(slot);
                 assert!(matches!(m.body, Body::Resident(_)));
                 assert_eq!(dest.order.key(&m.order_fields()), key, "stale resident key");
             }
-            assert_eq!(
-                dest.resident.len(),
-                live.iter().filter(|(_, m)| m.destination == id as u32 && matches!(m.body, Body::Resident(_))).count()
-            );
-            assert_eq!(dest.resident_bytes, resident_bytes);
-            indexed += dest.all.len();
+            assert_eq!(st.resident.len(), in_slots.iter().filter(|(_, m)| matches!(m.body, Body::Resident(_))).count());
+            assert_eq!(st.resident_bytes, dest_resident_bytes);
+            assert_eq!(st.expirations.len(), in_slots.iter().filter(|(_, m)| m.expiration > 0).count());
+            for (slot, m) in &in_slots {
+                if m.expiration > 0 {
+                    assert!(st.expirations.contains(&(m.expiration, m.seq, *slot)));
+                }
+            }
+            assert!(st.free_slots.iter().all(|s| st.slots[*s as usize].message.is_none()));
+            // What it published.
+            assert_eq!(dest.messages.load(Relaxed), st.all.len());
+            assert_eq!(dest.resident_messages.load(Relaxed), st.resident.len());
+            assert_eq!(dest.resident_bytes.load(Relaxed), st.resident_bytes);
+            assert_eq!(dest.next_expiration.load(Relaxed), st.expirations.first().map_or(i64::MAX, |e| e.0));
+            messages += st.all.len() as u64;
         }
-        assert_eq!(indexed, live.len());
-        assert_eq!(inner.names.len(), inner.destinations.iter().flatten().count());
+        assert_eq!(registry.live, live);
+        assert_eq!(registry.names.len(), live);
+        let c = &p.counters;
+        assert_eq!(c.messages.load(Relaxed), messages);
+        assert_eq!(c.resident_messages.load(Relaxed), resident_messages);
+        assert_eq!(c.resident_bytes.load(Relaxed), resident_bytes);
+        assert_eq!(c.paged_messages.load(Relaxed), paged_messages);
+        assert_eq!(c.paged_bytes.load(Relaxed), paged_bytes);
+        assert_eq!(c.store_paged_messages.load(Relaxed), store_paged);
     }
 
     fn store_pager(budget: u64, dir: &Path) -> (Arc<Store>, Pager) {
@@ -1659,5 +2330,284 @@ mod tests {
         assert_eq!(p.try_take_many(q, 0, 5).expect("try_take_many"), None);
         assert_eq!(p.take_many(q, 0, 5, None, false).expect("take_many").len(), 2);
         check_invariants(&p);
+    }
+
+    // --- locking: what waits for what -------------------------------------------------------
+
+    /// Arms the paging files' hook: the first I/O of `kind` tells `inside`
+    /// and waits until `go` (or its sender is dropped); later ones pass.
+    fn gate(p: &Pager, kind: paging::Io) -> (mpsc::Receiver<()>, mpsc::Sender<()>) {
+        let (inside_tx, inside_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let armed = Mutex::new(Some((inside_tx, go_rx)));
+        p.paging.set_io_hook(Some(Arc::new(move |io| {
+            if io == kind {
+                let first = armed.lock().expect("gate").take();
+                if let Some((inside, go)) = first {
+                    let _ = inside.send(());
+                    let _ = go.recv();
+                }
+            }
+            Ok(())
+        })));
+        (inside_rx, go_tx)
+    }
+
+    const PATIENCE: Duration = Duration::from_secs(20);
+
+    /// Runs `work` on another thread; its result if it finishes within
+    /// [`PATIENCE`], else None (the thread is left waiting).
+    fn within<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+        let (done_tx, done_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done_tx.send(work());
+        });
+        done_rx.recv_timeout(PATIENCE).ok()
+    }
+
+    fn new(id: u64) -> NewMessage<'static> {
+        NewMessage { id, ..NewMessage::default() }
+    }
+
+    #[test]
+    fn a_paging_file_write_holds_no_lock_another_destination_needs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = Arc::new(pager(3000, dir.path()));
+        let a = p.create_destination("a", Order::Fifo).expect("dest");
+        let b = p.create_destination("b", Order::Fifo).expect("dest");
+        let (inside, go) = gate(&p, paging::Io::Write);
+        // The fourth body on `a` passes the budget: its page-out blocks in the write.
+        let writer = {
+            let p = p.clone();
+            std::thread::spawn(move || {
+                (0..4u8).map(|i| p.add(a, &new(u64::from(i)), Some(&[i; 1000]), 0).expect("add")).collect::<Vec<_>>()
+            })
+        };
+        inside.recv_timeout(PATIENCE).expect("a page-out is writing");
+        let work = {
+            let p = p.clone();
+            move || {
+                // `b` pages out too (its writes pass), reads back, takes and removes.
+                let keys: Vec<Key> =
+                    (0..6u8).map(|i| p.add(b, &new(u64::from(i)), Some(&[i; 1000]), 0).expect("add")).collect();
+                for (i, key) in keys.iter().enumerate() {
+                    let (k, body) = p.take(b, 0, None, false).expect("take").expect("a message");
+                    assert_eq!((k, Vec::from(body)), (*key, vec![i as u8; 1000]));
+                    p.remove(k).expect("remove");
+                }
+                // Even `a`'s lock is free while its body is written.
+                let (first, body) = p.take(a, 0, None, false).expect("take").expect("a message");
+                assert_eq!(Vec::from(body), vec![0; 1000]);
+                p.remove(first).expect("remove");
+                p.stats()
+            }
+        };
+        let finished = within(work);
+        go.send(()).expect("go");
+        let a_keys = writer.join().expect("writer");
+        let s = finished.expect("destination b's work finished while a's page-out was writing");
+        assert!(s.page_outs > 0 && s.page_ins > 0, "{s:?}");
+        check_invariants(&p);
+        let rest: Vec<Key> = std::iter::from_fn(|| p.take(a, 0, None, false).expect("take").map(|t| t.0)).collect();
+        assert_eq!(rest, a_keys[1..].to_vec());
+        for k in rest {
+            p.remove(k).expect("remove");
+        }
+        let s = p.stats();
+        assert_eq!((s.messages, s.resident_bytes, s.paged_bytes, s.paging_file_bytes), (0, 0, 0, 0));
+    }
+
+    #[test]
+    fn a_paging_file_read_holds_only_its_own_destinations_lock() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // No budget: every body is paged out, every take reads one back.
+        let p = Arc::new(pager(0, dir.path()));
+        let a = p.create_destination("a", Order::Fifo).expect("dest");
+        let b = p.create_destination("b", Order::Fifo).expect("dest");
+        let a_key = p.add(a, &new(1), Some(&[1; 1000]), 0).expect("add");
+        let (inside, go) = gate(&p, paging::Io::Read);
+        let reader = {
+            let p = p.clone();
+            std::thread::spawn(move || p.take(a, 0, None, false).expect("take").expect("a message"))
+        };
+        inside.recv_timeout(PATIENCE).expect("a take is reading");
+        let work = {
+            let p = p.clone();
+            move || {
+                let keys: Vec<Key> =
+                    (0..5u8).map(|i| p.add(b, &new(u64::from(i)), Some(&[i; 500]), 0).expect("add")).collect();
+                assert_eq!(p.header(keys[0]).expect("header").location, BodyLocation::Paged);
+                let taken = triples(p.take_many(b, 0, 10, None, false).expect("take_many"));
+                assert_eq!(taken.iter().map(|t| t.0).collect::<Vec<_>>(), keys);
+                for k in keys {
+                    p.remove(k).expect("remove");
+                }
+                (p.stats(), p.count(a).expect("count"))
+            }
+        };
+        let finished = within(work);
+        go.send(()).expect("go");
+        let (k, body) = reader.join().expect("reader");
+        let (s, count_a) = finished.expect("destination b's work finished while a's take was reading");
+        assert_eq!((k, Vec::from(body)), (a_key, vec![1; 1000]));
+        assert_eq!((s.messages, count_a), (1, 1));
+        check_invariants(&p);
+    }
+
+    #[test]
+    fn a_message_removed_while_its_body_is_written_gives_the_space_back() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = Arc::new(pager(3000, dir.path()));
+        let q = p.create_destination("q", Order::Fifo).expect("dest");
+        let keys: Vec<Key> =
+            (0..3u8).map(|i| p.add(q, &new(u64::from(i)), Some(&[i; 1000]), 0).expect("add")).collect();
+        let (inside, go) = gate(&p, paging::Io::Write);
+        let writer = {
+            let p = p.clone();
+            std::thread::spawn(move || p.add(q, &new(3), Some(&[3; 1000]), 0))
+        };
+        inside.recv_timeout(PATIENCE).expect("a page-out is writing");
+        // The body furthest from delivery, the newest, is the one being written: still in memory.
+        let out = p.browse(q, None, 10).expect("browse")[3];
+        assert_eq!(p.header(out).expect("header").location, BodyLocation::Memory);
+        assert_eq!(p.body(out).expect("body"), vec![3; 1000]);
+        let s = p.stats();
+        assert_eq!((s.messages, s.resident_messages, s.paged_messages), (4, 3, 0), "counted neither while written");
+        p.remove(out).expect("remove");
+        go.send(()).expect("go");
+        assert_eq!(writer.join().expect("writer").expect("add"), out);
+        let s = p.stats();
+        assert_eq!((s.messages, s.paged_messages, s.paged_bytes, s.paging_file_bytes), (3, 0, 0, 0), "{s:?}");
+        check_invariants(&p);
+        assert!(matches!(p.header(out), Err(Error::UnknownHandle(_))));
+        assert_eq!(p.browse(q, None, 10).expect("browse"), keys);
+    }
+
+    #[test]
+    fn a_failed_page_out_write_keeps_the_body_in_memory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = pager(2000, dir.path());
+        let q = p.create_destination("q", Order::Fifo).expect("dest");
+        p.add(q, &new(1), Some(&[1; 1000]), 0).expect("add");
+        p.add(q, &new(2), Some(&[2; 1000]), 0).expect("add");
+        p.paging.set_io_hook(Some(Arc::new(|io| match io {
+            paging::Io::Write => Err(std::io::Error::other("the disk is on fire")),
+            paging::Io::Read => Ok(()),
+        })));
+        let refused = p.add(q, &new(3), Some(&[3; 1000]), 0);
+        assert!(matches!(refused, Err(Error::Io { .. })), "{refused:?}");
+        // Added all the same, its body kept in memory, over the budget.
+        let s = p.stats();
+        assert_eq!((s.messages, s.resident_messages, s.resident_bytes, s.page_outs), (3, 3, 3000, 0), "{s:?}");
+        assert_eq!(s.paging_file_bytes, 0, "the space reserved for it was given back");
+        check_invariants(&p);
+        p.paging.set_io_hook(None);
+        p.add(q, &new(4), Some(&[4; 1000]), 0).expect("add");
+        let s = p.stats();
+        assert_eq!((s.messages, s.resident_bytes, s.paged_messages), (4, 2000, 2), "{s:?}");
+        let bodies: Vec<Vec<u8>> =
+            std::iter::from_fn(|| p.take(q, 0, None, false).expect("take").map(|t| t.1.into())).collect();
+        assert_eq!(bodies, (1..=4u8).map(|i| vec![i; 1000]).collect::<Vec<_>>());
+        check_invariants(&p);
+    }
+
+    // --- keys and limits --------------------------------------------------------------------
+
+    #[test]
+    fn a_key_names_its_destination() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = pager(1 << 20, dir.path());
+        let a = p.create_destination("a", Order::Fifo).expect("dest");
+        let b = p.create_destination("b", Order::Fifo).expect("dest");
+        let ka = p.add(a, &new(1), Some(b"a"), 0).expect("add");
+        let kb = p.add(b, &new(2), Some(b"b"), 0).expect("add");
+        assert_ne!(ka, kb, "the first slot of each destination, told apart by the destination");
+        assert_eq!((p.header(ka).expect("header").destination, p.header(kb).expect("header").destination), (a, b));
+        assert_eq!(ka >> 48, u64::from(a));
+        assert_eq!(kb >> 48, u64::from(b));
+        // A key naming a destination that does not exist, or a slot not used, names nothing.
+        assert!(matches!(p.header(7 << 48 | 1), Err(Error::UnknownHandle(_))));
+        assert!(matches!(p.remove(kb + (5 << 20)), Err(Error::UnknownHandle(_))));
+        // Browsing after another destination's key is refused, an unknown key is unknown.
+        assert!(matches!(p.browse(a, Some(kb), 5), Err(Error::InvalidArgument(_))));
+        assert!(matches!(p.browse(a, Some(kb + 1), 5), Err(Error::UnknownHandle(_))));
+    }
+
+    #[test]
+    fn a_destination_past_its_slots_refuses_a_message_with_a_typed_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut p = pager(1 << 20, dir.path());
+        p.max_slots = 3;
+        let q = p.create_destination("q", Order::Fifo).expect("dest");
+        let keys: Vec<Key> = (0..3).map(|i| p.add(q, &new(i), Some(b"x"), 0).expect("add")).collect();
+        let before = p.stats();
+        let refused = p.add(q, &new(3), Some(b"y"), 0);
+        assert!(matches!(&refused, Err(Error::Full(why)) if why.contains("\"q\"")), "{refused:?}");
+        assert_eq!(
+            p.try_add(q, &new(3), Some(b"y"), 0).map_err(|e| e.to_string()),
+            Err(refused.map(drop).expect_err("refused").to_string())
+        );
+        assert_eq!(p.stats(), before, "a refused add changes nothing");
+        check_invariants(&p);
+        p.remove(keys[1]).expect("remove");
+        let again = p.add(q, &new(4), Some(b"z"), 0).expect("a freed slot takes it");
+        assert_ne!(again, keys[1], "same slot, new generation");
+        assert!(matches!(p.header(keys[1]), Err(Error::UnknownHandle(_))));
+        check_invariants(&p);
+    }
+
+    #[test]
+    fn a_slot_whose_generations_run_out_is_retired_not_wrapped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = pager(1 << 20, dir.path());
+        let q = p.create_destination("q", Order::Fifo).expect("dest");
+        let first = p.add(q, &new(1), Some(b"x"), 0).expect("add");
+        p.remove(first).expect("remove");
+        let dest = p.lookup(q).expect("lookup");
+        // Slot 0 has been through a million messages.
+        lock_state(&dest.state).slots[0].generation = MAX_GENERATION;
+        let last = p.add(q, &new(2), Some(b"y"), 0).expect("add");
+        assert_eq!(split_key(last), (0, MAX_GENERATION));
+        p.remove(last).expect("remove");
+        let next = p.add(q, &new(3), Some(b"z"), 0).expect("add");
+        assert_eq!(split_key(next).0, 1, "a new slot: slot 0 is retired");
+        {
+            let st = lock_state(&dest.state);
+            assert!(st.slots[0].message.is_none() && st.free_slots.is_empty());
+        }
+        for stale in [first, last] {
+            assert!(matches!(p.header(stale), Err(Error::UnknownHandle(_))));
+        }
+        check_invariants(&p);
+    }
+
+    #[test]
+    fn destinations_past_the_limit_are_refused_and_a_freed_index_comes_back_under_a_new_id() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = pager(1 << 20, dir.path());
+        let ids: Vec<u32> =
+            (0..MAX_DESTINATIONS).map(|i| p.create_destination(&format!("d{i}"), Order::Fifo).expect("dest")).collect();
+        assert_eq!(ids, (0..MAX_DESTINATIONS as u32).collect::<Vec<_>>(), "ids go 0, 1, 2, ... while they can");
+        let refused = p.create_destination("one-too-many", Order::Fifo);
+        assert!(matches!(refused, Err(Error::Full(_))), "{refused:?}");
+        assert_eq!(p.stats().destinations, MAX_DESTINATIONS as u64);
+
+        let old = ids[5];
+        let old_keys: Vec<Key> = (0..3).map(|i| p.add(old, &new(i), Some(b"x"), 0).expect("add")).collect();
+        let removed = p.add(old, &new(9), Some(b"y"), 0).expect("add");
+        p.remove(removed).expect("remove"); // its slot's generation moves on
+        assert_eq!(p.delete_destination(old).expect("delete"), 3);
+        let reborn = p.create_destination("reborn", Order::Fifo).expect("the freed index is used again");
+        assert_ne!(reborn, old);
+        assert_eq!(reborn & 0xffff, old & 0xffff);
+        assert!(matches!(p.count(old), Err(Error::InvalidArgument(_))), "the old id stays unknown");
+        let new_keys: Vec<Key> = (0..5).map(|i| p.add(reborn, &new(i), Some(b"z"), 0).expect("add")).collect();
+        for stale in old_keys.iter().chain([&removed]) {
+            assert!(!new_keys.contains(stale), "a key of the old destination is never a key of the new one");
+            assert!(matches!(p.header(*stale), Err(Error::UnknownHandle(_))));
+            assert!(matches!(p.remove(*stale), Err(Error::UnknownHandle(_))));
+        }
+        assert_eq!(p.browse(reborn, None, 10).expect("browse"), new_keys);
+        assert!(matches!(p.create_destination("still-too-many", Order::Fifo), Err(Error::Full(_))));
     }
 }
