@@ -30,59 +30,77 @@
 //!
 //! - **Each destination has its own mutex** around everything that belongs
 //!   to it: its slab of messages, its order and resident indexes, its
-//!   expiration index and its interner. Whatever reads or changes a message
-//!   holds that lock, and only that one. A filter and the body reads a take,
-//!   a read-ahead or a filter needs run under it (the message must stay
-//!   put while they do): they stall that destination alone.
-//! - **The registry** (ids, names, and an `Arc` of each destination) is
-//!   under a read-write lock, taken to look a destination up (clone its
-//!   `Arc`) and to create or delete one, and released before the
-//!   destination's own lock is taken: it is never held while waiting for a
-//!   destination, across I/O or across a filter.
-//! - **Pager-wide figures are atomics**: the resident bytes counted against
-//!   the budget, the statistics and the arrival sequence. Each destination
-//!   also publishes its message count, its resident count and bytes, and
-//!   its earliest expiration as atomics, written under its lock when it is
-//!   released; so `count`, `residency`, `stats`, the choice of where to page
-//!   out from, and `expired`'s skipping of destinations with nothing due,
-//!   take no destination lock.
+//!   expiration index, its interner and its share of the statistics.
+//!   Whatever reads or changes a message holds that lock, and only that
+//!   one. A filter and the body reads a take, a read-ahead, `body` or a
+//!   filter needs run under it (the message must stay put while they do):
+//!   they stall that destination alone.
+//! - **Finding a destination takes no lock.** Each destination index has a
+//!   `Destination` made when the index is first used and kept as long as
+//!   the pager, in a table of lazily made chunks: a lookup by id or key is a
+//!   couple of loads, with no lock and no reference count, and whoever then
+//!   takes its lock checks that the destination it wanted is still there
+//!   (deleted, it is found `gone`; replaced at the same index, its id
+//!   differs, and so do the generations in its keys).
+//! - **The registry** (names, and which indexes are free) has a mutex taken
+//!   only to create, delete, look a name up or name a destination: never
+//!   across I/O or a filter, and never while a destination's lock is held.
+//! - **Figures are published, not shared.** Each destination publishes its
+//!   message count, resident count and bytes, earliest expiration and
+//!   statistics as atomics, written by its lock holder on release (and, for
+//!   what a page-out writer changes without the lock, updated in place). So
+//!   `count`, `residency`, `stats` (a sum over destinations), the choice of
+//!   where to page out from and `expired`'s skipping of destinations with
+//!   nothing due take no destination lock, and threads on different
+//!   destinations write no common cache line, except one: the pager-wide
+//!   resident bytes counted against the budget, an atomic of its own.
 //! - **The paging files are shared scratch files**: a short mutex hands out
 //!   and takes back space; writes, reads and truncations are positional
 //!   I/O on shared handles with no lock held (see [`paging`]). A file left
 //!   with nothing live is truncated by whoever freed its last body, after
 //!   releasing the destination's lock.
 //!
-//! Lock order: a thread holds at most one destination lock at a time, and
-//! takes the registry lock only when it holds none. The paging files' mutex
-//! is a leaf: it may be taken under a destination lock, never the other way
-//! round. So no thread waits for a lock while holding one another thread
-//! could be waiting on in turn.
+//! Lock order: registry, then one destination, then the paging files' mutex
+//! or a paged-out body's mutex (both leaves). A thread holds at most one
+//! destination lock and waits for none while holding one (a page-out
+//! *tries* another destination's lock, and never waits for it); the
+//! registry is held with a destination's lock only when creating a
+//! destination, whose empty state nobody holds for long. So no thread waits
+//! for a lock while holding one another thread could be waiting on in turn.
 //!
 //! **Paging out** follows from that. An add that finds the pager over budget
 //! releases its own destination's lock first, then repeatedly: picks the
-//! destination with the most resident bytes (from the published atomics),
-//! locks it alone, detaches the bodies furthest from delivery until the
-//! excess is covered (a persistent body is just dropped: it is in the
-//! store) and marks the others as being paged out, their bytes no longer
-//! counted resident; releases the lock; writes those bodies to a paging
-//! file in one positional write, in delivery order (so read-ahead reads them
-//! back in one read); and locks the destination again to record where each
-//! went, or to free the space of one removed meanwhile. A body being paged
-//! out is still in memory: a take, a filter or `body` uses it as it is.
+//! destination with the most resident bytes (from the published figures)
+//! and tries its lock, passing over a busy one for the next largest (only
+//! the add's own destination is waited for); detaches the bodies furthest
+//! from delivery until the excess is covered (a persistent body is just
+//! dropped: it is in the store) and marks the others as being paged out,
+//! their bytes no longer counted resident; releases the lock; writes those
+//! bodies to a paging file in one positional write, in delivery order (so
+//! read-ahead reads them back in one read); and records the outcome in each
+//! body's small cell (`InFlight`), not in the destination: the next holder
+//! of that destination's lock settles the bodies (paged, or resident again
+//! after a failed write), or frees the space of one removed meanwhile. A
+//! body being paged out is still in memory: a take, a filter or `body` uses
+//! it as it is.
 //!
 //! **Transients.** The budget is pager-wide (a JMS server's message buffer
 //! size) and, under concurrency, kept as follows. `try_add` and read-ahead
 //! reserve their bytes with a compare-and-swap, so they never pass it. A
 //! waiting add counts its body, then pages out: between the two, the
 //! resident bytes may exceed the budget by the bodies of the adds in flight
-//! (one per adding thread), and an add whose page-out write fails leaves the
-//! bodies it could not write resident (and returns the error), as a
-//! single-threaded pager does. A page-out deducts what it selects as it
-//! selects it, so two threads never page out the same excess twice. At rest
-//! (no call in flight) the resident bytes are within the budget. Statistics
-//! are read field by field: while other threads work they may not add up
-//! (a body being paged out is counted neither resident nor paged); at rest
-//! they are exact.
+//! (about one per adding thread). When every destination holding resident
+//! bodies is busy but the adder's own, the adder pages out its own; when
+//! that has none left, the excess stays until the next add. An add whose
+//! page-out write fails leaves the bodies it could not write resident (and
+//! returns the error), as a single-threaded pager does. A page-out deducts
+//! what it selects as it selects it, so two threads never page out the same
+//! excess twice; the bodies it writes are in memory, uncounted, until
+//! written (at most 64 bodies or 1 MiB per paging thread). Statistics are
+//! read field by field: while other threads work they may not add up (a
+//! body being paged out is counted neither resident nor paged); at rest
+//! (no call in flight) they are exact and the resident bytes within the
+//! budget.
 //!
 //! # Keys and limits
 //!
@@ -112,8 +130,9 @@ pub mod paging;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 
 pub use crate::body::BodyBytes;
 use crate::codec::{Codec, CodecId};
@@ -128,14 +147,16 @@ use paging::{PagedRef, PagingFiles};
 pub type Key = u64;
 
 const INDEX_BITS: u32 = 16;
+const INDEX_MASK: u32 = (1 << INDEX_BITS) - 1;
 const SLOT_BITS: u32 = 28;
 const GENERATION_BITS: u32 = 20;
 const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
 const GENERATION_MASK: u64 = (1 << GENERATION_BITS) - 1;
 /// The highest generation a slot reaches before it is retired.
 const MAX_GENERATION: u32 = (1 << GENERATION_BITS) - 1;
-/// How many times a destination index is used (ids keep the count in 16 bits).
-const MAX_INCARNATIONS: u32 = 1 << 16;
+/// How many times a destination index is used (ids keep the count in their
+/// top 16 bits; all ones is never an id: see [`NO_ID`]).
+const MAX_INCARNATIONS: u32 = (1 << 16) - 1;
 
 /// The most destinations a pager holds at once.
 pub const MAX_DESTINATIONS: usize = 1 << INDEX_BITS;
@@ -485,20 +506,35 @@ impl Interner {
     }
 }
 
-/// Pager-wide counters: atomics, updated by each destination's lock holder.
+/// Pager-wide counters. Only the resident bytes, counted against the
+/// budget, are pager-wide and change with (almost) every message; the rest
+/// of the statistics are kept per destination and summed by
+/// [`Pager::stats`], so that threads on different destinations do not
+/// write to one shared cache line for every message.
 #[derive(Default)]
 struct Counters {
-    messages: AtomicU64,
-    resident_messages: AtomicU64,
-    /// Counted against the budget.
-    resident_bytes: AtomicU64,
-    paged_messages: AtomicU64,
-    paged_bytes: AtomicU64,
-    store_paged_messages: AtomicU64,
-    page_outs: AtomicU64,
-    page_ins: AtomicU64,
-    read_ahead_hits: AtomicU64,
-    filter_body_reads: AtomicU64,
+    /// Every destination's resident bodies, and the bytes a read-ahead in
+    /// progress has reserved. On a cache line of its own: written by every
+    /// thread, it must not make the pager's read-mostly fields miss.
+    resident_bytes: CacheLine<AtomicU64>,
+    /// What deleted destinations had counted of the figures that only grow.
+    retired_page_outs: AtomicU64,
+    retired_page_ins: AtomicU64,
+    retired_read_ahead_hits: AtomicU64,
+    retired_filter_body_reads: AtomicU64,
+}
+
+/// A value alone on its cache line (two lines: adjacent-line prefetch).
+#[derive(Default)]
+#[repr(align(128))]
+struct CacheLine<T>(T);
+
+impl<T> std::ops::Deref for CacheLine<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
 
 fn add(counter: &AtomicU64, n: u64) {
@@ -525,16 +561,14 @@ impl Counters {
             }
         }
     }
-
-    /// A body leaves memory.
-    fn unresident(&self, len: u64) {
-        sub(&self.resident_bytes, len);
-        sub(&self.resident_messages, 1);
-    }
 }
 
 /// What one destination holds: under its lock.
 struct DestState {
+    /// The destination's id; its index's state when no destination is
+    /// there is `gone`.
+    id: u32,
+    order: Order,
     slots: Vec<Slot>,
     free_slots: Vec<u32>,
     all: OrderIndex,
@@ -542,7 +576,11 @@ struct DestState {
     resident_bytes: u64,
     /// (expiration, arrival, slot) of the messages that expire.
     expirations: BTreeSet<(i64, u64, u32)>,
+    /// Since the earliest expiration was last published.
+    expirations_changed: bool,
     interner: Interner,
+    /// The next message's arrival number (orders FIFO, LIFO and ties).
+    next_seq: u64,
     /// The generation of a new slot: above every generation a destination
     /// that had this index before gave out.
     first_generation: u32,
@@ -552,40 +590,90 @@ struct DestState {
     max_slots: u32,
     /// (slot, generation, body) of the bodies being paged out, to settle.
     in_flight: Vec<(u32, u32, Arc<InFlight>)>,
-    /// Deleted, or the pager closed: holds nothing more.
+    /// Statistics kept here (published when the lock is released).
+    store_paged_messages: u64,
+    page_ins: u64,
+    read_ahead_hits: u64,
+    filter_body_reads: u64,
+    /// No destination here: never created, deleted, or the pager closed.
     gone: bool,
 }
 
-/// A destination: its fixed identity, its lock, and figures it publishes
-/// (written under the lock when released, read without it).
+/// One destination index: the destination there now, if any, with its lock.
+///
+/// Made when its index is first used and kept as long as the pager (a
+/// deleted destination leaves it empty, for the next one at this index):
+/// so finding a destination by id or key reads a table with no lock and no
+/// reference count, and a thread still holding it after a delete finds it
+/// `gone` under its lock. Aligned so that threads on neighbouring
+/// destinations do not share a cache line.
+#[repr(align(128))]
 struct Destination {
-    id: u32,
-    name: String,
-    order: Order,
+    index: u32,
+    /// The id of the destination here, or [`NO_ID`] (written under the
+    /// registry's lock, read without it).
+    id: AtomicU32,
     state: Mutex<DestState>,
+    // Published by the lock holder when it releases the lock.
     messages: AtomicUsize,
     resident_messages: AtomicUsize,
     resident_bytes: AtomicU64,
+    store_paged_messages: AtomicU64,
+    page_ins: AtomicU64,
+    read_ahead_hits: AtomicU64,
+    filter_body_reads: AtomicU64,
     /// Earliest expiration held (i64::MAX: none).
     next_expiration: AtomicI64,
+    // Also changed by a page-out's writer, holding no lock but the body's
+    // `InFlight` mutex.
+    paged_messages: AtomicU64,
+    paged_bytes: AtomicU64,
+    page_outs: AtomicU64,
 }
 
+/// No destination at an index.
+const NO_ID: u32 = u32::MAX;
+/// Destination indexes are made in chunks of this many.
+const CHUNK: usize = 64;
+
 impl Destination {
-    fn index(&self) -> u32 {
-        self.id & ((1 << INDEX_BITS) - 1)
+    fn vacant(index: u32) -> Destination {
+        Destination {
+            index,
+            id: AtomicU32::new(NO_ID),
+            state: Mutex::new(DestState::new(NO_ID, Order::Fifo, 1, 0)),
+            messages: AtomicUsize::new(0),
+            resident_messages: AtomicUsize::new(0),
+            resident_bytes: AtomicU64::new(0),
+            store_paged_messages: AtomicU64::new(0),
+            page_ins: AtomicU64::new(0),
+            read_ahead_hits: AtomicU64::new(0),
+            filter_body_reads: AtomicU64::new(0),
+            next_expiration: AtomicI64::new(i64::MAX),
+            paged_messages: AtomicU64::new(0),
+            paged_bytes: AtomicU64::new(0),
+            page_outs: AtomicU64::new(0),
+        }
     }
 
     fn key_of(&self, slot: u32, generation: u32) -> Key {
-        (u64::from(self.index()) << (SLOT_BITS + GENERATION_BITS))
+        (u64::from(self.index) << (SLOT_BITS + GENERATION_BITS))
             | (u64::from(slot) << GENERATION_BITS)
             | u64::from(generation)
     }
 
-    fn publish(&self, st: &DestState) {
+    fn publish(&self, st: &mut DestState) {
         self.messages.store(st.all.len(), Relaxed);
         self.resident_messages.store(st.resident.len(), Relaxed);
         self.resident_bytes.store(st.resident_bytes, Relaxed);
-        self.next_expiration.store(st.expirations.first().map_or(i64::MAX, |e| e.0), Relaxed);
+        self.store_paged_messages.store(st.store_paged_messages, Relaxed);
+        self.page_ins.store(st.page_ins, Relaxed);
+        self.read_ahead_hits.store(st.read_ahead_hits, Relaxed);
+        self.filter_body_reads.store(st.filter_body_reads, Relaxed);
+        if st.expirations_changed {
+            st.expirations_changed = false;
+            self.next_expiration.store(st.expirations.first().map_or(i64::MAX, |e| e.0), Relaxed);
+        }
     }
 }
 
@@ -597,7 +685,7 @@ struct Locked<'a> {
 
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
-        self.dest.publish(&self.st);
+        self.dest.publish(&mut self.st);
     }
 }
 
@@ -615,24 +703,52 @@ impl std::ops::DerefMut for Locked<'_> {
     }
 }
 
-/// One destination index of the registry.
+/// Every destination index's [`Destination`], made a chunk at a time.
+struct Table {
+    chunks: Box<[OnceLock<Box<[Destination]>>]>,
+}
+
+impl Table {
+    fn new() -> Table {
+        Table { chunks: (0..MAX_DESTINATIONS / CHUNK).map(|_| OnceLock::new()).collect() }
+    }
+
+    /// Index `index`'s destination, if its chunk was made.
+    fn get(&self, index: usize) -> Option<&Destination> {
+        self.chunks.get(index / CHUNK)?.get().map(|chunk| &chunk[index % CHUNK])
+    }
+
+    /// Index `index`'s destination, its chunk made if need be.
+    fn make(&self, index: usize) -> &Destination {
+        let chunk = self.chunks[index / CHUNK]
+            .get_or_init(|| (0..CHUNK).map(|i| Destination::vacant((index / CHUNK * CHUNK + i) as u32)).collect());
+        &chunk[index % CHUNK]
+    }
+
+    /// Every destination index made so far.
+    fn iter(&self) -> impl Iterator<Item = &Destination> {
+        self.chunks.iter().map_while(OnceLock::get).flat_map(|chunk| chunk.iter())
+    }
+}
+
+/// One destination index, as the registry sees it.
 struct Entry {
-    /// The destination there now, if any.
-    dest: Option<Arc<Destination>>,
+    /// The name of the destination there now ("" if none).
+    name: String,
     /// Times the index was given to a destination.
     incarnations: u32,
     /// The first generation the next destination at this index may use.
     next_generation: u32,
 }
 
-/// Destinations by index and by name.
+/// Names and the use of destination indexes; taken to create, delete and
+/// look a name up, never while a destination's lock is held.
 #[derive(Default)]
 struct Registry {
     entries: Vec<Entry>,
     names: HashMap<String, u32>,
     /// Indexes free for a new destination, oldest first.
     free: VecDeque<u32>,
-    live: usize,
 }
 
 /// The paging engine. Safe to share between threads; see the module
@@ -640,11 +756,12 @@ struct Registry {
 pub struct Pager {
     store: Option<Arc<Store>>,
     options: PagerOptions,
-    registry: RwLock<Registry>,
+    table: Table,
+    registry: Mutex<Registry>,
+    /// Destinations that exist.
+    live: AtomicUsize,
     paging: PagingFiles,
     counters: Counters,
-    /// Arrival order across the pager (FIFO ties, expiration ties).
-    next_seq: AtomicU64,
     closed: AtomicBool,
     /// Slots per destination at most (a test lowers it).
     max_slots: u32,
@@ -654,21 +771,21 @@ fn lock_state(m: &Mutex<DestState>) -> MutexGuard<'_, DestState> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn read(r: &RwLock<Registry>) -> RwLockReadGuard<'_, Registry> {
-    r.read().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn write(r: &RwLock<Registry>) -> RwLockWriteGuard<'_, Registry> {
-    r.write().unwrap_or_else(PoisonError::into_inner)
+fn lock_registry(m: &Mutex<Registry>) -> MutexGuard<'_, Registry> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn unknown_destination(id: u32) -> Error {
     Error::invalid(format!("unknown destination {id}"))
 }
 
-/// A key's slot and generation.
-fn split_key(key: Key) -> (u32, u32) {
-    (((key >> GENERATION_BITS) & SLOT_MASK) as u32, (key & GENERATION_MASK) as u32)
+/// A key's destination index, slot and generation.
+fn split_key(key: Key) -> (usize, u32, u32) {
+    (
+        (key >> (SLOT_BITS + GENERATION_BITS)) as usize,
+        ((key >> GENERATION_BITS) & SLOT_MASK) as u32,
+        (key & GENERATION_MASK) as u32,
+    )
 }
 
 /// A deliverable message a scan found.
@@ -680,27 +797,35 @@ struct Found {
 }
 
 impl DestState {
-    fn new(first_generation: u32, max_slots: u32) -> DestState {
+    fn new(id: u32, order: Order, first_generation: u32, max_slots: u32) -> DestState {
         DestState {
+            id,
+            order,
             slots: Vec::new(),
             free_slots: Vec::new(),
             all: OrderIndex::default(),
             resident: OrderIndex::default(),
             resident_bytes: 0,
             expirations: BTreeSet::new(),
+            expirations_changed: true,
             interner: Interner::default(),
+            next_seq: 1,
             first_generation,
             max_generation: first_generation,
             max_slots,
             in_flight: Vec::new(),
-            gone: false,
+            store_paged_messages: 0,
+            page_ins: 0,
+            read_ahead_hits: 0,
+            filter_body_reads: 0,
+            gone: id == NO_ID,
         }
     }
 
     /// Settles the bodies whose page-out has finished: a written one is now
     /// paged, a failed one resident again (counted against the budget once
     /// more: a failed write leaves the pager over it, as it always did).
-    fn settle(&mut self, dest: &Destination, counters: &Counters) {
+    fn settle(&mut self, counters: &Counters) {
         if self.in_flight.is_empty() {
             return;
         }
@@ -716,13 +841,13 @@ impl DestState {
                 Transit::Writing => self.in_flight.push((slot, generation, f)),
                 Transit::Written(r) => self.indexed_mut(slot).body = Body::Paged(PagedAt::pack(r)),
                 Transit::Failed => {
+                    let order = self.order;
                     let m = self.indexed_mut(slot);
                     m.body = Body::Resident(f.body.clone());
-                    let (order_key, len) = (dest.order.key(&m.order_fields()), u64::from(m.body_len));
+                    let (order_key, len) = (order.key(&m.order_fields()), u64::from(m.body_len));
                     self.resident.insert(order_key, slot);
                     self.resident_bytes += len;
                     add(&counters.resident_bytes, len);
-                    add(&counters.resident_messages, 1);
                 }
                 Transit::Dropped => {}
             }
@@ -730,7 +855,7 @@ impl DestState {
     }
 
     fn message(&self, key: Key) -> Result<(u32, &Message)> {
-        let (slot, generation) = split_key(key);
+        let (_, slot, generation) = split_key(key);
         match self.slots.get(slot as usize) {
             Some(Slot { generation: g, message: Some(m) }) if *g == generation => Ok((slot, m)),
             _ => Err(Error::UnknownHandle(key)),
@@ -738,7 +863,7 @@ impl DestState {
     }
 
     fn message_mut(&mut self, key: Key) -> Result<(u32, &mut Message)> {
-        let (slot, generation) = split_key(key);
+        let (_, slot, generation) = split_key(key);
         match self.slots.get_mut(slot as usize) {
             Some(Slot { generation: g, message: Some(m) }) if *g == generation => Ok((slot, m)),
             _ => Err(Error::UnknownHandle(key)),
@@ -760,10 +885,14 @@ impl DestState {
         }
     }
 
-    fn header(&self, dest: &Destination, m: &Message) -> Header {
+    fn generation(&self, slot: u32) -> u32 {
+        self.slots[slot as usize].generation
+    }
+
+    fn header(&self, m: &Message) -> Header {
         Header {
             id: m.id,
-            destination: dest.id,
+            destination: self.id,
             priority: m.priority,
             timestamp: m.timestamp,
             expiration: m.expiration,
@@ -802,10 +931,17 @@ impl DestState {
     }
 
     /// Empties a slot (its message is going away): the message leaves the
-    /// expiration index, the interner and the pager-wide counters, and its
-    /// body is freed (a paged body's space is released; a file left empty
-    /// is named in `to_empty`). The order indexes are the caller's.
-    fn free_slot(&mut self, slot: u32, counters: &Counters, paging: &PagingFiles, to_empty: &mut Vec<u32>) {
+    /// expiration index, the interner and the counters, and its body is
+    /// freed (a paged body's space is released; a file left empty is named
+    /// in `to_empty`). The order indexes are the caller's.
+    fn free_slot(
+        &mut self,
+        dest: &Destination,
+        slot: u32,
+        counters: &Counters,
+        paging: &PagingFiles,
+        to_empty: &mut Vec<u32>,
+    ) {
         let entry = &mut self.slots[slot as usize];
         let Some(m) = entry.message.take() else { return };
         if entry.generation >= MAX_GENERATION {
@@ -818,50 +954,55 @@ impl DestState {
         }
         if m.expiration > 0 {
             self.expirations.remove(&(m.expiration, m.seq, slot));
+            self.expirations_changed = true;
         }
         self.interner.release(m.correlation_id);
         self.interner.release(m.message_type);
         self.interner.release(m.unit_of_order);
-        sub(&counters.messages, 1);
         let len = u64::from(m.body_len);
         match m.body {
-            Body::Resident(_) => counters.unresident(len),
+            Body::Resident(_) => sub(&counters.resident_bytes, len),
             // Its bytes left the resident count when its page-out took it.
             Body::PagingOut(f) => {
                 let mut transit = f.transit();
                 if let Transit::Written(r) = *transit {
                     to_empty.extend(paging.free(r));
-                    sub(&counters.paged_messages, 1);
-                    sub(&counters.paged_bytes, len);
+                    sub(&dest.paged_messages, 1);
+                    sub(&dest.paged_bytes, len);
                 }
                 // Still being written: the writer frees the space.
                 *transit = Transit::Dropped;
             }
-            Body::Store => sub(&counters.store_paged_messages, 1),
+            Body::Store => self.store_paged_messages -= 1,
             Body::Paged(at) => {
                 to_empty.extend(paging.free(at.unpack()));
-                sub(&counters.paged_messages, 1);
-                sub(&counters.paged_bytes, len);
+                sub(&dest.paged_messages, 1);
+                sub(&dest.paged_bytes, len);
             }
         }
     }
 
-    /// Drops every message (a deleted destination, a closed pager); returns
-    /// how many there were.
-    fn drop_all(&mut self, counters: &Counters, paging: &PagingFiles, to_empty: &mut Vec<u32>) -> usize {
+    /// Drops every message (a deleted destination, a closed pager) and
+    /// leaves the index empty, its figures that only grow moved to
+    /// `counters`' retired ones; returns how many messages there were.
+    fn drop_all(
+        &mut self,
+        dest: &Destination,
+        counters: &Counters,
+        paging: &PagingFiles,
+        to_empty: &mut Vec<u32>,
+    ) -> usize {
         let count = self.all.len();
         for slot in 0..self.slots.len() as u32 {
-            self.free_slot(slot, counters, paging, to_empty);
+            self.free_slot(dest, slot, counters, paging, to_empty);
         }
-        self.gone = true;
-        self.slots = Vec::new();
-        self.free_slots = Vec::new();
-        self.all = OrderIndex::default();
-        self.resident = OrderIndex::default();
-        self.resident_bytes = 0;
-        self.expirations = BTreeSet::new();
-        self.interner = Interner::default();
-        self.in_flight = Vec::new();
+        add(&counters.retired_page_outs, dest.page_outs.swap(0, Relaxed));
+        add(&counters.retired_page_ins, self.page_ins);
+        add(&counters.retired_read_ahead_hits, self.read_ahead_hits);
+        add(&counters.retired_filter_body_reads, self.filter_body_reads);
+        let (first_generation, max_generation) = (self.first_generation, self.max_generation);
+        *self = DestState::new(NO_ID, Order::Fifo, first_generation, 0);
+        self.max_generation = max_generation;
         count
     }
 }
@@ -887,10 +1028,11 @@ impl Pager {
         Ok(Pager {
             store,
             options,
-            registry: RwLock::new(Registry::default()),
+            table: Table::new(),
+            registry: Mutex::new(Registry::default()),
+            live: AtomicUsize::new(0),
             paging,
             counters: Counters::default(),
-            next_seq: AtomicU64::new(1),
             closed: AtomicBool::new(false),
             max_slots: MAX_MESSAGES_PER_DESTINATION as u32,
         })
@@ -908,28 +1050,34 @@ impl Pager {
         Ok(())
     }
 
-    /// The destination with id `id` (the registry's lock is held for the lookup only).
-    fn lookup(&self, id: u32) -> Result<Arc<Destination>> {
+    /// The destination with id `id` (no lock taken: its lock holder makes
+    /// sure it is still there).
+    fn lookup(&self, id: u32) -> Result<&Destination> {
         self.check_open()?;
-        let registry = read(&self.registry);
-        let index = (id & ((1 << INDEX_BITS) - 1)) as usize;
-        match registry.entries.get(index).and_then(|e| e.dest.as_ref()) {
-            Some(dest) if dest.id == id => Ok(dest.clone()),
+        match self.table.get((id & INDEX_MASK) as usize) {
+            Some(dest) if id != NO_ID && dest.id.load(Acquire) == id => Ok(dest),
             _ => Err(unknown_destination(id)),
         }
     }
 
-    /// The destination a key names (whether the key names a live message
-    /// there is for its lock holder to say).
-    fn lookup_key(&self, key: Key) -> Result<Arc<Destination>> {
+    /// The destination index a key names (whether the key names a live
+    /// message there is for its lock holder to say).
+    fn lookup_key(&self, key: Key) -> Result<&Destination> {
         self.check_open()?;
-        let index = (key >> (SLOT_BITS + GENERATION_BITS)) as usize;
-        read(&self.registry).entries.get(index).and_then(|e| e.dest.clone()).ok_or(Error::UnknownHandle(key))
+        self.table.get(split_key(key).0).ok_or(Error::UnknownHandle(key))
     }
 
     /// Locks a destination: waiting for it, or (`!wait`) None if another
-    /// thread holds it. `gone` is the error if it was deleted meanwhile.
-    fn lock<'a>(&self, dest: &'a Destination, wait: bool, gone: impl FnOnce() -> Error) -> Result<Option<Locked<'a>>> {
+    /// thread holds it. It must be destination `id` (with Some, else any
+    /// destination there): if it is not (deleted meanwhile), `gone` is the
+    /// error.
+    fn lock<'a>(
+        &self,
+        dest: &'a Destination,
+        id: Option<u32>,
+        wait: bool,
+        gone: impl FnOnce() -> Error,
+    ) -> Result<Option<Locked<'a>>> {
         let st = if wait {
             lock_state(&dest.state)
         } else {
@@ -940,7 +1088,7 @@ impl Pager {
             }
         };
         let locked = self.enter(dest, st);
-        if locked.gone {
+        if locked.gone || id.is_some_and(|id| id != locked.id) {
             return Err(if self.closed.load(SeqCst) { Error::Closed } else { gone() });
         }
         Ok(Some(locked))
@@ -950,13 +1098,23 @@ impl Pager {
     /// are settled first.
     fn enter<'a>(&self, dest: &'a Destination, st: MutexGuard<'a, DestState>) -> Locked<'a> {
         let mut locked = Locked { dest, st };
-        locked.st.settle(dest, &self.counters);
+        locked.st.settle(&self.counters);
         locked
     }
 
-    /// [`Pager::lock`], waiting.
-    fn locked<'a>(&self, dest: &'a Destination, gone: impl FnOnce() -> Error) -> Result<Locked<'a>> {
-        match self.lock(dest, true, gone)? {
+    /// Destination `id`, locked (waiting).
+    fn locked(&self, id: u32) -> Result<Locked<'_>> {
+        let dest = self.lookup(id)?;
+        match self.lock(dest, Some(id), true, || unknown_destination(id))? {
+            Some(locked) => Ok(locked),
+            None => unreachable!("a waiting lock is always taken"),
+        }
+    }
+
+    /// The destination of `key`, locked (waiting).
+    fn locked_for_key(&self, key: Key) -> Result<Locked<'_>> {
+        let dest = self.lookup_key(key)?;
+        match self.lock(dest, None, true, || Error::UnknownHandle(key))? {
             Some(locked) => Ok(locked),
             None => unreachable!("a waiting lock is always taken"),
         }
@@ -969,45 +1127,45 @@ impl Pager {
         if name.is_empty() {
             return Err(Error::invalid("destination name must not be empty"));
         }
-        let mut registry = write(&self.registry);
+        let mut registry = lock_registry(&self.registry);
         if registry.names.contains_key(name) {
             return Err(Error::invalid(format!("destination {name:?} exists already")));
         }
         // A new index while there are, so that ids go 0, 1, 2, ... as long
         // as they can; then the index freed longest ago.
         let index = if registry.entries.len() < MAX_DESTINATIONS {
-            registry.entries.push(Entry { dest: None, incarnations: 0, next_generation: 1 });
+            registry.entries.push(Entry { name: String::new(), incarnations: 0, next_generation: 1 });
             registry.entries.len() - 1
         } else if let Some(index) = registry.free.pop_front() {
             index as usize
         } else {
             return Err(Error::Full(format!(
                 "{} destinations exist, the most a pager holds; delete one to create {name:?}",
-                registry.live
+                self.live.load(Relaxed)
             )));
         };
         let entry = &mut registry.entries[index];
         let id = (entry.incarnations << INDEX_BITS) | index as u32;
         entry.incarnations += 1;
-        entry.dest = Some(Arc::new(Destination {
-            id,
-            name: name.to_string(),
-            order,
-            state: Mutex::new(DestState::new(entry.next_generation, self.max_slots)),
-            messages: AtomicUsize::new(0),
-            resident_messages: AtomicUsize::new(0),
-            resident_bytes: AtomicU64::new(0),
-            next_expiration: AtomicI64::new(i64::MAX),
-        }));
+        entry.name = name.to_string();
+        let first_generation = entry.next_generation;
+        let dest = self.table.make(index);
+        {
+            // Nobody holds an empty index's lock for long (a stale key's
+            // caller, a page-out settling): this waits for no filter.
+            let mut st = Locked { dest, st: lock_state(&dest.state) };
+            *st = DestState::new(id, order, first_generation, self.max_slots);
+        }
+        dest.id.store(id, Release);
         registry.names.insert(name.to_string(), id);
-        registry.live += 1;
+        self.live.fetch_add(1, Relaxed);
         Ok(id)
     }
 
     /// The id of a destination.
     pub fn destination(&self, name: &str) -> Result<u32> {
         self.check_open()?;
-        read(&self.registry)
+        lock_registry(&self.registry)
             .names
             .get(name)
             .copied()
@@ -1080,13 +1238,17 @@ impl Pager {
         }
         let dest = self.lookup(destination)?;
         let key = {
-            let Some(mut st) = self.lock(&dest, wait, || unknown_destination(destination))? else { return Ok(None) };
+            let Some(mut st) = self.lock(dest, Some(destination), wait, || unknown_destination(destination))? else {
+                return Ok(None);
+            };
             if !st.has_room() {
+                let held = st.all.len();
+                drop(st);
+                // Named after the lock is released: the registry is never taken under one.
+                let name = self.destination_name(destination).unwrap_or_default();
                 return Err(Error::Full(format!(
-                    "destination {:?} holds {} messages and has no free slot for another \
-                     ({MAX_MESSAGES_PER_DESTINATION} at most, fewer by slots retired)",
-                    dest.name,
-                    st.all.len()
+                    "destination {name:?} holds {held} messages and has no free slot for another \
+                     ({MAX_MESSAGES_PER_DESTINATION} at most, fewer by slots retired)"
                 )));
             }
             let body_len = body.as_ref().map_or(body_len, |b| b.len() as u32);
@@ -1098,7 +1260,8 @@ impl Pager {
                     return Ok(None);
                 }
             }
-            let seq = self.next_seq.fetch_add(1, Relaxed);
+            let seq = st.next_seq;
+            st.next_seq += 1;
             let message = Message {
                 id: m.id,
                 seq,
@@ -1119,7 +1282,7 @@ impl Pager {
                 priority: m.priority,
                 flags: 0,
             };
-            let order_key = dest.order.key(&message.order_fields());
+            let order_key = st.order.key(&message.order_fields());
             let resident = matches!(message.body, Body::Resident(_));
             let expiration = message.expiration;
             let (slot, generation) = st.place(message);
@@ -1127,19 +1290,18 @@ impl Pager {
             if resident {
                 st.resident.insert(order_key, slot);
                 st.resident_bytes += u64::from(body_len);
-                add(&self.counters.resident_messages, 1);
             } else {
-                add(&self.counters.store_paged_messages, 1);
+                st.store_paged_messages += 1;
             }
-            add(&self.counters.messages, 1);
             if expiration > 0 {
                 st.expirations.insert((expiration, seq, slot));
+                st.expirations_changed = true;
             }
             dest.key_of(slot, generation)
         };
         // Outside the lock: paging out may lock another destination, and writes files.
         if wait {
-            self.enforce_budget(&dest)?;
+            self.enforce_budget(dest)?;
         }
         Ok(Some(key))
     }
@@ -1160,14 +1322,14 @@ impl Pager {
             let excess = resident - budget;
             let mut progress = false;
             if let Some(largest) = self.most_resident() {
-                progress = self.page_out_if_free(&largest, own, excess)?;
+                progress = self.page_out_if_free(largest, own, excess)?;
             }
             if !progress {
                 // Busy, or emptied by another thread meanwhile: the others, largest first.
-                let mut others = self.with_resident_bodies();
+                let mut others: Vec<(u64, &Destination)> = self.with_resident_bodies().collect();
                 others.sort_by_key(|(bytes, _)| std::cmp::Reverse(*bytes));
                 for (_, dest) in others {
-                    if self.page_out_if_free(&dest, own, excess)? {
+                    if self.page_out_if_free(dest, own, excess)? {
                         progress = true;
                         break;
                     }
@@ -1182,35 +1344,21 @@ impl Pager {
         }
     }
 
-    /// The destination with the most resident bytes, from the figures the
-    /// destinations publish (no destination lock).
-    fn most_resident(&self) -> Option<Arc<Destination>> {
-        read(&self.registry)
-            .entries
-            .iter()
-            .filter_map(|e| e.dest.as_ref())
-            .map(|d| (d.resident_bytes.load(Relaxed), d))
-            .filter(|(bytes, _)| *bytes > 0)
-            .max_by_key(|(bytes, _)| *bytes)
-            .map(|(_, d)| d.clone())
+    /// The destinations with resident bodies, with how many bytes, from the
+    /// figures they publish (no lock).
+    fn with_resident_bodies(&self) -> impl Iterator<Item = (u64, &Destination)> {
+        self.table.iter().map(|d| (d.resident_bytes.load(Relaxed), d)).filter(|(bytes, _)| *bytes > 0)
     }
 
-    /// The destinations with resident bytes, with how many.
-    fn with_resident_bodies(&self) -> Vec<(u64, Arc<Destination>)> {
-        read(&self.registry)
-            .entries
-            .iter()
-            .filter_map(|e| e.dest.as_ref())
-            .map(|d| (d.resident_bytes.load(Relaxed), d))
-            .filter(|(bytes, _)| *bytes > 0)
-            .map(|(bytes, d)| (bytes, d.clone()))
-            .collect()
+    /// The destination with the most resident bytes (the last of equals).
+    fn most_resident(&self) -> Option<&Destination> {
+        self.with_resident_bodies().max_by_key(|(bytes, _)| *bytes).map(|(_, d)| d)
     }
 
     /// [`Pager::page_out`] from `dest` if its lock is free (or it is `own`,
     /// then waiting for it); true if it paged something out.
-    fn page_out_if_free(&self, dest: &Arc<Destination>, own: &Destination, excess: u64) -> Result<bool> {
-        let st = if std::ptr::eq(&**dest, own) {
+    fn page_out_if_free(&self, dest: &Destination, own: &Destination, excess: u64) -> Result<bool> {
+        let st = if std::ptr::eq(dest, own) {
             lock_state(&dest.state)
         } else {
             match dest.state.try_lock() {
@@ -1233,10 +1381,11 @@ impl Pager {
         }
         let mut outgoing: Vec<Arc<InFlight>> = Vec::new();
         let (mut taken, mut batch_bytes, mut any) = (0u64, 0u64, false);
+        let reversed = st.order.reversed();
         while taken < excess && outgoing.len() < PAGE_OUT_BATCH_MESSAGES && batch_bytes < PAGE_OUT_BATCH_BYTES {
-            let Some((order_key, slot)) = st.resident.last(dest.order.reversed()) else { break };
+            let Some((order_key, slot)) = st.resident.last(reversed) else { break };
             st.resident.remove(order_key);
-            let generation = st.slots[slot as usize].generation;
+            let generation = st.generation(slot);
             let m = st.indexed_mut(slot);
             let len = u64::from(m.body_len);
             m.flags &= !FLAG_READ_AHEAD;
@@ -1246,8 +1395,8 @@ impl Pager {
             };
             if m.store_handle != 0 {
                 // In the store already: dropping it is the page-out.
-                add(&self.counters.store_paged_messages, 1);
-                add(&self.counters.page_outs, 1);
+                st.store_paged_messages += 1;
+                add(&dest.page_outs, 1);
             } else {
                 let f = Arc::new(InFlight { body: bytes, transit: Mutex::new(Transit::Writing) });
                 m.body = Body::PagingOut(f.clone());
@@ -1256,7 +1405,7 @@ impl Pager {
                 batch_bytes += len;
             }
             st.resident_bytes -= len;
-            self.counters.unresident(len);
+            sub(&self.counters.resident_bytes, len);
             taken += len;
             any = true;
         }
@@ -1273,12 +1422,14 @@ impl Pager {
         let result = match written {
             Ok(refs) => {
                 for (f, r) in outgoing.iter().zip(refs) {
+                    // Counted under the body's mutex, so that a remover
+                    // (which takes it too) sees the count with the state.
                     let mut transit = f.transit();
                     if let Transit::Writing = *transit {
                         *transit = Transit::Written(r);
-                        add(&self.counters.paged_messages, 1);
-                        add(&self.counters.paged_bytes, f.body.len() as u64);
-                        add(&self.counters.page_outs, 1);
+                        add(&dest.paged_messages, 1);
+                        add(&dest.paged_bytes, f.body.len() as u64);
+                        add(&dest.page_outs, 1);
                     } else {
                         // Removed, or its destination deleted, while written.
                         to_empty.extend(self.paging.free(r));
@@ -1307,21 +1458,19 @@ impl Pager {
 
     /// A message's header.
     pub fn header(&self, key: Key) -> Result<Header> {
-        let dest = self.lookup_key(key)?;
-        let st = self.locked(&dest, || Error::UnknownHandle(key))?;
+        let st = self.locked_for_key(key)?;
         let (_, m) = st.message(key)?;
-        Ok(st.header(&dest, m))
+        Ok(st.header(m))
     }
 
     /// A message's body, read back in if paged out (it stays where it is).
     /// A read runs under the message's destination's lock.
     pub fn body(&self, key: Key) -> Result<BodyBytes> {
-        let dest = self.lookup_key(key)?;
-        let st = self.locked(&dest, || Error::UnknownHandle(key))?;
+        let mut st = self.locked_for_key(key)?;
         let (_, m) = st.message(key)?;
         let (body, paged) = self.read_body(m)?;
         if paged {
-            add(&self.counters.page_ins, 1);
+            st.page_ins += 1;
         }
         Ok(body)
     }
@@ -1353,25 +1502,22 @@ impl Pager {
         filter: Option<Filter<'_>>,
         with_body: bool,
     ) -> Result<Option<Key>> {
-        let dest = self.lookup(destination)?;
-        let mut st = self.locked(&dest, || unknown_destination(destination))?;
-        let found = self.scan(&dest, &st, now, 1, filter, with_body, false)?;
+        let mut st = self.locked(destination)?;
+        let found = self.scan(&mut st, now, 1, filter, with_body, false)?;
         let Some(first) = found.first() else { return Ok(None) };
         if reserve {
             st.indexed_mut(first.slot).flags |= FLAG_RESERVED;
         }
-        Ok(Some(dest.key_of(first.slot, st.slots[first.slot as usize].generation)))
+        Ok(Some(st.dest.key_of(first.slot, st.generation(first.slot))))
     }
 
     /// Up to `limit` deliverable messages of a destination in order (see
     /// [`Pager::next`]), nothing reserved. With `keep_bodies`, a body the
     /// filter had read from a paging file or the store is kept with its
     /// message so that it is not read twice.
-    #[allow(clippy::too_many_arguments)]
     fn scan(
         &self,
-        dest: &Destination,
-        st: &DestState,
+        st: &mut DestState,
         now: i64,
         limit: usize,
         mut filter: Option<Filter<'_>>,
@@ -1384,14 +1530,14 @@ impl Pager {
         }
         let mut body_reads = 0u64;
         let mut failure = None;
-        for (order_key, slot) in st.all.iter_from(dest.order.reversed(), None) {
+        for (order_key, slot) in st.all.iter_from(st.order.reversed(), None) {
             let m = st.indexed(slot);
             if m.flags & FLAG_RESERVED != 0 || m.delivery_time > now || (m.expiration != 0 && m.expiration <= now) {
                 continue;
             }
             let mut body = None;
             if let Some(f) = filter.as_mut() {
-                let header = st.header(dest, m);
+                let header = st.header(m);
                 let accepted = match m.in_memory() {
                     _ if !with_body => f(&header, None),
                     Some(b) => f(&header, Some(&b[..])),
@@ -1419,7 +1565,7 @@ impl Pager {
                 break;
             }
         }
-        add(&self.counters.filter_body_reads, body_reads);
+        st.filter_body_reads += body_reads;
         match failure {
             Some(e) => Err(e),
             None => Ok(found),
@@ -1476,29 +1622,32 @@ impl Pager {
     ) -> Result<Option<Vec<Taken>>> {
         let dest = self.lookup(destination)?;
         let mut to_empty = Vec::new();
-        let result = self.take_locked(&dest, wait, now, limit, filter, with_body, &mut to_empty);
+        let result = (|| {
+            let Some(mut st) = self.lock(dest, Some(destination), wait, || unknown_destination(destination))? else {
+                return Ok(None);
+            };
+            if !wait && st.resident.len() != st.all.len() {
+                return Ok(None);
+            }
+            self.take_locked(&mut st, now, limit, filter, with_body, &mut to_empty).map(Some)
+        })();
+        // A paging file read-ahead emptied is truncated with no lock held.
         self.paging.empty_all(to_empty);
         result
     }
 
-    /// [`Pager::take_many_with`]'s work under the destination's lock.
-    #[allow(clippy::too_many_arguments)]
+    /// [`Pager::take_many`]'s work under the destination's lock.
     fn take_locked(
         &self,
-        dest: &Destination,
-        wait: bool,
+        st: &mut Locked<'_>,
         now: i64,
         limit: usize,
         filter: Option<Filter<'_>>,
         with_body: bool,
         to_empty: &mut Vec<u32>,
-    ) -> Result<Option<Vec<Taken>>> {
-        let Some(mut st) = self.lock(dest, wait, || unknown_destination(dest.id))? else { return Ok(None) };
-        if !wait && st.resident.len() != st.all.len() {
-            return Ok(None);
-        }
-        let found = self.scan(dest, &st, now, limit, filter, with_body, true)?;
-        let Some(last) = found.last().map(|f| f.order_key) else { return Ok(Some(Vec::new())) };
+    ) -> Result<Vec<Taken>> {
+        let found = self.scan(st, now, limit, filter, with_body, true)?;
+        let Some(last) = found.last().map(|f| f.order_key) else { return Ok(Vec::new()) };
         // Read every body before reserving anything, so that a failed read leaves no trace.
         let mut taken = Vec::with_capacity(found.len());
         let (mut page_ins, mut hits) = (0u64, 0u64);
@@ -1523,24 +1672,20 @@ impl Pager {
             let store_handle = (m.store_handle != 0).then_some(m.store_handle);
             taken.push((f.slot, m.redelivery_count, store_handle, body));
         }
-        add(&self.counters.page_ins, page_ins);
-        add(&self.counters.read_ahead_hits, hits);
+        st.page_ins += page_ins;
+        st.read_ahead_hits += hits;
+        let dest = st.dest;
         let taken: Vec<Taken> = taken
             .into_iter()
             .map(|(slot, redelivery_count, store_handle, body)| {
                 st.indexed_mut(slot).flags |= FLAG_RESERVED;
-                Taken {
-                    key: dest.key_of(slot, st.slots[slot as usize].generation),
-                    redelivery_count,
-                    store_handle,
-                    body,
-                }
+                Taken { key: dest.key_of(slot, st.generation(slot)), redelivery_count, store_handle, body }
             })
             .collect();
         // Read-ahead only saves later reads: when it fails, the bodies stay
         // where they are (and a take that needs one reports the error).
-        let _ = self.read_ahead(dest, &mut st, last, to_empty);
-        Ok(Some(taken))
+        let _ = self.read_ahead(dest, st, last, to_empty);
+        Ok(taken)
     }
 
     /// Brings back the paged-out bodies of the next messages after
@@ -1557,7 +1702,7 @@ impl Pager {
         if self.options.read_ahead == 0 {
             return Ok(());
         }
-        let reversed = dest.order.reversed();
+        let reversed = st.order.reversed();
         // Only when the window has run out: while the next body is in memory
         // (brought in by the previous read-ahead), there is nothing to do.
         let next_is_resident = st
@@ -1623,31 +1768,35 @@ impl Pager {
         bytes: Arc<[u8]>,
         to_empty: &mut Vec<u32>,
     ) {
+        let order = st.order;
         let m = st.indexed_mut(slot);
         let len = u64::from(m.body_len);
-        match std::mem::replace(&mut m.body, Body::Resident(bytes)) {
+        let was_stored = match std::mem::replace(&mut m.body, Body::Resident(bytes)) {
             Body::Paged(at) => {
                 to_empty.extend(self.paging.free(at.unpack()));
-                sub(&self.counters.paged_messages, 1);
-                sub(&self.counters.paged_bytes, len);
+                sub(&dest.paged_messages, 1);
+                sub(&dest.paged_bytes, len);
+                false
             }
-            Body::Store => sub(&self.counters.store_paged_messages, 1),
+            Body::Store => true,
             Body::Resident(_) | Body::PagingOut(_) => unreachable!("only paged-out bodies are brought back"),
-        }
+        };
         m.flags |= FLAG_READ_AHEAD;
-        let order_key = dest.order.key(&m.order_fields());
+        let order_key = order.key(&m.order_fields());
+        if was_stored {
+            st.store_paged_messages -= 1;
+        }
         st.resident.insert(order_key, slot);
         st.resident_bytes += len;
-        add(&self.counters.resident_messages, 1);
-        add(&self.counters.page_ins, 1);
+        st.page_ins += 1;
     }
 
     /// Un-reserves a message; `redelivered` adds one to its redelivery
     /// count, `delivery_time` (ms) sets its delivery time (a redelivery
     /// delay). A message whose order key changes moves to its new place.
     pub fn release(&self, key: Key, redelivered: bool, delivery_time: Option<i64>) -> Result<()> {
-        let dest = self.lookup_key(key)?;
-        let mut st = self.locked(&dest, || Error::UnknownHandle(key))?;
+        let mut st = self.locked_for_key(key)?;
+        let order = st.order;
         let (slot, m) = st.message_mut(key)?;
         let before = m.order_fields();
         m.flags &= !FLAG_RESERVED;
@@ -1659,7 +1808,7 @@ impl Pager {
         }
         let after = m.order_fields();
         let resident = matches!(m.body, Body::Resident(_));
-        let (old, new) = (dest.order.key(&before), dest.order.key(&after));
+        let (old, new) = (order.key(&before), order.key(&after));
         if old != new {
             st.all.remove(old);
             st.all.insert(new, slot);
@@ -1685,18 +1834,17 @@ impl Pager {
         let dest = self.lookup_key(key)?;
         let mut to_empty = Vec::new();
         let result = (|| {
-            let Some(mut st) = self.lock(&dest, wait, || Error::UnknownHandle(key))? else { return Ok(None) };
+            let Some(mut st) = self.lock(dest, None, wait, || Error::UnknownHandle(key))? else { return Ok(None) };
             let (slot, m) = st.message(key)?;
-            let fields = m.order_fields();
+            let order_key = st.order.key(&m.order_fields());
             let resident_len = matches!(m.body, Body::Resident(_)).then_some(u64::from(m.body_len));
-            let order_key = dest.order.key(&fields);
             st.all.remove(order_key);
             if let Some(len) = resident_len {
                 if st.resident.remove(order_key) == Some(slot) {
                     st.resident_bytes -= len;
                 }
             }
-            st.free_slot(slot, &self.counters, &self.paging, &mut to_empty);
+            st.free_slot(dest, slot, &self.counters, &self.paging, &mut to_empty);
             Ok(Some(()))
         })();
         // A paging file this emptied is truncated with no lock held.
@@ -1714,38 +1862,34 @@ impl Pager {
     /// name can be used again; its id and the keys of its messages stay
     /// unknown (a later destination may get its index, never its id).
     pub fn delete_destination(&self, destination: u32) -> Result<usize> {
-        self.check_open()?;
-        let index = (destination & ((1 << INDEX_BITS) - 1)) as usize;
-        let dest = {
-            let mut registry = write(&self.registry);
-            let entry = registry.entries.get_mut(index).ok_or_else(|| unknown_destination(destination))?;
-            let dest = match entry.dest.take() {
-                Some(dest) if dest.id == destination => dest,
-                other => {
-                    entry.dest = other;
-                    return Err(unknown_destination(destination));
-                }
-            };
-            registry.names.remove(&dest.name);
-            registry.live -= 1;
-            dest
-        };
-        // Out of the registry: no new lookup finds it. Calls that found it
-        // before finish first (they hold or wait for its lock), or find it
-        // gone. Its index is not free until its generations are settled.
+        let dest = self.lookup(destination)?;
+        let index = dest.index as usize;
+        {
+            let mut registry = lock_registry(&self.registry);
+            if dest.id.load(Acquire) != destination {
+                return Err(unknown_destination(destination)); // deleted meanwhile
+            }
+            let name = std::mem::take(&mut registry.entries[index].name);
+            registry.names.remove(&name);
+            dest.id.store(NO_ID, Release);
+            self.live.fetch_sub(1, Relaxed);
+        }
+        // No new lookup finds it. Calls that found it before finish first
+        // (they hold or wait for its lock), or find it gone. Its index is
+        // not free until its generations are settled.
         let mut to_empty = Vec::new();
         let dropped = {
-            let mut st = self.enter(&dest, lock_state(&dest.state));
+            let mut st = self.enter(dest, lock_state(&dest.state));
             if st.gone {
                 None // closed meanwhile
             } else {
-                let count = st.drop_all(&self.counters, &self.paging, &mut to_empty);
+                let count = st.drop_all(dest, &self.counters, &self.paging, &mut to_empty);
                 Some((count, st.max_generation + 1))
             }
         };
         self.paging.empty_all(to_empty);
         let Some((count, next_generation)) = dropped else { return Err(Error::Closed) };
-        let mut registry = write(&self.registry);
+        let mut registry = lock_registry(&self.registry);
         let entry = &mut registry.entries[index];
         entry.next_generation = next_generation;
         // An index whose generations or ids are used up is retired.
@@ -1756,23 +1900,21 @@ impl Pager {
     }
 
     /// Keys of messages with `0 < expiration <= now`, earliest first
-    /// (arrival order between equal times), across destinations: each
-    /// destination with something due is locked in turn, alone.
+    /// (between equal times: in arrival order within a destination),
+    /// across destinations: each destination with something due is locked
+    /// in turn, alone.
     pub fn expired(&self, now: i64, limit: usize) -> Result<Vec<Key>> {
         self.check_open()?;
-        let due: Vec<Arc<Destination>> = read(&self.registry)
-            .entries
-            .iter()
-            .filter_map(|e| e.dest.as_ref())
-            .filter(|d| d.next_expiration.load(Relaxed) <= now)
-            .cloned()
-            .collect();
         let mut found: Vec<(i64, u64, Key)> = Vec::new();
-        for dest in &due {
+        for dest in self.table.iter().filter(|d| d.next_expiration.load(Relaxed) <= now) {
             let st = self.enter(dest, lock_state(&dest.state));
-            found.extend(st.expirations.iter().take_while(|(expiration, _, _)| *expiration <= now).take(limit).map(
-                |&(expiration, seq, slot)| (expiration, seq, dest.key_of(slot, st.slots[slot as usize].generation)),
-            ));
+            found.extend(
+                st.expirations
+                    .iter()
+                    .take_while(|(expiration, _, _)| *expiration <= now)
+                    .take(limit)
+                    .map(|&(expiration, seq, slot)| (expiration, seq, dest.key_of(slot, st.generation(slot)))),
+            );
         }
         found.sort_unstable();
         found.truncate(limit);
@@ -1782,55 +1924,70 @@ impl Pager {
     /// Keys of a destination in delivery order, after `after`.
     pub fn browse(&self, destination: u32, after: Option<Key>, limit: usize) -> Result<Vec<Key>> {
         let dest = self.lookup(destination)?;
-        if let Some(key) = after.filter(|key| key >> (SLOT_BITS + GENERATION_BITS) != u64::from(dest.index())) {
+        if let Some(key) = after.filter(|key| split_key(*key).0 != dest.index as usize) {
             // Another destination's key, or none: which, its own lock says
             // (this one's is not held meanwhile).
-            let other = self.lookup_key(key)?;
-            self.locked(&other, || Error::UnknownHandle(key))?.message(key)?;
+            self.locked_for_key(key)?.message(key)?;
             return Err(Error::invalid(format!("message {key} is not in destination {destination}")));
         }
-        let st = self.locked(&dest, || unknown_destination(destination))?;
+        let st = self.locked(destination)?;
         let after = match after {
-            Some(key) => Some(dest.order.key(&st.message(key)?.1.order_fields())),
+            Some(key) => Some(st.order.key(&st.message(key)?.1.order_fields())),
             None => None,
         };
         Ok(st
             .all
-            .iter_from(dest.order.reversed(), after)
+            .iter_from(st.order.reversed(), after)
             .take(limit)
-            .map(|(_, slot)| dest.key_of(slot, st.slots[slot as usize].generation))
+            .map(|(_, slot)| dest.key_of(slot, st.generation(slot)))
             .collect())
+    }
+
+    /// Figures destination `destination` published, read with no lock (and
+    /// checked to be still its own afterwards).
+    fn published<T>(&self, destination: u32, read: impl FnOnce(&Destination) -> T) -> Result<T> {
+        let dest = self.lookup(destination)?;
+        let figures = read(dest);
+        if dest.id.load(Acquire) != destination {
+            return Err(unknown_destination(destination));
+        }
+        Ok(figures)
     }
 
     /// Messages in a destination (no lock: the figure it published last).
     pub fn count(&self, destination: u32) -> Result<usize> {
-        Ok(self.lookup(destination)?.messages.load(Relaxed))
+        self.published(destination, |d| d.messages.load(Relaxed))
     }
 
     /// A destination's messages, and how many of them (with how many
     /// bytes) have their bodies in memory; the rest are paged out (or only
     /// in the store). No lock: the figures it published last.
     pub fn residency(&self, destination: u32) -> Result<(usize, usize, u64)> {
-        let dest = self.lookup(destination)?;
-        Ok((dest.messages.load(Relaxed), dest.resident_messages.load(Relaxed), dest.resident_bytes.load(Relaxed)))
+        self.published(destination, |d| {
+            (d.messages.load(Relaxed), d.resident_messages.load(Relaxed), d.resident_bytes.load(Relaxed))
+        })
     }
 
     /// A destination's name.
     pub fn destination_name(&self, destination: u32) -> Result<String> {
-        Ok(self.lookup(destination)?.name.clone())
+        let dest = self.lookup(destination)?;
+        let registry = lock_registry(&self.registry);
+        if dest.id.load(Acquire) != destination {
+            return Err(unknown_destination(destination));
+        }
+        Ok(registry.entries[dest.index as usize].name.clone())
     }
 
     /// Drops every message and removes the paging files. Further calls fail
     /// with [`Error::Closed`]. Idempotent.
     pub fn close(&self) {
         self.closed.store(true, SeqCst);
-        let dests: Vec<Arc<Destination>> = read(&self.registry).entries.iter().filter_map(|e| e.dest.clone()).collect();
         // The paging files go as a whole: nothing to truncate.
         let mut to_empty = Vec::new();
-        for dest in &dests {
+        for dest in self.table.iter() {
             let mut st = self.enter(dest, lock_state(&dest.state));
             if !st.gone {
-                st.drop_all(&self.counters, &self.paging, &mut to_empty);
+                st.drop_all(dest, &self.counters, &self.paging, &mut to_empty);
             }
         }
         self.paging.remove_all();
@@ -1841,24 +1998,33 @@ impl Pager {
         self.closed.load(SeqCst)
     }
 
-    /// Current statistics (no destination lock: see [`PagerStats`]).
+    /// Current statistics: the pager-wide figures, and the sums of what
+    /// each destination published (no destination lock; see [`PagerStats`]).
     pub fn stats(&self) -> PagerStats {
         let c = &self.counters;
-        PagerStats {
-            messages: c.messages.load(Relaxed),
-            resident_messages: c.resident_messages.load(Relaxed),
+        let mut s = PagerStats {
             resident_bytes: c.resident_bytes.load(Relaxed),
-            paged_messages: c.paged_messages.load(Relaxed),
-            paged_bytes: c.paged_bytes.load(Relaxed),
-            store_paged_messages: c.store_paged_messages.load(Relaxed),
             paging_file_bytes: self.paging.file_bytes(),
-            page_outs: c.page_outs.load(Relaxed),
-            page_ins: c.page_ins.load(Relaxed),
-            read_ahead_hits: c.read_ahead_hits.load(Relaxed),
-            filter_body_reads: c.filter_body_reads.load(Relaxed),
+            page_outs: c.retired_page_outs.load(Relaxed),
+            page_ins: c.retired_page_ins.load(Relaxed),
+            read_ahead_hits: c.retired_read_ahead_hits.load(Relaxed),
+            filter_body_reads: c.retired_filter_body_reads.load(Relaxed),
             message_buffer_size: self.options.message_buffer_size,
-            destinations: read(&self.registry).live as u64,
+            destinations: self.live.load(Relaxed) as u64,
+            ..PagerStats::default()
+        };
+        for d in self.table.iter() {
+            s.messages += d.messages.load(Relaxed) as u64;
+            s.resident_messages += d.resident_messages.load(Relaxed) as u64;
+            s.paged_messages += d.paged_messages.load(Relaxed);
+            s.paged_bytes += d.paged_bytes.load(Relaxed);
+            s.store_paged_messages += d.store_paged_messages.load(Relaxed);
+            s.page_outs += d.page_outs.load(Relaxed);
+            s.page_ins += d.page_ins.load(Relaxed);
+            s.read_ahead_hits += d.read_ahead_hits.load(Relaxed);
+            s.filter_body_reads += d.filter_body_reads.load(Relaxed);
         }
+        s
     }
 }
 
@@ -1888,45 +2054,54 @@ mod tests {
 
     /// Every index and counter agrees with the messages (no call in flight).
     fn check_invariants(p: &Pager) {
-        let registry = read(&p.registry);
-        let (mut messages, mut resident_messages, mut resident_bytes) = (0u64, 0u64, 0u64);
-        let (mut paged_messages, mut paged_bytes, mut store_paged) = (0u64, 0u64, 0u64);
-        let mut live = 0;
-        for (index, entry) in registry.entries.iter().enumerate() {
-            let Some(dest) = &entry.dest else { continue };
-            live += 1;
-            assert_eq!(dest.index() as usize, index);
-            assert_eq!(registry.names.get(&dest.name), Some(&dest.id));
+        let registry = lock_registry(&p.registry);
+        let (mut resident_bytes, mut live) = (0u64, 0usize);
+        let stats = p.stats();
+        let (mut messages, mut resident_messages, mut paged_messages, mut paged_bytes, mut store_paged) =
+            (0u64, 0u64, 0u64, 0u64, 0u64);
+        for dest in p.table.iter() {
             let st = lock_state(&dest.state);
-            assert!(!st.gone);
+            let id = dest.id.load(Acquire);
+            if st.gone {
+                assert_eq!(id, NO_ID);
+                assert!(st.all.is_empty() && st.slots.is_empty() && st.in_flight.is_empty());
+                assert_eq!(dest.paged_messages.load(Relaxed), 0);
+                continue;
+            }
+            live += 1;
+            assert_eq!(st.id, id);
+            assert_eq!(id & INDEX_MASK, dest.index);
+            let entry = &registry.entries[dest.index as usize];
+            assert_eq!(registry.names.get(&entry.name), Some(&id));
+            assert!(st.in_flight.is_empty(), "a page-out in flight at rest");
             let in_slots: Vec<(u32, &Message)> =
                 st.slots.iter().enumerate().filter_map(|(i, s)| s.message.as_ref().map(|m| (i as u32, m))).collect();
             assert_eq!(st.all.len(), in_slots.len());
-            let mut dest_resident_bytes = 0;
+            let (mut dest_resident_bytes, mut dest_paged, mut dest_paged_bytes, mut dest_store) = (0, 0, 0, 0);
             for (key, slot) in st.all.iter_from(false, None) {
                 let m = st.indexed(slot);
-                assert_eq!(dest.order.key(&m.order_fields()), key, "stale order key");
+                assert_eq!(st.order.key(&m.order_fields()), key, "stale order key");
+                assert!(st.slots[slot as usize].generation >= st.first_generation);
                 match m.body {
-                    Body::Resident(_) => {
-                        resident_messages += 1;
-                        resident_bytes += u64::from(m.body_len);
-                        dest_resident_bytes += u64::from(m.body_len);
-                    }
+                    Body::Resident(_) => dest_resident_bytes += u64::from(m.body_len),
                     Body::Paged(_) => {
-                        paged_messages += 1;
-                        paged_bytes += u64::from(m.body_len);
+                        dest_paged += 1;
+                        dest_paged_bytes += u64::from(m.body_len);
                     }
-                    Body::Store => store_paged += 1,
+                    Body::Store => dest_store += 1,
                     Body::PagingOut(_) => panic!("a page-out in flight at rest"),
                 }
             }
             for (key, slot) in st.resident.iter_from(false, None) {
                 let m = st.indexed(slot);
                 assert!(matches!(m.body, Body::Resident(_)));
-                assert_eq!(dest.order.key(&m.order_fields()), key, "stale resident key");
+                assert_eq!(st.order.key(&m.order_fields()), key, "stale resident key");
             }
             assert_eq!(st.resident.len(), in_slots.iter().filter(|(_, m)| matches!(m.body, Body::Resident(_))).count());
             assert_eq!(st.resident_bytes, dest_resident_bytes);
+            assert_eq!(st.store_paged_messages, dest_store);
+            assert_eq!(dest.paged_messages.load(Relaxed), dest_paged);
+            assert_eq!(dest.paged_bytes.load(Relaxed), dest_paged_bytes);
             assert_eq!(st.expirations.len(), in_slots.iter().filter(|(_, m)| m.expiration > 0).count());
             for (slot, m) in &in_slots {
                 if m.expiration > 0 {
@@ -1938,18 +2113,26 @@ mod tests {
             assert_eq!(dest.messages.load(Relaxed), st.all.len());
             assert_eq!(dest.resident_messages.load(Relaxed), st.resident.len());
             assert_eq!(dest.resident_bytes.load(Relaxed), st.resident_bytes);
+            assert_eq!(dest.store_paged_messages.load(Relaxed), st.store_paged_messages);
             assert_eq!(dest.next_expiration.load(Relaxed), st.expirations.first().map_or(i64::MAX, |e| e.0));
             messages += st.all.len() as u64;
+            resident_messages += st.resident.len() as u64;
+            resident_bytes += st.resident_bytes;
+            paged_messages += dest_paged;
+            paged_bytes += dest_paged_bytes;
+            store_paged += dest_store;
         }
-        assert_eq!(registry.live, live);
+        assert_eq!(p.live.load(Relaxed), live);
         assert_eq!(registry.names.len(), live);
-        let c = &p.counters;
-        assert_eq!(c.messages.load(Relaxed), messages);
-        assert_eq!(c.resident_messages.load(Relaxed), resident_messages);
-        assert_eq!(c.resident_bytes.load(Relaxed), resident_bytes);
-        assert_eq!(c.paged_messages.load(Relaxed), paged_messages);
-        assert_eq!(c.paged_bytes.load(Relaxed), paged_bytes);
-        assert_eq!(c.store_paged_messages.load(Relaxed), store_paged);
+        assert_eq!(p.counters.resident_bytes.load(Relaxed), resident_bytes);
+        assert_eq!(
+            (stats.messages, stats.resident_messages, stats.resident_bytes),
+            (messages, resident_messages, resident_bytes)
+        );
+        assert_eq!(
+            (stats.paged_messages, stats.paged_bytes, stats.store_paged_messages),
+            (paged_messages, paged_bytes, store_paged)
+        );
     }
 
     fn store_pager(budget: u64, dir: &Path) -> (Arc<Store>, Pager) {
@@ -2567,10 +2750,10 @@ mod tests {
         // Slot 0 has been through a million messages.
         lock_state(&dest.state).slots[0].generation = MAX_GENERATION;
         let last = p.add(q, &new(2), Some(b"y"), 0).expect("add");
-        assert_eq!(split_key(last), (0, MAX_GENERATION));
+        assert_eq!(split_key(last), (0, 0, MAX_GENERATION));
         p.remove(last).expect("remove");
         let next = p.add(q, &new(3), Some(b"z"), 0).expect("add");
-        assert_eq!(split_key(next).0, 1, "a new slot: slot 0 is retired");
+        assert_eq!(split_key(next).1, 1, "a new slot: slot 0 is retired");
         {
             let st = lock_state(&dest.state);
             assert!(st.slots[0].message.is_none() && st.free_slots.is_empty());
