@@ -96,7 +96,7 @@
 //! returns the error), as a single-threaded pager does. A page-out deducts
 //! what it selects as it selects it, so two threads never page out the same
 //! excess twice; the bodies it writes are in memory, uncounted, until
-//! written (at most 64 bodies or 1 MiB per paging thread). Statistics are
+//! written (at most 32 bodies or 1 MiB per paging thread). Statistics are
 //! read field by field: while other threads work they may not add up (a
 //! body being paged out is counted neither resident nor paged); at rest
 //! (no call in flight) they are exact and the resident bytes within the
@@ -165,7 +165,7 @@ pub const MAX_MESSAGES_PER_DESTINATION: usize = 1 << SLOT_BITS;
 
 /// Bodies paged out per write: enough to make the write worth it, few
 /// enough that a page-out does not hold its destination's lock for long.
-const PAGE_OUT_BATCH_MESSAGES: usize = 64;
+const PAGE_OUT_BATCH_MESSAGES: usize = 32;
 const PAGE_OUT_BATCH_BYTES: u64 = 1 << 20;
 
 /// A consumer's filter (a JMS selector): called with each candidate's
@@ -588,8 +588,9 @@ struct DestState {
     max_generation: u32,
     /// Slots at most (a test lowers it).
     max_slots: u32,
-    /// (slot, generation, body) of the bodies being paged out, to settle.
-    in_flight: Vec<(u32, u32, Arc<InFlight>)>,
+    /// (slot, generation) of the messages whose bodies are being paged
+    /// out, to settle.
+    in_flight: Vec<(u32, u32)>,
     /// Statistics kept here (published when the lock is released).
     store_paged_messages: u64,
     page_ins: u64,
@@ -706,11 +707,13 @@ impl std::ops::DerefMut for Locked<'_> {
 /// Every destination index's [`Destination`], made a chunk at a time.
 struct Table {
     chunks: Box<[OnceLock<Box<[Destination]>>]>,
+    /// Indexes given out so far (the highest plus one): scans stop there.
+    used: AtomicUsize,
 }
 
 impl Table {
     fn new() -> Table {
-        Table { chunks: (0..MAX_DESTINATIONS / CHUNK).map(|_| OnceLock::new()).collect() }
+        Table { chunks: (0..MAX_DESTINATIONS / CHUNK).map(|_| OnceLock::new()).collect(), used: AtomicUsize::new(0) }
     }
 
     /// Index `index`'s destination, if its chunk was made.
@@ -722,12 +725,14 @@ impl Table {
     fn make(&self, index: usize) -> &Destination {
         let chunk = self.chunks[index / CHUNK]
             .get_or_init(|| (0..CHUNK).map(|i| Destination::vacant((index / CHUNK * CHUNK + i) as u32)).collect());
+        self.used.fetch_max(index + 1, Release);
         &chunk[index % CHUNK]
     }
 
-    /// Every destination index made so far.
+    /// Every destination index given out so far.
     fn iter(&self) -> impl Iterator<Item = &Destination> {
-        self.chunks.iter().map_while(OnceLock::get).flat_map(|chunk| chunk.iter())
+        let used = self.used.load(Acquire);
+        self.chunks.iter().map_while(OnceLock::get).flat_map(|chunk| chunk.iter()).take(used)
     }
 }
 
@@ -829,20 +834,24 @@ impl DestState {
         if self.in_flight.is_empty() {
             return;
         }
-        for (slot, generation, f) in std::mem::take(&mut self.in_flight) {
-            let here = matches!(self.slots.get(slot as usize),
-                Some(Slot { generation: g, message: Some(Message { body: Body::PagingOut(x), .. }) })
-                    if *g == generation && Arc::ptr_eq(x, &f));
-            if !here {
-                continue; // removed meanwhile: its remover marked it dropped
-            }
-            let transit = *f.transit();
+        for (slot, generation) in std::mem::take(&mut self.in_flight) {
+            let transit = match self.slots.get(slot as usize) {
+                Some(Slot { generation: g, message: Some(Message { body: Body::PagingOut(f), .. }) })
+                    if *g == generation =>
+                {
+                    *f.transit()
+                }
+                _ => continue, // removed meanwhile: its remover marked it dropped
+            };
             match transit {
-                Transit::Writing => self.in_flight.push((slot, generation, f)),
+                Transit::Writing => self.in_flight.push((slot, generation)),
                 Transit::Written(r) => self.indexed_mut(slot).body = Body::Paged(PagedAt::pack(r)),
                 Transit::Failed => {
                     let order = self.order;
                     let m = self.indexed_mut(slot);
+                    let Body::PagingOut(f) = std::mem::replace(&mut m.body, Body::Store) else {
+                        unreachable!("matched above")
+                    };
                     m.body = Body::Resident(f.body.clone());
                     let (order_key, len) = (order.key(&m.order_fields()), u64::from(m.body_len));
                     self.resident.insert(order_key, slot);
@@ -1297,7 +1306,24 @@ impl Pager {
                 st.expirations.insert((expiration, seq, slot));
                 st.expirations_changed = true;
             }
-            dest.key_of(slot, generation)
+            let key = dest.key_of(slot, generation);
+            // Over budget with this destination holding the most: its bodies
+            // are taken out under the lock already held (the write happens
+            // after it is released, as always).
+            let budget = self.options.message_buffer_size;
+            let resident = self.counters.resident_bytes.load(Relaxed);
+            if wait && resident > budget && st.resident_bytes > 0 {
+                let most_elsewhere = self
+                    .with_resident_bodies()
+                    .filter(|(_, d)| !std::ptr::eq(*d, dest))
+                    .map(|(bytes, _)| bytes)
+                    .max()
+                    .unwrap_or(0);
+                if st.resident_bytes >= most_elsewhere {
+                    self.page_out(dest, st, resident - budget)?;
+                }
+            }
+            key
         };
         // Outside the lock: paging out may lock another destination, and writes files.
         if wait {
@@ -1379,10 +1405,12 @@ impl Pager {
         if st.gone {
             return Ok(false);
         }
-        let mut outgoing: Vec<Arc<InFlight>> = Vec::new();
-        let (mut taken, mut batch_bytes, mut any) = (0u64, 0u64, false);
+        // On the stack: a page-out is usually one body, and allocating
+        // for it would cost about as much as the rest of the bookkeeping.
+        let mut outgoing: [Option<Arc<InFlight>>; PAGE_OUT_BATCH_MESSAGES] = std::array::from_fn(|_| None);
+        let (mut count, mut taken, mut batch_bytes, mut any) = (0usize, 0u64, 0u64, false);
         let reversed = st.order.reversed();
-        while taken < excess && outgoing.len() < PAGE_OUT_BATCH_MESSAGES && batch_bytes < PAGE_OUT_BATCH_BYTES {
+        while taken < excess && count < PAGE_OUT_BATCH_MESSAGES && batch_bytes < PAGE_OUT_BATCH_BYTES {
             let Some((order_key, slot)) = st.resident.last(reversed) else { break };
             st.resident.remove(order_key);
             let generation = st.generation(slot);
@@ -1400,8 +1428,9 @@ impl Pager {
             } else {
                 let f = Arc::new(InFlight { body: bytes, transit: Mutex::new(Transit::Writing) });
                 m.body = Body::PagingOut(f.clone());
-                st.in_flight.push((slot, generation, f.clone()));
-                outgoing.push(f);
+                st.in_flight.push((slot, generation));
+                outgoing[count] = Some(f);
+                count += 1;
                 batch_bytes += len;
             }
             st.resident_bytes -= len;
@@ -1410,36 +1439,41 @@ impl Pager {
             any = true;
         }
         drop(st);
-        if outgoing.is_empty() {
+        if count == 0 {
             return Ok(any);
         }
         // Taken furthest first; written in delivery order, so that
         // read-ahead finds them contiguous.
+        let outgoing = &mut outgoing[..count];
         outgoing.reverse();
-        let bodies: Vec<&[u8]> = outgoing.iter().map(|f| &f.body[..]).collect();
-        let written = self.paging.write_many(&bodies);
         let mut to_empty = Vec::new();
-        let result = match written {
-            Ok(refs) => {
-                for (f, r) in outgoing.iter().zip(refs) {
-                    // Counted under the body's mutex, so that a remover
-                    // (which takes it too) sees the count with the state.
-                    let mut transit = f.transit();
-                    if let Transit::Writing = *transit {
-                        *transit = Transit::Written(r);
-                        add(&dest.paged_messages, 1);
-                        add(&dest.paged_bytes, f.body.len() as u64);
-                        add(&dest.page_outs, 1);
-                    } else {
-                        // Removed, or its destination deleted, while written.
-                        to_empty.extend(self.paging.free(r));
-                    }
+        let written = self.paging.write_many(
+            outgoing,
+            |f| match f {
+                Some(f) => &f.body,
+                None => &[],
+            },
+            |i, r| {
+                let Some(f) = &outgoing[i] else { unreachable!("the first `count` are taken") };
+                // Counted under the body's mutex, so that a remover (which
+                // takes it too) sees the count with the state.
+                let mut transit = f.transit();
+                if let Transit::Writing = *transit {
+                    *transit = Transit::Written(r);
+                    add(&dest.paged_messages, 1);
+                    add(&dest.paged_bytes, f.body.len() as u64);
+                    add(&dest.page_outs, 1);
+                } else {
+                    // Removed, or its destination deleted, while written.
+                    to_empty.extend(self.paging.free(r));
                 }
-                Ok(true)
-            }
+            },
+        );
+        let result = match written {
+            Ok(()) => Ok(true),
             Err(e) => {
                 // Kept in memory rather than lost: settled resident again.
-                for f in &outgoing {
+                for f in outgoing.iter().flatten() {
                     let mut transit = f.transit();
                     if let Transit::Writing = *transit {
                         *transit = Transit::Failed;

@@ -242,49 +242,64 @@ impl PagingFiles {
         }
     }
 
-    /// Writes bodies one after the other into one extent of one file, in
-    /// one write; returns where each went. Encoding and the write run with
-    /// no lock held.
-    pub fn write_many(&self, bodies: &[&[u8]]) -> Result<Vec<PagedRef>> {
-        let encoded: Vec<(CodecId, Cow<'_, [u8]>)> =
-            bodies.iter().map(|b| codec::encode_body(self.codec, 0, b)).collect();
-        let total: u64 = encoded.iter().map(|(_, stored)| stored.len() as u64).sum();
-        let (index, handle, offset) = self.reserve(total)?;
-        let write = || match encoded.as_slice() {
-            [(_, one)] => handle.file.write_all_at(one, offset),
-            many => {
-                let mut run = Vec::with_capacity(total as usize);
-                for (_, stored) in many {
-                    run.extend_from_slice(stored);
-                }
-                handle.file.write_all_at(&run, offset)
-            }
-        };
+    /// Writes the bodies of `items` (`body` gives each) one after the
+    /// other into one extent of one file, in one write, then tells
+    /// `written` where each went (by its place in `items`). Encoding and
+    /// the write run with no lock held. One body, the usual page-out, is
+    /// written as it is, with nothing allocated.
+    pub fn write_many<'a, T>(
+        &self,
+        items: &'a [T],
+        body: impl Fn(&'a T) -> &'a [u8],
+        mut written: impl FnMut(usize, PagedRef),
+    ) -> Result<()> {
+        if let [one] = items {
+            let (codec, stored) = codec::encode_body(self.codec, 0, body(one));
+            let offset_and_file = self.write_run(&stored)?;
+            written(
+                0,
+                PagedRef { file: offset_and_file.1, stored_len: stored.len() as u32, offset: offset_and_file.0, codec },
+            );
+            return Ok(());
+        }
+        let encoded: Vec<(CodecId, Cow<'a, [u8]>)> =
+            items.iter().map(|item| codec::encode_body(self.codec, 0, body(item))).collect();
+        let total: usize = encoded.iter().map(|(_, stored)| stored.len()).sum();
+        let mut run = Vec::with_capacity(total);
+        for (_, stored) in &encoded {
+            run.extend_from_slice(stored);
+        }
+        let (mut at, file) = self.write_run(&run)?;
+        for (i, (codec, stored)) in encoded.iter().enumerate() {
+            written(i, PagedRef { file, stored_len: stored.len() as u32, offset: at, codec: *codec });
+            at += stored.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Reserves room for `run` and writes it there; returns the offset and
+    /// the file.
+    fn write_run(&self, run: &[u8]) -> Result<(u64, u32)> {
+        let n = run.len() as u64;
+        let (index, handle, offset) = self.reserve(n)?;
+        let write = || handle.file.write_all_at(run, offset);
         #[cfg(test)]
         let write = || self.call_hook(Io::Write).and_then(|()| write());
-        let written = write();
-        if let Err(e) = written {
+        if let Err(e) = write() {
             // Give the extent back; the file may be empty again.
-            if self.free_extent(index, total) {
+            if self.free_extent(index, n) {
                 self.empty(index as u32);
             }
             return Err(Error::io("writing paging file", &handle.path, e));
         }
-        let mut at = offset;
-        Ok(encoded
-            .iter()
-            .map(|(codec, stored)| {
-                let r = PagedRef { file: index as u32, stored_len: stored.len() as u32, offset: at, codec: *codec };
-                at += stored.len() as u64;
-                r
-            })
-            .collect())
+        Ok((offset, index as u32))
     }
 
     /// Appends one body; returns where it went.
     pub fn write(&self, body: &[u8]) -> Result<PagedRef> {
-        let mut refs = self.write_many(&[body])?;
-        refs.pop().ok_or_else(|| Error::invalid("no paging reference for a written body"))
+        let mut at = None;
+        self.write_many(&[body], |b| b, |_, r| at = Some(r))?;
+        at.ok_or_else(|| Error::invalid("no paging reference for a written body"))
     }
 
     /// A file's handle, looked up under the mutex.
@@ -457,7 +472,8 @@ mod tests {
     fn a_file_emptied_while_written_elsewhere_comes_back_and_is_reused() {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = PagingFiles::open(dir.path(), Codec::None).expect("open");
-        let refs = p.write_many(&[&[1u8; 100], &[2u8; 50]]).expect("write");
+        let mut refs = Vec::new();
+        p.write_many(&[&[1u8; 100][..], &[2u8; 50][..]], |b| b, |_, r| refs.push(r)).expect("write");
         assert_eq!((refs[0].offset, refs[1].offset, refs[1].file), (0, 100, 0));
         assert_eq!(p.read_many(&[(refs[0], 100), (refs[1], 50)]).expect("read")[1][..], [2u8; 50]);
         assert_eq!(p.file_bytes(), 150);
