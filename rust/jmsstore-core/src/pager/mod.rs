@@ -1447,7 +1447,10 @@ impl Pager {
         let outgoing = &mut outgoing[..count];
         outgoing.reverse();
         let mut to_empty = Vec::new();
+        // Destinations write to files of their own shard, so that page-outs
+        // of different destinations do not queue on one file's lock.
         let written = self.paging.write_many(
+            dest.index as usize,
             outgoing,
             |f| match f {
                 Some(f) => &f.body,

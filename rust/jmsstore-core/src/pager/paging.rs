@@ -10,35 +10,40 @@
 //!
 //! One [`PagingFiles`] serves every destination of a pager, from many
 //! threads at once, and must not become the lock that the pager's
-//! per-destination locking was meant to remove. Its bookkeeping (which file
-//! takes appends, each file's length and live bytes) sits under one mutex
-//! held only to hand space out or take it back: never across a read, a
-//! write, or the creation or truncation of a file.
+//! per-destination locking was meant to remove, in this process or in the
+//! kernel.
 //!
-//! - A writer reserves its extent under the mutex (the file's length moves
-//!   past it and its bytes count as live at once), then writes it with a
-//!   positional write on the shared file handle with no lock held. Writers
-//!   to one file never wait for each other, and since a reserved extent is
-//!   live, the file cannot be emptied under a write in flight.
-//! - A reader looks the file handle up under the mutex (an `Arc` clone) and
-//!   reads with a positional read. Bodies are read, and freed, only by the
-//!   holder of their destination's lock, so a read never races with the
-//!   free of its own extent.
-//! - Freeing is bookkeeping; truncating a file whose live bytes reached zero
-//!   is I/O, so [`PagingFiles::free`] only names the file and the caller
-//!   calls [`PagingFiles::empty`] once it holds no lock. While a file is
-//!   being truncated it is marked so that no writer picks it. The name is a
-//!   hint: if a writer reserved space in the file in between, `empty` leaves
-//!   it alone (it is emptied when its live bytes next reach zero).
-//! - A new file is created outside the mutex too; two writers may each
-//!   create one at the same moment, and both files are used.
+//! - The open files sit in a table made once per file and kept until the
+//!   pager goes: a read or a write finds its file with no lock and no
+//!   reference count, and reads or writes it with positional I/O on the
+//!   shared handle, with no lock held.
+//! - Handing out space (which file takes appends, each file's length) is
+//!   under one mutex held for that bookkeeping only: never across a read, a
+//!   write, or the creation or truncation of a file. A writer reserves its
+//!   extent there (its bytes count as live at once) and then writes it, so
+//!   a file cannot be emptied under a write in flight. Appends are spread
+//!   over [`SHARDS`] files at a time, by the caller's shard (its
+//!   destination): writers to one file would otherwise queue on the file's
+//!   lock in the kernel. The price is scratch space: up to [`SHARDS`] files
+//!   partly live at once where one file took every append before.
+//! - Each file's live bytes are an atomic, so that freeing a body takes no
+//!   lock. Bodies are read, and freed, only by the holder of their
+//!   destination's lock, so a read never races with the free of its own
+//!   extent.
+//! - Truncating a file whose live bytes reached zero is I/O, so
+//!   [`PagingFiles::free`] only names the file and the caller calls
+//!   [`PagingFiles::empty`] once it holds no lock. While a file is being
+//!   truncated it is marked so that no writer picks it. The name is a hint:
+//!   if a writer reserved space in the file in between, `empty` leaves it
+//!   alone (it is emptied when its live bytes next reach zero).
+//! - A new file is created outside the mutex too, its index reserved first.
 
 use std::borrow::Cow;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use crate::codec::{self, Codec, CodecId};
 use crate::error::{Error, Result};
@@ -47,6 +52,10 @@ use crate::error::{Error, Result};
 const FILE_BYTES: u64 = 64 << 20;
 /// A paged body's file index is kept in 16 bits (see the pager's `PagedAt`).
 pub const MAX_FILES: usize = 1 << 16;
+/// Files taking appends at once; a writer's shard picks one.
+pub const SHARDS: usize = 4;
+/// The file table is made this many files at a time.
+const FILES_PER_CHUNK: usize = 256;
 const PREFIX: &str = "jmsstore-paging-";
 const SUFFIX: &str = ".page";
 /// Marks a directory as a jmsstore paging directory, which may be emptied.
@@ -66,26 +75,21 @@ pub struct PagedRef {
 }
 
 /// An open paging file, shared by the threads writing and reading it.
-struct Handle {
+struct PagingFile {
     file: File,
     path: PathBuf,
+    /// Bytes of bodies not yet freed (or being written).
+    live: AtomicU64,
 }
 
-/// A paging file's space, as the mutex keeps it.
-struct FileSpace {
-    handle: Arc<Handle>,
-    /// Bytes reserved so far (the next append goes here).
-    len: u64,
-    /// Of those, bytes of bodies not yet freed (or being written).
-    live: u64,
-    /// Being truncated by [`PagingFiles::empty`]: no writer picks it.
-    emptying: bool,
-}
-
+/// Who takes appends where, under the mutex.
 struct Space {
-    files: Vec<FileSpace>,
-    /// The file appends go to, if it still takes them.
-    current: Option<usize>,
+    /// By file index: bytes reserved so far (the next append goes there).
+    len: Vec<u64>,
+    /// By file index: being truncated, or being created: no writer picks it.
+    busy: Vec<bool>,
+    /// By shard: the file appends go to, if it still takes them.
+    current: [Option<usize>; SHARDS],
     /// Number in the name of the next file made.
     next_number: u64,
     /// After [`PagingFiles::remove_all`]: nothing more is written.
@@ -93,17 +97,18 @@ struct Space {
 }
 
 impl Space {
-    /// A file that takes `n` more bytes: the current one while it has room
-    /// (or is empty), else an emptied one, else None (make a new one).
-    fn pick(&mut self, n: u64) -> Option<usize> {
-        if let Some(c) = self.current {
-            let f = &self.files[c];
-            if !f.emptying && (f.len == 0 || f.len + n <= FILE_BYTES) {
+    /// A file that takes `n` more bytes for `shard`: its current one while
+    /// it has room (or is empty), else an emptied one no other shard is
+    /// appending to, else None (make a new one).
+    fn pick(&mut self, n: u64, shard: usize) -> Option<usize> {
+        if let Some(c) = self.current[shard] {
+            if !self.busy[c] && (self.len[c] == 0 || self.len[c] + n <= FILE_BYTES) {
                 return Some(c);
             }
         }
-        let i = self.files.iter().position(|f| f.len == 0 && !f.emptying)?;
-        self.current = Some(i);
+        let current = self.current;
+        let i = (0..self.len.len()).find(|&i| self.len[i] == 0 && !self.busy[i] && !current.contains(&Some(i)))?;
+        self.current[shard] = Some(i);
         Some(i)
     }
 }
@@ -120,15 +125,22 @@ pub(crate) enum Io {
 #[cfg(test)]
 pub(crate) type IoHook = Arc<dyn Fn(Io) -> std::io::Result<()> + Send + Sync>;
 
+/// [`FILES_PER_CHUNK`] files of the table, each set once created.
+type FileChunk = Box<[OnceLock<PagingFile>]>;
+
 /// The paging files of one pager, shared by all its destinations.
 pub struct PagingFiles {
     dir: PathBuf,
     codec: Codec,
+    /// The files by index, in chunks made as needed; an entry is set once
+    /// its file is created and stays until the pager goes.
+    files: Box<[OnceLock<FileChunk>]>,
     space: Mutex<Space>,
     /// Bytes in the files (reserved, not yet reclaimed), readable without the mutex.
     file_bytes: AtomicU64,
+    closed: AtomicBool,
     /// Called with no lock of this module held before each write and read,
-    /// so that tests can make one slow or block it.
+    /// so that tests can make one slow, block it or fail it.
     #[cfg(test)]
     hook: Mutex<Option<IoHook>>,
 }
@@ -184,19 +196,24 @@ impl PagingFiles {
             }
             other => other,
         })?;
-        Ok(PagingFiles {
+        let files = PagingFiles {
             dir: dir.to_path_buf(),
             codec,
+            files: (0..MAX_FILES / FILES_PER_CHUNK).map(|_| OnceLock::new()).collect(),
             space: Mutex::new(Space {
-                files: vec![FileSpace { handle: Arc::new(first), len: 0, live: 0, emptying: false }],
-                current: Some(0),
+                len: vec![0],
+                busy: vec![false],
+                current: [None; SHARDS],
                 next_number: 1,
                 closed: false,
             }),
             file_bytes: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
             #[cfg(test)]
             hook: Mutex::new(None),
-        })
+        };
+        files.set_file(0, first);
+        Ok(files)
     }
 
     /// Bytes in the paging files (written or being written, not yet reclaimed).
@@ -204,62 +221,92 @@ impl PagingFiles {
         self.file_bytes.load(Relaxed)
     }
 
-    /// Reserves `n` bytes at the end of a file that has room; returns the
-    /// file's index, its handle and the offset. Makes a new file (outside
-    /// the mutex) when none has room.
-    fn reserve(&self, n: u64) -> Result<(usize, Arc<Handle>, u64)> {
+    /// File `index`, if it was created (no lock).
+    fn get(&self, index: usize) -> Option<&PagingFile> {
+        self.files.get(index / FILES_PER_CHUNK)?.get()?.get(index % FILES_PER_CHUNK)?.get()
+    }
+
+    /// File `index` for a read or a write; [`Error::Closed`] once the files are removed.
+    fn file(&self, index: u32) -> Result<&PagingFile> {
+        if self.closed.load(SeqCst) {
+            return Err(Error::Closed);
+        }
+        self.get(index as usize).ok_or_else(|| Error::invalid(format!("no paging file {index}")))
+    }
+
+    fn set_file(&self, index: usize, file: PagingFile) {
+        let chunk =
+            self.files[index / FILES_PER_CHUNK].get_or_init(|| (0..FILES_PER_CHUNK).map(|_| OnceLock::new()).collect());
+        // An index is reserved for one file only, so this is its first set.
+        let _ = chunk[index % FILES_PER_CHUNK].set(file);
+    }
+
+    /// Reserves `n` bytes at the end of a file that has room for `shard`;
+    /// returns the file's index, the file and the offset. Makes a new file
+    /// (outside the mutex) when none has room.
+    fn reserve(&self, n: u64, shard: usize) -> Result<(usize, &PagingFile, u64)> {
+        let shard = shard % SHARDS;
         loop {
-            let number = {
+            let (index, number) = {
                 let mut space = lock(&self.space);
                 if space.closed {
                     return Err(Error::Closed);
                 }
-                if let Some(i) = space.pick(n) {
-                    let f = &mut space.files[i];
-                    let offset = f.len;
-                    f.len += n;
-                    f.live += n;
+                if let Some(i) = space.pick(n, shard) {
+                    let file = self.get(i).ok_or_else(|| Error::invalid(format!("no paging file {i}")))?;
+                    let offset = space.len[i];
+                    space.len[i] += n;
+                    file.live.fetch_add(n, Relaxed);
                     self.file_bytes.fetch_add(n, Relaxed);
-                    return Ok((i, f.handle.clone(), offset));
+                    return Ok((i, file, offset));
                 }
-                if space.files.len() >= MAX_FILES {
+                if space.len.len() >= MAX_FILES {
                     return Err(Error::Full(format!(
                         "the paging directory {} holds {MAX_FILES} paging files, the most a pager uses",
                         self.dir.display()
                     )));
                 }
+                // Its index is taken now, the file made outside the mutex;
+                // busy meanwhile, so that no other writer picks it.
+                space.len.push(0);
+                space.busy.push(true);
                 space.next_number += 1;
-                space.next_number - 1
+                (space.len.len() - 1, space.next_number - 1)
             };
-            let handle = create_file(&self.dir, number)?;
+            let made = create_file(&self.dir, number);
             let mut space = lock(&self.space);
-            if space.closed {
-                let _ = fs::remove_file(&handle.path);
-                return Err(Error::Closed);
+            match made {
+                Ok(file) if !space.closed => {
+                    self.set_file(index, file);
+                    space.busy[index] = false;
+                    space.current[shard] = Some(index);
+                }
+                Ok(file) => {
+                    let _ = fs::remove_file(&file.path);
+                    return Err(Error::Closed);
+                }
+                // The index stays busy: never picked, nothing in it.
+                Err(e) => return Err(e),
             }
-            space.files.push(FileSpace { handle: Arc::new(handle), len: 0, live: 0, emptying: false });
-            space.current = Some(space.files.len() - 1);
         }
     }
 
     /// Writes the bodies of `items` (`body` gives each) one after the
-    /// other into one extent of one file, in one write, then tells
-    /// `written` where each went (by its place in `items`). Encoding and
-    /// the write run with no lock held. One body, the usual page-out, is
-    /// written as it is, with nothing allocated.
+    /// other into one extent of one file (picked by `shard`), in one write,
+    /// then tells `written` where each went (by its place in `items`).
+    /// Encoding and the write run with no lock held. One body, the usual
+    /// page-out, is written as it is, with nothing allocated.
     pub fn write_many<'a, T>(
         &self,
+        shard: usize,
         items: &'a [T],
         body: impl Fn(&'a T) -> &'a [u8],
         mut written: impl FnMut(usize, PagedRef),
     ) -> Result<()> {
         if let [one] = items {
             let (codec, stored) = codec::encode_body(self.codec, 0, body(one));
-            let offset_and_file = self.write_run(&stored)?;
-            written(
-                0,
-                PagedRef { file: offset_and_file.1, stored_len: stored.len() as u32, offset: offset_and_file.0, codec },
-            );
+            let (offset, file) = self.write_run(&stored, shard)?;
+            written(0, PagedRef { file, stored_len: stored.len() as u32, offset, codec });
             return Ok(());
         }
         let encoded: Vec<(CodecId, Cow<'a, [u8]>)> =
@@ -269,7 +316,7 @@ impl PagingFiles {
         for (_, stored) in &encoded {
             run.extend_from_slice(stored);
         }
-        let (mut at, file) = self.write_run(&run)?;
+        let (mut at, file) = self.write_run(&run, shard)?;
         for (i, (codec, stored)) in encoded.iter().enumerate() {
             written(i, PagedRef { file, stored_len: stored.len() as u32, offset: at, codec: *codec });
             at += stored.len() as u64;
@@ -279,40 +326,27 @@ impl PagingFiles {
 
     /// Reserves room for `run` and writes it there; returns the offset and
     /// the file.
-    fn write_run(&self, run: &[u8]) -> Result<(u64, u32)> {
+    fn write_run(&self, run: &[u8], shard: usize) -> Result<(u64, u32)> {
         let n = run.len() as u64;
-        let (index, handle, offset) = self.reserve(n)?;
-        let write = || handle.file.write_all_at(run, offset);
+        let (index, file, offset) = self.reserve(n, shard)?;
+        let write = || file.file.write_all_at(run, offset);
         #[cfg(test)]
         let write = || self.call_hook(Io::Write).and_then(|()| write());
         if let Err(e) = write() {
             // Give the extent back; the file may be empty again.
-            if self.free_extent(index, n) {
+            if file.live.fetch_sub(n, Relaxed) == n {
                 self.empty(index as u32);
             }
-            return Err(Error::io("writing paging file", &handle.path, e));
+            return Err(Error::io("writing paging file", &file.path, e));
         }
         Ok((offset, index as u32))
     }
 
-    /// Appends one body; returns where it went.
+    /// Appends one body (shard 0); returns where it went.
     pub fn write(&self, body: &[u8]) -> Result<PagedRef> {
         let mut at = None;
-        self.write_many(&[body], |b| b, |_, r| at = Some(r))?;
+        self.write_many(0, &[body], |b| b, |_, r| at = Some(r))?;
         at.ok_or_else(|| Error::invalid("no paging reference for a written body"))
-    }
-
-    /// A file's handle, looked up under the mutex.
-    fn handle(&self, file: u32) -> Result<Arc<Handle>> {
-        let space = lock(&self.space);
-        if space.closed {
-            return Err(Error::Closed);
-        }
-        space
-            .files
-            .get(file as usize)
-            .map(|f| f.handle.clone())
-            .ok_or_else(|| Error::invalid(format!("no paging file {file}")))
     }
 
     /// Reads a run of bodies: one read when they are contiguous in one file
@@ -324,7 +358,7 @@ impl PagingFiles {
         if contiguous && refs.len() > 1 {
             let first = refs[0].0;
             let last = refs[refs.len() - 1].0;
-            let handle = self.handle(first.file)?;
+            let handle = self.file(first.file)?;
             #[cfg(test)]
             self.call_hook(Io::Read).map_err(|e| Error::io("reading paging file", &handle.path, e))?;
             let mut buf = vec![0u8; (last.offset + u64::from(last.stored_len) - first.offset) as usize];
@@ -350,7 +384,7 @@ impl PagingFiles {
 
     /// A body's bytes as stored (compressed or not).
     fn read_stored(&self, r: PagedRef) -> Result<Vec<u8>> {
-        let handle = self.handle(r.file)?;
+        let handle = self.file(r.file)?;
         #[cfg(test)]
         self.call_hook(Io::Read).map_err(|e| Error::io("reading paging file", &handle.path, e))?;
         let mut buf = vec![0u8; r.stored_len as usize];
@@ -358,20 +392,17 @@ impl PagingFiles {
         Ok(buf)
     }
 
-    /// Frees a body's space. Returns the file's index when nothing in it is
-    /// live any more: the caller then calls [`PagingFiles::empty`] with it,
-    /// once it holds no lock.
+    /// Frees a body's space (no lock). Returns the file's index when
+    /// nothing in it is live any more: the caller then calls
+    /// [`PagingFiles::empty`] with it, once it holds no lock.
     #[must_use = "a file with nothing live is truncated by `empty`, called once no lock is held"]
     pub fn free(&self, r: PagedRef) -> Option<u32> {
-        self.free_extent(r.file as usize, u64::from(r.stored_len)).then_some(r.file)
-    }
-
-    /// Takes `n` live bytes off file `index`; true if it has nothing live left.
-    fn free_extent(&self, index: usize, n: u64) -> bool {
-        let mut space = lock(&self.space);
-        let Some(f) = space.files.get_mut(index) else { return false };
-        f.live -= n;
-        f.live == 0 && f.len > 0 && !f.emptying
+        if self.closed.load(SeqCst) {
+            return None;
+        }
+        let file = self.get(r.file as usize)?;
+        let n = u64::from(r.stored_len);
+        (file.live.fetch_sub(n, Relaxed) == n).then_some(r.file)
     }
 
     /// Truncates file `index` if nothing in it is live (space comes back at
@@ -379,32 +410,30 @@ impl PagingFiles {
     /// that no writer picks it meanwhile.
     pub fn empty(&self, index: u32) {
         let index = index as usize;
-        let (handle, len) = {
+        let Some(file) = self.get(index) else { return };
+        let len = {
             let mut space = lock(&self.space);
-            if space.closed {
+            // Reservations are made under the mutex: with it held, nothing
+            // live means nothing will be written here until it is released.
+            if space.closed || file.live.load(Relaxed) != 0 || space.len[index] == 0 || space.busy[index] {
                 return;
             }
-            let Some(f) = space.files.get_mut(index) else { return };
-            if f.live != 0 || f.len == 0 || f.emptying {
-                return;
+            space.busy[index] = true;
+            for current in &mut space.current {
+                if *current == Some(index) {
+                    *current = None;
+                }
             }
-            f.emptying = true;
-            let taken = (f.handle.clone(), f.len);
-            if space.current == Some(index) {
-                space.current = None;
-            }
-            taken
+            space.len[index]
         };
-        let truncated = handle.file.set_len(0).is_ok();
+        let truncated = file.file.set_len(0).is_ok();
         let mut space = lock(&self.space);
-        if let Some(f) = space.files.get_mut(index) {
-            f.emptying = false;
-            // Nobody reserved space in it meanwhile (it was marked), so
-            // `len` is unchanged; a failed truncation keeps it as it is.
-            if truncated {
-                f.len = 0;
-                self.file_bytes.fetch_sub(len, Relaxed);
-            }
+        space.busy[index] = false;
+        // Nobody reserved space in it meanwhile (it was busy), so its length
+        // is unchanged; a failed truncation leaves it as it is.
+        if truncated && !space.closed {
+            space.len[index] = 0;
+            self.file_bytes.fetch_sub(len, Relaxed);
         }
     }
 
@@ -415,17 +444,26 @@ impl PagingFiles {
         }
     }
 
-    /// Removes the paging files; nothing more is written (a write fails
-    /// with [`Error::Closed`]).
+    /// Removes the paging files; nothing more is written or read (a call
+    /// fails with [`Error::Closed`]). The files are truncated as well as
+    /// unlinked: their handles stay open until the pager goes, and must
+    /// not keep the disk space.
     pub fn remove_all(&self) {
-        let files = {
+        let count = {
             let mut space = lock(&self.space);
+            if space.closed {
+                return;
+            }
             space.closed = true;
-            space.current = None;
-            std::mem::take(&mut space.files)
+            self.closed.store(true, SeqCst);
+            space.current = [None; SHARDS];
+            space.len.len()
         };
-        for f in files {
-            let _ = fs::remove_file(&f.handle.path);
+        for index in 0..count {
+            if let Some(file) = self.get(index) {
+                let _ = file.file.set_len(0);
+                let _ = fs::remove_file(&file.path);
+            }
         }
         self.file_bytes.store(0, Relaxed);
     }
@@ -445,7 +483,7 @@ impl PagingFiles {
 }
 
 /// Creates (or truncates) paging file number `number` in `dir`, owner-only.
-fn create_file(dir: &Path, number: u64) -> Result<Handle> {
+fn create_file(dir: &Path, number: u64) -> Result<PagingFile> {
     let path = dir.join(format!("{PREFIX}{number:06}{SUFFIX}"));
     let file = OpenOptions::new()
         .read(true)
@@ -455,7 +493,7 @@ fn create_file(dir: &Path, number: u64) -> Result<Handle> {
         .mode(0o600)
         .open(&path)
         .map_err(|e| Error::io("creating paging file", &path, e))?;
-    Ok(Handle { file, path })
+    Ok(PagingFile { file, path, live: AtomicU64::new(0) })
 }
 
 impl Drop for PagingFiles {
@@ -473,7 +511,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = PagingFiles::open(dir.path(), Codec::None).expect("open");
         let mut refs = Vec::new();
-        p.write_many(&[&[1u8; 100][..], &[2u8; 50][..]], |b| b, |_, r| refs.push(r)).expect("write");
+        p.write_many(0, &[&[1u8; 100][..], &[2u8; 50][..]], |b| b, |_, r| refs.push(r)).expect("write");
         assert_eq!((refs[0].offset, refs[1].offset, refs[1].file), (0, 100, 0));
         assert_eq!(p.read_many(&[(refs[0], 100), (refs[1], 50)]).expect("read")[1][..], [2u8; 50]);
         assert_eq!(p.file_bytes(), 150);
@@ -502,5 +540,27 @@ mod tests {
         assert_eq!(p.free(r), None);
         let left: Vec<_> = fs::read_dir(dir.path()).expect("list").flatten().map(|e| e.file_name()).collect();
         assert_eq!(left, vec![std::ffi::OsString::from(MARKER)]);
+    }
+
+    #[test]
+    fn shards_append_to_files_of_their_own() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = PagingFiles::open(dir.path(), Codec::None).expect("open");
+        let at = |shard| {
+            let mut r = None;
+            p.write_many(shard, &[&[shard as u8; 10][..]], |b| b, |_, w| r = Some(w)).expect("write");
+            r.expect("written")
+        };
+        let (a, b, a2) = (at(0), at(1), at(0));
+        assert_ne!(a.file, b.file, "two shards, two files");
+        assert_eq!((a2.file, a2.offset), (a.file, 10), "a shard keeps appending to its file");
+        assert_eq!(at(SHARDS + 1).file, b.file, "shards wrap around");
+        assert_eq!(p.read(b, 10).expect("read"), vec![1u8; 10]);
+        for r in [a, a2] {
+            p.empty_all(p.free(r).into_iter().collect());
+        }
+        assert_eq!(p.file_bytes(), 20, "shard 0's file emptied, shard 1's not");
+        // The emptied file is taken again, by whichever shard needs one.
+        assert_eq!(at(2).file, a.file);
     }
 }
