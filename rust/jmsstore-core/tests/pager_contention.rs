@@ -43,8 +43,9 @@ fn pager(budget: u64, dir: &Path) -> Arc<Pager> {
 
 /// Cycles per second over all `threads` (each on its own destination,
 /// each with `backlog` messages standing), with `slow_filter` adding one
-/// more thread that filters slowly on a destination of its own.
-fn run(threads: usize, budget: u64, backlog: usize, slow_filter: bool) -> f64 {
+/// more thread that filters slowly on a destination of its own; and the
+/// process's CPU time per cycle, ns (the slow filter's spinning included).
+fn run(threads: usize, budget: u64, backlog: usize, slow_filter: bool) -> (f64, f64) {
     let dir = tempfile::tempdir().expect("tempdir");
     let p = pager(budget, dir.path());
     let dests: Vec<u32> =
@@ -92,14 +93,15 @@ fn run(threads: usize, budget: u64, backlog: usize, slow_filter: bool) -> f64 {
         }));
     }
     start.wait();
-    let t = Instant::now();
+    let (t, cpu) = (Instant::now(), cpu_ns());
     thread::sleep(RUN);
     stop.store(true, Ordering::Relaxed);
-    let elapsed = t.elapsed();
+    let (elapsed, cpu) = (t.elapsed(), cpu_ns() - cpu);
     for h in handles {
         h.join().expect("thread");
     }
-    cycles.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64()
+    let n = cycles.load(Ordering::Relaxed) as f64;
+    (n / elapsed.as_secs_f64(), cpu / n)
 }
 
 /// The process's CPU time, ns (less sensitive to other load than the wall clock).
@@ -160,7 +162,7 @@ fn pager_single_thread_cost() {
 #[ignore = "a benchmark: run with --ignored --nocapture"]
 fn pager_contention() {
     let only = std::env::var("PAGER_CONTENTION").unwrap_or_default();
-    println!("scenario  threads  cycles/s");
+    println!("scenario  threads  cycles/s  cpu ns/cycle");
     for (scenario, budget, backlog, slow) in
         [("memory", 1u64 << 30, 0, false), ("paging", 64 << 10, 256, false), ("filter", 1 << 30, 0, true)]
     {
@@ -168,8 +170,8 @@ fn pager_contention() {
             continue;
         }
         for threads in [1, 2, 4] {
-            let rate = run(threads, budget, backlog, slow);
-            println!("{scenario:<8}  {threads:>7}  {rate:>10.0}");
+            let (rate, cpu) = run(threads, budget, backlog, slow);
+            println!("{scenario:<8}  {threads:>7}  {rate:>10.0}  {cpu:>8.0}");
         }
     }
 }
