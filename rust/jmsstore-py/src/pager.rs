@@ -175,8 +175,10 @@ impl NativePager {
         Ok(py.detach(|| self.pager.add(destination, &m, body.as_deref(), body_size))?)
     }
 
+    // Calls that take a destination's lock wait for it without the GIL: a
+    // Python filter holds that lock while it runs, and needs the GIL.
     fn header<'py>(&self, py: Python<'py>, key: u64) -> PyResult<Bound<'py, PyDict>> {
-        let h = self.pager.header(key).map_err(PyStoreError)?;
+        let h = py.detach(|| self.pager.header(key)).map_err(PyStoreError)?;
         header_dict(py, &h)
     }
 
@@ -253,8 +255,8 @@ impl NativePager {
     }
 
     #[pyo3(signature = (key, redelivered=true, delivery_time=None))]
-    fn release(&self, key: u64, redelivered: bool, delivery_time: Option<i64>) -> PyResult2<()> {
-        Ok(self.pager.release(key, redelivered, delivery_time)?)
+    fn release(&self, py: Python<'_>, key: u64, redelivered: bool, delivery_time: Option<i64>) -> PyResult2<()> {
+        Ok(py.detach(|| self.pager.release(key, redelivered, delivery_time))?)
     }
 
     fn delete_destination(&self, py: Python<'_>, destination: u32) -> PyResult2<usize> {
@@ -270,13 +272,13 @@ impl NativePager {
     }
 
     #[pyo3(signature = (now, limit=1000))]
-    fn expired(&self, now: i64, limit: usize) -> PyResult2<Vec<u64>> {
-        Ok(self.pager.expired(now, limit)?)
+    fn expired(&self, py: Python<'_>, now: i64, limit: usize) -> PyResult2<Vec<u64>> {
+        Ok(py.detach(|| self.pager.expired(now, limit))?)
     }
 
     #[pyo3(signature = (destination, after=None, limit=1000))]
-    fn browse(&self, destination: u32, after: Option<u64>, limit: usize) -> PyResult2<Vec<u64>> {
-        Ok(self.pager.browse(destination, after, limit)?)
+    fn browse(&self, py: Python<'_>, destination: u32, after: Option<u64>, limit: usize) -> PyResult2<Vec<u64>> {
+        Ok(py.detach(|| self.pager.browse(destination, after, limit))?)
     }
 
     /// (messages, resident messages, resident bytes) of a destination.
