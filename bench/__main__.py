@@ -1,4 +1,5 @@
-"""Command line: ``python -m bench <suite> [--quick] [--json PATH]`` (suites: store, pager, broker, matrix, spark)."""
+"""Command line: ``python -m bench <suite> [--quick] [--json PATH]`` (suites: store, pager, broker, open, matrix,
+spark)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,12 @@ def _spark(ctx: harness.Context) -> None:
     spark.run(ctx)
 
 
+def _open(ctx: harness.Context) -> None:
+    from bench import server_open
+
+    server_open.run(ctx)
+
+
 def _matrix(ctx: harness.Context) -> None:
     from bench import matrix
 
@@ -54,6 +61,7 @@ SUITES: dict[str, tuple[str, Runner]] = {
     "store": ("file store: put throughput vs raw disk and sqlite3, recovery time, codecs", _store),
     "pager": ("paging engine: memory per message beyond the budget, paged vs in-memory drain, sorted orders", _pager),
     "broker": ("JMS broker: send+receive throughput on a queue vs sqlite3 and persist-queue", _broker),
+    "open": ("JMS server open on a backlog of persistent messages vs the file store's open", _open),
     "matrix": (
         "scenario matrix (seed 002): delivery, size, destination, acknowledgement, selector, codec, paging, "
         "threads; with the peers",

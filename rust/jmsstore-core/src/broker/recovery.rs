@@ -13,7 +13,6 @@
 //! buffer size the pager drops them again (a persistent body is read back
 //! from the store when needed).
 
-use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -22,74 +21,139 @@ use crate::broker::server::Broker;
 use crate::broker::target::Target;
 use crate::error::Result;
 use crate::pager::NewMessage;
-use crate::store::index::IdMap;
 use crate::store::{RecoveryVisitor, SegmentVisitor};
 
 /// Stored messages read per store scan.
 const CHUNK: usize = 4096;
 
-/// One stored message as the store's recovery read it.
+/// One stored message as the store's recovery read it: its pager fields,
+/// kept small (a million of them are held while a server opens).
 struct Indexed {
     /// The record's sequence number: the highest one of a handle is its live version.
     sequence: u64,
+    id: u64,
+    timestamp: i64,
+    expiration: i64,
+    delivery_time: i64,
     /// The body's length.
     len: u32,
-    /// Its pager fields, or why it is not a message a consumer could be handed.
-    fields: std::result::Result<Validated, String>,
+    priority: u8,
+    /// The strings most messages do not have, or why it is not a message a
+    /// consumer could be handed.
+    rest: Rest,
 }
+
+enum Rest {
+    None,
+    /// Correlation id and type.
+    Strings(Box<(Option<String>, Option<String>)>),
+    Malformed(Box<str>),
+}
+
+impl Indexed {
+    fn new(sequence: u64, len: usize, validated: Result<Validated>) -> Indexed {
+        match validated {
+            Ok(v) => Indexed {
+                sequence,
+                id: v.id,
+                timestamp: v.timestamp,
+                expiration: v.expiration,
+                delivery_time: v.delivery_time,
+                len: len as u32,
+                priority: v.priority,
+                rest: match (v.correlation_id, v.message_type) {
+                    (None, None) => Rest::None,
+                    strings => Rest::Strings(Box::new(strings)),
+                },
+            },
+            Err(e) => Indexed {
+                sequence,
+                id: 0,
+                timestamp: 0,
+                expiration: 0,
+                delivery_time: 0,
+                len: len as u32,
+                priority: 0,
+                rest: Rest::Malformed(e.to_string().into()),
+            },
+        }
+    }
+
+    /// Its fields as `validate` gave them, or why it is malformed.
+    fn into_validated(self) -> std::result::Result<Validated, String> {
+        let (correlation_id, message_type) = match self.rest {
+            Rest::Malformed(why) => return Err(why.into()),
+            Rest::None => (None, None),
+            Rest::Strings(strings) => *strings,
+        };
+        Ok(Validated {
+            id: self.id,
+            priority: self.priority,
+            timestamp: self.timestamp,
+            expiration: self.expiration,
+            delivery_time: self.delivery_time,
+            correlation_id,
+            message_type,
+        })
+    }
+}
+
+/// Per collection, the lists of what each segment's visitor found of it.
+type Found = HashMap<String, Vec<Vec<(u64, Indexed)>>>;
 
 /// The header fields of a server's stored messages, collected as the
 /// store's recovery reads every record (a [`RecoveryVisitor`]), so that
 /// [`Broker::load`] puts a backlog back into the pager without reading the
 /// store again: the bodies stay on disk until a consumer needs them. Each
-/// message is checked whole as it is read ([`format::validate`]). Each
-/// recovery worker keeps what it reads of a segment to itself; the lists
-/// become one map, once, when the load first looks.
+/// message is checked whole as it is read ([`format::validate`]).
+///
+/// Each recovery worker keeps what it reads of a segment to itself, by
+/// collection; when the load asks for a collection, its lists become one,
+/// sorted by handle, and the load walks it beside the store's live handles
+/// of the collection (also in handle order): no lookup per message.
 pub struct HeaderIndex {
     /// Collection-name prefixes of the messages to index (a server's queues
     /// and subscriptions; the Python layout names them).
     prefixes: Vec<String>,
-    /// What each segment's visitor found.
-    segments: Mutex<Vec<Vec<(u64, Indexed)>>>,
-    /// The segments' lists merged (the highest sequence of each handle).
-    merged: Mutex<Option<IdMap<Indexed>>>,
+    /// Per collection, what each segment's visitor found of it.
+    found: Mutex<Found>,
 }
 
 impl HeaderIndex {
     /// An index of the records in collections starting with one of `prefixes`.
     pub fn new(prefixes: Vec<String>) -> HeaderIndex {
-        HeaderIndex { prefixes, segments: Mutex::default(), merged: Mutex::default() }
+        HeaderIndex { prefixes, found: Mutex::default() }
     }
 
-    fn merged(&self) -> MutexGuard<'_, Option<IdMap<Indexed>>> {
-        let mut merged = self.merged.lock().unwrap_or_else(|p| p.into_inner());
-        let segments = std::mem::take(&mut *self.segments.lock().unwrap_or_else(|p| p.into_inner()));
-        if !segments.is_empty() {
-            let map = merged.get_or_insert_with(IdMap::default);
-            map.reserve(segments.iter().map(Vec::len).sum());
-            for (handle, indexed) in segments.into_iter().flatten() {
-                match map.entry(handle) {
-                    Entry::Occupied(mut e) => {
-                        if e.get().sequence < indexed.sequence {
-                            e.insert(indexed);
-                        }
-                    }
-                    Entry::Vacant(e) => {
-                        e.insert(indexed);
-                    }
-                }
+    fn found(&self) -> MutexGuard<'_, Found> {
+        self.found.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What was read of `collection`, sorted by handle, each handle's highest
+    /// sequence only; taken out of the index.
+    fn take_collection(&self, collection: &str) -> Vec<(u64, Indexed)> {
+        let parts = self.found().remove(collection).unwrap_or_default();
+        let mut all: Vec<(u64, Indexed)> = Vec::with_capacity(parts.iter().map(Vec::len).sum());
+        for part in parts {
+            all.extend(part);
+        }
+        // Mostly sorted already (a segment's records come in order): cheap,
+        // and in place.
+        all.sort_unstable_by_key(|(handle, indexed)| (*handle, indexed.sequence));
+        // Of a handle's versions, the last (highest sequence) stays.
+        let mut kept: Vec<(u64, Indexed)> = Vec::with_capacity(all.len());
+        for entry in all {
+            match kept.last_mut() {
+                Some(last) if last.0 == entry.0 => *last = entry,
+                _ => kept.push(entry),
             }
         }
-        merged
+        kept
     }
 
-    fn take(&self, handle: u64) -> Option<Indexed> {
-        self.merged().as_mut()?.remove(&handle)
-    }
-
-    /// Records indexed and not taken yet.
+    /// Records indexed and not loaded yet.
     pub fn len(&self) -> usize {
-        self.merged().as_ref().map_or(0, |m| m.len())
+        self.found().values().flatten().map(Vec::len).sum()
     }
 
     /// True if nothing is indexed.
@@ -99,15 +163,15 @@ impl HeaderIndex {
 
     /// Forgets everything (recovery is over).
     pub fn clear(&self) {
-        self.segments.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        *self.merged.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.found() = HashMap::new();
     }
 }
 
 /// What one recovery worker reads of one segment, for a [`HeaderIndex`].
 struct SegmentIndex<'a> {
     index: &'a HeaderIndex,
-    found: Vec<(u64, Indexed)>,
+    /// By collection (a segment holds few): what was read of it, in order.
+    found: Vec<(String, Vec<(u64, Indexed)>)>,
 }
 
 impl SegmentVisitor for SegmentIndex<'_> {
@@ -115,16 +179,22 @@ impl SegmentVisitor for SegmentIndex<'_> {
         if !self.index.prefixes.iter().any(|p| collection.starts_with(p.as_str())) {
             return;
         }
-        let fields = format::validate(body).map_err(|e| e.to_string());
-        self.found.push((handle, Indexed { sequence, len: body.len() as u32, fields }));
+        let indexed = Indexed::new(sequence, body.len(), format::validate(body));
+        match self.found.iter_mut().rev().find(|(name, _)| name == collection) {
+            Some((_, list)) => list.push((handle, indexed)),
+            None => self.found.push((collection.to_string(), vec![(handle, indexed)])),
+        }
     }
 }
 
 impl Drop for SegmentIndex<'_> {
     fn drop(&mut self) {
-        if !self.found.is_empty() {
-            let found = std::mem::take(&mut self.found);
-            self.index.segments.lock().unwrap_or_else(|p| p.into_inner()).push(found);
+        if self.found.is_empty() {
+            return;
+        }
+        let mut found = self.index.found();
+        for (collection, list) in std::mem::take(&mut self.found) {
+            found.entry(collection).or_default().push(list);
         }
     }
 }
@@ -199,14 +269,22 @@ impl Broker {
         loaded: &mut Loaded,
         progress: &mut dyn FnMut(u64),
     ) -> Result<()> {
+        let indexed = index.map(|i| i.take_collection(collection)).unwrap_or_default();
+        let mut indexed = indexed.into_iter().peekable();
         let mut after = None;
         loop {
             let handles = self.store.handles(collection, after, CHUNK)?;
             let Some(&last) = handles.last() else { return Ok(()) };
             after = Some(last);
             for handle in handles {
-                let (fields, body, len) = match index.and_then(|i| i.take(handle)) {
-                    Some(Indexed { fields, len, .. }) => (fields, None, len as usize),
+                // Both in handle order: what was read of a live handle is at the front.
+                while indexed.next_if(|(h, _)| *h < handle).is_some() {}
+                let found = indexed.next_if(|(h, _)| *h == handle).map(|(_, i)| i);
+                let (fields, body, len) = match found {
+                    Some(indexed) => {
+                        let len = indexed.len as usize;
+                        (indexed.into_validated(), None, len)
+                    }
                     // Not indexed (the store was opened without the index): read it.
                     None => match self.store.read(handle) {
                         Ok(body) => (format::validate(&body).map_err(|e| e.to_string()), Some(body), 0),
