@@ -88,3 +88,117 @@ impl Broker {
         Ok(to_log)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::format::MessageView;
+    use crate::broker::target::DeliverySettings;
+    use crate::broker::testing::*;
+
+    const EXPIRES: i64 = NOW + 100;
+
+    fn expiring(id: u64) -> Message {
+        Message::new(id).expiring_at(EXPIRES)
+    }
+
+    fn with_policy(policy: ExpirationPolicy, error_destination: Option<&str>) -> DeliverySettings {
+        DeliverySettings {
+            expiration_policy: policy,
+            error_destination: error_destination.map(str::to_owned),
+            ..DeliverySettings::default()
+        }
+    }
+
+    #[test]
+    fn expired_messages_are_discarded() {
+        let f = Fixture::new();
+        let q = f.queue("Q");
+        f.send(&q.destination, &expiring(1)).unwrap();
+        f.send_all(&q.destination, [2]);
+
+        assert!(f.broker.expire(EXPIRES - 1, 100).unwrap().is_empty());
+        assert_eq!(f.ids(&q.target), [1, 2], "not yet");
+        let logged = f.broker.expire(EXPIRES, 100).unwrap();
+        assert!(logged.is_empty(), "discarded, not logged");
+        assert_eq!(f.ids(&q.target), [2]);
+        assert_eq!(f.stored_ids(&q.target), [2]);
+        for account in [&q.target.held, &q.destination.gauge, &q.quota, f.server()] {
+            assert_eq!(counts(account), (1, size_of(2)));
+        }
+        assert_eq!(f.broker.counters.values().expired, 1);
+        assert_eq!(q.target.expired.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert_eq!(q.destination.messages_expired.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn under_the_log_policy_an_expired_message_is_handed_back_with_its_body() {
+        let f = Fixture::new();
+        let q = f.queue("Q");
+        q.destination.set_settings(with_policy(ExpirationPolicy::Log, None));
+        f.send(&q.destination, &expiring(1)).unwrap();
+        f.send(&q.destination, &expiring(2)).unwrap();
+        let keys = f.take(&q.target, 1);
+        f.broker.release(&keys, true, NOW).unwrap(); // the first was delivered before
+
+        let logged = f.broker.expire(EXPIRES, 100).unwrap();
+        assert_eq!(logged.len(), 2);
+        assert!(logged.iter().all(|e| Arc::ptr_eq(&e.target, &q.target)));
+        assert_eq!(logged[0].body, expiring(1).encode());
+        assert_eq!(logged[1].body, expiring(2).encode());
+        assert_eq!((logged[0].redelivered, logged[1].redelivered), (true, false));
+        assert!(f.ids(&q.target).is_empty());
+        assert!(f.stored(&q.target).is_empty());
+        assert!(f.records().is_empty());
+        assert_eq!(counts(f.server()), (0, 0));
+    }
+
+    #[test]
+    fn under_the_redirect_policy_an_expired_message_moves_to_the_error_destination_without_an_expiration() {
+        let f = Fixture::new();
+        let dlq = f.queue("DLQ");
+        let q = f.queue("Q");
+        q.destination.set_settings(with_policy(ExpirationPolicy::Redirect, Some("DLQ")));
+        f.send(&q.destination, &expiring(1)).unwrap();
+
+        assert!(f.broker.expire(EXPIRES, 100).unwrap().is_empty());
+        assert!(f.ids(&q.target).is_empty());
+        assert!(f.stored(&q.target).is_empty());
+        let headers = f.headers(&dlq.target);
+        assert_eq!((headers[0].id, headers[0].expiration), (1, 0));
+        let stored = f.stored(&dlq.target);
+        assert_eq!(stored[0].1, format::with_expiration(&expiring(1).encode(), 0).unwrap());
+        assert_eq!(MessageView::parse(&stored[0].1).unwrap().header().expiration, 0);
+        let c = f.broker.counters.values();
+        assert_eq!((c.expired, c.expired_redirected), (1, 1));
+        for account in [&q.target.held, &q.destination.gauge, &q.quota] {
+            assert_eq!(counts(account), (0, 0));
+        }
+        for account in [&dlq.target.held, &dlq.destination.gauge, &dlq.quota, f.server()] {
+            assert_eq!(account.messages(), 1);
+        }
+
+        assert!(f.broker.expire(i64::MAX, 100).unwrap().is_empty());
+        assert_eq!(f.ids(&dlq.target), [1], "it never expires there");
+    }
+
+    #[test]
+    fn a_message_in_a_consumers_hands_does_not_expire() {
+        let f = Fixture::new();
+        let q = f.queue("Q");
+        f.send(&q.destination, &expiring(1)).unwrap();
+        let keys = f.take(&q.target, 1);
+
+        assert!(f.broker.expire(EXPIRES, 100).unwrap().is_empty());
+        assert_eq!(f.ids(&q.target), [1]);
+        assert_eq!(f.stored_ids(&q.target), [1]);
+        assert_eq!(q.target.pending.messages(), 1);
+        assert_eq!(f.broker.counters.values().expired, 0);
+
+        f.broker.release(&keys, false, NOW).unwrap();
+        f.broker.expire(EXPIRES, 100).unwrap();
+        assert!(f.ids(&q.target).is_empty(), "once returned it does");
+        assert!(f.stored(&q.target).is_empty());
+        assert_eq!(counts(f.server()), (0, 0));
+    }
+}
