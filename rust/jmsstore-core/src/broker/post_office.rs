@@ -340,8 +340,11 @@ impl Broker {
         let mut held = destination.held.lock().unwrap_or_else(|p| p.into_inner());
         let mut first_error = None;
         for h in std::mem::take(&mut *held) {
-            let live: Vec<Route> = h.routes.into_iter().filter(|r| !r.target.is_deleted()).collect();
-            if let Err(e) = self.make_room(&live).and_then(|()| self.deliver(&live, &h.handles, &h.body, &h.header)) {
+            // A target deleted meanwhile took its stored copy with it: its
+            // route and its handle go together (the others keep their own).
+            let (live, handles): (Vec<Route>, Vec<Option<u64>>) =
+                h.routes.into_iter().zip(h.handles).filter(|(r, _)| !r.target.is_deleted()).unzip();
+            if let Err(e) = self.make_room(&live).and_then(|()| self.deliver(&live, &handles, &h.body, &h.header)) {
                 first_error.get_or_insert(e);
             }
         }
@@ -656,6 +659,26 @@ mod tests {
         assert_eq!(f.ids(&q.target), [1, 2, 3]);
         assert_eq!(f.broker.held_count(&q.destination), 0);
         assert_eq!(f.broker.counters.values().sent, 3);
+    }
+
+    #[test]
+    fn a_subscription_dropped_during_an_insertion_pause_leaves_the_others_their_own_copies() {
+        let f = Fixture::new();
+        let t = f.topic("T");
+        let dropped = f.subscription(&t, "dropped", true, Routing::default());
+        let kept = f.subscription(&t, "kept", true, Routing::default());
+        t.destination.set_insertion_paused(true);
+        f.send_all(&t.destination, [1]);
+        f.broker.drop_target(&dropped).unwrap();
+
+        f.broker.resume_insertion(&t.destination).unwrap();
+        let stored = f.stored(&kept);
+        assert_eq!(f.headers(&kept)[0].store_handle, Some(stored[0].0), "the copy reads its own stored body");
+        let keys = f.take(&kept, 1);
+        f.broker.acknowledge(&keys).unwrap();
+        assert!(f.stored(&kept).is_empty());
+        assert!(f.records().is_empty());
+        assert_eq!(counts(f.server()), (0, 0));
     }
 
     #[test]
