@@ -73,8 +73,11 @@ impl Broker {
                             let body: Arc<[u8]> = Arc::from(format::with_expiration(&body, 0)?);
                             if self.move_to(Some(&error), &target, handle, body, moved_header)? {
                                 Counters::bump(&self.counters.expired_redirected, 1);
-                                continue; // its store record went in the move
                             }
+                            // Its store record went in the move, even when no
+                            // target there took it: deleting it again would
+                            // make the store refuse every delete of this run.
+                            continue;
                         }
                     }
                     _ => {}
@@ -180,6 +183,24 @@ mod tests {
 
         assert!(f.broker.expire(i64::MAX, 100).unwrap().is_empty());
         assert_eq!(f.ids(&dlq.target), [1], "it never expires there");
+    }
+
+    #[test]
+    fn a_message_redirected_to_an_error_topic_that_takes_nothing_is_deleted_once() {
+        let f = Fixture::new();
+        let errors = f.topic("errors");
+        let red = f.subscription(&errors, "red", true, selecting("color", "red"));
+        let q = f.queue("Q");
+        q.destination.set_settings(with_policy(ExpirationPolicy::Redirect, Some("errors")));
+        f.send(&q.destination, &expiring(1)).unwrap();
+        f.send(&q.destination, &expiring(2)).unwrap();
+
+        assert!(f.broker.expire(EXPIRES, 100).unwrap().is_empty());
+        assert!(f.ids(&q.target).is_empty() && f.ids(&red).is_empty());
+        assert!(f.stored(&q.target).is_empty(), "deleted, with nowhere to go");
+        assert_eq!(counts(f.server()), (0, 0));
+        let c = f.broker.counters.values();
+        assert_eq!((c.expired, c.expired_redirected), (2, 0));
     }
 
     #[test]
