@@ -103,16 +103,20 @@ impl Broker {
     /// (`pass_waiting`: even if senders wait for room there, as a
     /// preemptive policy or the waiter itself does), then the
     /// destination's, the server's and every route's counts, all or
-    /// nothing.
+    /// nothing. A route whose target was deleted since the routes were
+    /// made is charged nothing: a dropped target's counts went with it
+    /// (see [`Broker::uncharge`]), and nothing would count this copy out.
     pub fn admit(&self, destination: &Destination, routes: &[Route], size: i64, persistent: bool) -> Admission {
-        if routes.is_empty() {
+        let live = routes.iter().filter(|r| !r.target.is_deleted());
+        let copies = live.clone().count() as i64;
+        if copies == 0 {
             return Admission::Admitted;
         }
         let (quota, preemptive) = destination.quota();
-        let (copies, total) = (routes.len() as i64, routes.len() as i64 * size);
+        let total = copies * size;
         if !self.system_limited() {
             if copies == 1 {
-                let target = &routes[0].target;
+                let target = &live.clone().next().expect("one live route").target;
                 return match ledger::charge(&quota, &destination.gauge, &self.server, &target.held, 1, size, preemptive)
                 {
                     true => Admission::Admitted,
@@ -137,7 +141,7 @@ impl Broker {
             }
         }
         destination.gauge.add(copies, total);
-        for r in routes {
+        for r in live {
             r.target.held.add(1, size);
         }
         Admission::Admitted
@@ -146,14 +150,24 @@ impl Broker {
     /// The rest of an admission whose quota room the caller waited for and
     /// took (in Python, under the blocking-send policy): the destination's,
     /// the server's (unless the broker-wide limits took it already) and
-    /// every route's counts.
+    /// every route's counts. The room taken for a route whose target was
+    /// deleted meanwhile goes back (see [`Broker::admit`]).
     pub fn admitted_after_wait(&self, destination: &Destination, routes: &[Route], size: i64, server_counted: bool) {
-        let (copies, total) = (routes.len() as i64, routes.len() as i64 * size);
+        let live = routes.iter().filter(|r| !r.target.is_deleted());
+        let copies = live.clone().count() as i64;
+        let gone = routes.len() as i64 - copies;
+        if gone > 0 {
+            destination.quota().0.sub(gone, gone * size);
+            if server_counted {
+                self.server.sub(gone, gone * size);
+            }
+        }
+        let total = copies * size;
         if !server_counted {
             self.server.add(copies, total);
         }
         destination.gauge.add(copies, total);
-        for r in routes {
+        for r in live {
             r.target.held.add(1, size);
         }
     }
@@ -766,6 +780,39 @@ mod tests {
         }
         assert_eq!(f.broker.counters.values().sent, 0);
         assert_no_underflows(&all_accounts());
+    }
+
+    #[test]
+    fn a_send_admitted_after_its_subscription_was_dropped_counts_nothing_for_it() {
+        // A producer that waited for quota room comes back with the routes it
+        // had: a subscription may have gone meanwhile.
+        let f = Fixture::new();
+        f.broker.set_system_limits(100, -1);
+        let t = f.topic("T");
+        let dropped = f.subscription(&t, "dropped", true, Routing::default());
+        let kept = f.subscription(&t, "kept", true, Routing::default());
+        let (body, header) = Message::new(1).parts();
+        let size = body.len() as i64;
+        let routes = target::routes(&t.destination, Sender::default(), &body, true);
+        f.broker.drop_target(&dropped).unwrap();
+
+        // Admitted at once.
+        assert_eq!(f.broker.admit(&t.destination, &routes, size, true), Admission::Admitted);
+        assert_eq!((t.quota.messages(), f.server().messages(), dropped.held.messages()), (1, 1, 0));
+        f.broker.send(&t.destination, &routes, body.clone(), &header, false).unwrap();
+        // Admitted after a wait: the waiter took room for both copies, the server's count included.
+        assert!(t.quota.try_add(2, 2 * size, true) && f.server().try_add(2, 2 * size, true));
+        f.broker.admitted_after_wait(&t.destination, &routes, size, true);
+        assert_eq!((t.quota.messages(), f.server().messages(), dropped.held.messages()), (2, 2, 0));
+        f.broker.send(&t.destination, &routes, body, &header, false).unwrap();
+
+        assert_eq!(f.ids(&kept), [1, 1]);
+        let keys = f.take(&kept, 2);
+        f.broker.acknowledge(&keys).unwrap();
+        for account in [&kept.held, &dropped.held, &t.destination.gauge, &t.quota, f.server()] {
+            assert_eq!(counts(account), (0, 0), "nothing left counted for the dropped subscription");
+        }
+        assert_no_underflows(&[&kept.held, &t.destination.gauge, &t.quota, f.server()]);
     }
 
     #[test]
