@@ -81,18 +81,23 @@ pub struct NativeBroker {
 }
 
 /// Takes the staged sends out of their Python objects (each commits or
-/// rolls back once).
+/// rolls back once). If one has ended already (or is listed twice), the
+/// call is refused and every send stays as it was.
 fn take_staged(sends: &[PyRef<'_, NativeStagedSend>]) -> PyResult2<Vec<StagedSend>> {
-    sends
-        .iter()
-        .map(|s| {
-            s.staged
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take()
-                .ok_or_else(|| Error::invalid("this send's transaction has already ended").into())
-        })
-        .collect()
+    let slot = |s: &NativeStagedSend| s.staged.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let mut taken = Vec::with_capacity(sends.len());
+    for s in sends {
+        match slot(s) {
+            Some(staged) => taken.push(staged),
+            None => {
+                for (s, staged) in sends.iter().zip(taken) {
+                    *s.staged.lock().unwrap_or_else(|p| p.into_inner()) = Some(staged);
+                }
+                return Err(Error::invalid("this send's transaction has already ended").into());
+            }
+        }
+    }
+    Ok(taken)
 }
 
 fn taken_tuples<'py>(py: Python<'py>, items: Vec<Taken>) -> Vec<TakenTuple<'py>> {
