@@ -13,7 +13,7 @@ use jmsstore_core::pager::Taken;
 use jmsstore_core::Error;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use super::ledger::Account;
 use super::selector::NativeSelector;
@@ -28,10 +28,28 @@ use crate::store::NativeStore;
 /// (id, priority, timestamp, expiration, delivery_time, correlation_id, type).
 type HeaderArgs = (u64, u8, i64, i64, i64, Option<String>, Option<String>);
 
-fn header_of(
-    (id, priority, timestamp, expiration, delivery_time, correlation_id, message_type): HeaderArgs,
-) -> Envelope {
-    Envelope { id, priority, timestamp, expiration, delivery_time, correlation_id, message_type }
+/// A message's header argument ([`HeaderArgs`]). A tuple of another length
+/// is a bad value, an `InvalidArgumentError` (PyO3's tuple extraction
+/// would raise a `ValueError`); a field of the wrong type a `TypeError`.
+struct HeaderArg(Envelope);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for HeaderArg {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let tuple = obj.cast::<PyTuple>()?;
+        if tuple.len() != 7 {
+            let reason = format!(
+                "a message header is a tuple of 7 fields (id, priority, timestamp, expiration, delivery_time, \
+                 correlation_id, type), not {}",
+                tuple.len()
+            );
+            return Err(PyStoreError(Error::invalid(reason)).into());
+        }
+        let (id, priority, timestamp, expiration, delivery_time, correlation_id, message_type): HeaderArgs =
+            tuple.extract()?;
+        Ok(HeaderArg(Envelope { id, priority, timestamp, expiration, delivery_time, correlation_id, message_type }))
+    }
 }
 
 /// What a send's admission decided: 0 sent (or staged), 1 no room in the
@@ -220,7 +238,7 @@ impl NativeBroker {
         py: Python<'_>,
         destination: &NativeDestination,
         data: PyBackedBytes,
-        header: HeaderArgs,
+        header: HeaderArg,
         persistent: bool,
         connection: u64,
         client_id: Option<&str>,
@@ -233,7 +251,7 @@ impl NativeBroker {
             Ok(routes) => routes,
             Err(refused) => return Ok(refused),
         };
-        let (broker, destination, header) = (&self.broker, &destination.destination, header_of(header));
+        let (broker, destination, header) = (&self.broker, &destination.destination, header.0);
         let r = &routes.get().routes;
         py.detach(|| broker.send(destination, r, Arc::from(&data[..]), &header, birth_record))?;
         Ok((0, None))
@@ -251,7 +269,7 @@ impl NativeBroker {
         py: Python<'_>,
         destination: &NativeDestination,
         data: PyBackedBytes,
-        header: HeaderArgs,
+        header: HeaderArg,
         persistent: bool,
         connection: u64,
         client_id: Option<&str>,
@@ -285,7 +303,7 @@ impl NativeBroker {
                 }
             }),
         };
-        let (broker, destination, header) = (&self.broker, &destination.destination, header_of(header));
+        let (broker, destination, header) = (&self.broker, &destination.destination, header.0);
         let r = routes.get().routes.clone();
         py.detach(|| broker.send_async(destination, r, Arc::from(&data[..]), header, on_done))?;
         Ok((0, None))
@@ -301,7 +319,7 @@ impl NativeBroker {
         py: Python<'_>,
         destination: &NativeDestination,
         data: PyBackedBytes,
-        header: HeaderArgs,
+        header: HeaderArg,
         persistent: bool,
         connection: u64,
         client_id: Option<&str>,
@@ -317,7 +335,7 @@ impl NativeBroker {
             destination: destination.destination.clone(),
             routes: routes.get().routes.clone(),
             body: Arc::from(&data[..]),
-            header: header_of(header),
+            header: header.0,
         };
         self.broker.stage(&staged);
         let staged = Py::new(py, NativeStagedSend { staged: Mutex::new(Some(staged)) }).map_err(python_error)?;
