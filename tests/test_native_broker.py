@@ -27,14 +27,18 @@ from jmsstore._native import (
     NativeDestination,
     NativePager,
     NativeRoutes,
+    NativeSelector,
     NativeStagedSend,
     NativeStore,
     NativeTarget,
     Signal,
     StoreClosedError,
     StoreFullError,
+    StoreIOError,
+    StoreLockedError,
     StorePoisonedError,
     UnknownHandleError,
+    decompress,
     write_message,
 )
 
@@ -164,6 +168,33 @@ def test_expiry_and_recovery_report_as_tuples(tmp_path: Path) -> None:
     assert engine.counted(destination, target) == (1, 0, 1, 1)
     engine.pager.close()
     engine.store.close()
+
+
+def test_a_subscriptions_python_selector_and_its_doorbell_are_the_cores(engine: Engine) -> None:
+    topic = NativeDestination("T", True, Account(), False)
+    engine.broker.add_destination(topic)
+    seen: list[bytes] = []
+
+    def selects(data: bytes) -> bool:
+        seen.append(data)
+        return b"red" in data
+
+    subscription = NativeTarget(engine.pager.create_destination("S", "fifo"), topic, "s/S", True, selects)
+    topic.add_target(subscription)
+    engine.broker.add_target(subscription)
+    woken = Signal()
+    subscription.bell.push_idle(woken)
+    assert subscription.bell.waiting() == (0, 1)
+
+    blue, header = message(1, text="blue")
+    engine.broker.send(topic, blue, header, True)
+    assert seen == [blue] and not woken.is_set()
+    red, header = message(2, text="red")
+    engine.broker.send(topic, red, header, True)
+    assert woken.is_set(), "the send rang the bell the Doorbell wraps"
+    items, _ = engine.broker.fetch(subscription, NOW, 10)
+    assert [body for _, _, body in items] == [red]
+    assert engine.store.collection_len("s/S") == 1
 
 
 # ------------------------------------------------------------------ wrong types
@@ -385,3 +416,16 @@ def test_a_signal_failed_by_an_asynchronous_send_keeps_its_own_error_class(engin
     assert engine.counted(destination, target) == (0, 0, 0, 0)
     assert engine.broker.counters()["sent"] == 0
     assert engine.store.collection_len("q/Q") == 0
+
+
+def test_the_error_kinds_met_outside_the_broker_have_their_classes_too(engine: Engine, tmp_path: Path) -> None:
+    with pytest.raises(StoreLockedError):
+        NativeStore(tmp_path / "store")
+    (tmp_path / "a-file").write_bytes(b"")
+    with pytest.raises(StoreIOError):
+        NativeStore(tmp_path / "a-file" / "store")
+    with pytest.raises(CorruptionError, match="codec"):
+        decompress("gzip", b"junk", 10)
+    selector = NativeSelector(("cmp", "=", ("prop", "color"), ("lit", "red")))
+    with pytest.raises(CorruptionError, match="malformed message"):
+        selector.matches_message(b"\x01junk", 0)
