@@ -64,8 +64,6 @@ def message_body(i: int, tail: bytes) -> bytes:
     return i.to_bytes(8, "little") + tail
 
 
-
-
 def _rotated(items: list[Any], by: int) -> list[Any]:
     by %= len(items)
     return items[by:] + items[:by]

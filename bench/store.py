@@ -124,8 +124,6 @@ def _raw_at(ctx: Context, directory: Path, avg_group: float, rec_bytes: int, flu
     return raw_disk.limit(directory, batch, rec_bytes, min(max(flushes, lo), hi))
 
 
-
-
 # --------------------------------------------------------------------------
 # 1. put throughput
 # --------------------------------------------------------------------------
@@ -613,8 +611,13 @@ def cold_recovery(path: Path) -> dict[str, float] | None:
     engine_s = store.recovery_report["seconds"]
     open_s = time.perf_counter() - t0
     store.close()
-    return {"read_seconds": read_s, "read_bytes": read_bytes, "open_seconds": open_s,
-            "engine_recovery_seconds": engine_s, "ratio": open_s / read_s}
+    return {
+        "read_seconds": read_s,
+        "read_bytes": read_bytes,
+        "open_seconds": open_s,
+        "engine_recovery_seconds": engine_s,
+        "ratio": open_s / read_s,
+    }
 
 
 def bench_recovery(ctx: Context) -> None:
@@ -668,13 +671,19 @@ def bench_recovery(ctx: Context) -> None:
             f"Recovery from disk: {n:,} live {BODY_BYTES} B records; page cache dropped before each measurement",
             ["run", "(a) read s", "MiB/s", "(b) open s", "engine recovery s", "b/a", f"≤{GOAL_RECOVERY_VS_READ:g}"],
             [
-                [i, c["read_seconds"], c["read_bytes"] / 2**20 / c["read_seconds"], c["open_seconds"],
-                 c["engine_recovery_seconds"], c["ratio"], goal_cell(c["ratio"], "<=", GOAL_RECOVERY_VS_READ)]
+                [
+                    i,
+                    c["read_seconds"],
+                    c["read_bytes"] / 2**20 / c["read_seconds"],
+                    c["open_seconds"],
+                    c["engine_recovery_seconds"],
+                    c["ratio"],
+                    goal_cell(c["ratio"], "<=", GOAL_RECOVERY_VS_READ),
+                ]
                 for i, c in enumerate(cold, 1)
             ],
         )
-        ctx.goal("recovery", f"{n:,} records from disk: open/read", "ratio", best["ratio"], "<=",
-                 GOAL_RECOVERY_VS_READ)
+        ctx.goal("recovery", f"{n:,} records from disk: open/read", "ratio", best["ratio"], "<=", GOAL_RECOVERY_VS_READ)
     ctx.results["recovery"] = {
         "records": n,
         "build": built,
@@ -721,8 +730,14 @@ def bench_recovery(ctx: Context) -> None:
         ),
     )
     if not cold:
-        ctx.goal("recovery", f"{n:,} records: open/read, warm cache (best of {repeats})", "ratio", ratio, "<=",
-                 GOAL_RECOVERY_VS_READ)
+        ctx.goal(
+            "recovery",
+            f"{n:,} records: open/read, warm cache (best of {repeats})",
+            "ratio",
+            ratio,
+            "<=",
+            GOAL_RECOVERY_VS_READ,
+        )
 
 
 # --------------------------------------------------------------------------

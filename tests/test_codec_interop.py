@@ -76,9 +76,7 @@ def store_dir(parent: Path) -> Path:
     return path
 
 
-def write_bodies(
-    path: Path, codec: str, bodies: list[bytes], threshold: int = 0
-) -> dict[int, bytes]:
+def write_bodies(path: Path, codec: str, bodies: list[bytes], threshold: int = 0) -> dict[int, bytes]:
     """Puts `bodies` in a fresh store; returns handle -> body, after checking reads."""
     written: dict[int, bytes] = {}
     store = FileStore(str(path), codec=codec, compression_threshold=threshold, max_segment_bytes=1 << 20)
@@ -125,9 +123,7 @@ def zv_chunks(stored: bytes) -> list[bytes]:
         elif kind == 1:
             compressed_len, raw_len = struct.unpack_from(">HH", stored, pos + 3)
             data = stored[pos + 7 : pos + 7 + compressed_len]
-            assert len(data) == compressed_len, (
-                f"truncated compressed chunk at byte {pos}"
-            )
+            assert len(data) == compressed_len, f"truncated compressed chunk at byte {pos}"
             # A compressed chunk must pay for its two extra header bytes.
             assert compressed_len + 2 < raw_len
             chunk = lzf.decompress(data, raw_len)
@@ -152,9 +148,7 @@ def decode_with_python(codec_name: str, raw_body: bytes, length: int) -> bytes:
     if codec_name == "gzip":
         return gzip.decompress(raw_body)
     if codec_name == "zstd":
-        return zstandard.ZstdDecompressor().decompress(
-            raw_body, max_output_size=max(length, 1)
-        )
+        return zstandard.ZstdDecompressor().decompress(raw_body, max_output_size=max(length, 1))
     if codec_name == "lzf":
         return unframe_zv(raw_body)
     raise AssertionError(f"unexpected codec {codec_name!r}")
@@ -173,9 +167,7 @@ def test_lzf_bodies_are_zv_chunks_readable_by_python_lzf(tmp_path: Path) -> None
     records = records_by_handle(path, written)
     for handle, rec in records.items():
         body = written[handle]
-        assert rec.codec == "lzf", (
-            f"a compressible {len(body)}-byte body was stored {rec.codec}"
-        )
+        assert rec.codec == "lzf", f"a compressible {len(body)}-byte body was stored {rec.codec}"
         assert len(rec.raw_body) < len(body)
         chunks = zv_chunks(rec.raw_body)
         assert b"".join(chunks) == body == rec.body
@@ -268,9 +260,7 @@ def test_codec_none_never_compresses(tmp_path: Path) -> None:
 @st.composite
 def compressible_bodies(draw: st.DrawFn) -> bytes:
     """Random snippets, each repeated a few times, in random order."""
-    snippets = draw(
-        st.lists(st.binary(min_size=1, max_size=48), min_size=1, max_size=8)
-    )
+    snippets = draw(st.lists(st.binary(min_size=1, max_size=48), min_size=1, max_size=8))
     picks = draw(
         st.lists(
             st.tuples(st.integers(0, len(snippets) - 1), st.integers(1, 60)),

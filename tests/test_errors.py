@@ -101,8 +101,15 @@ def test_specific_parents() -> None:
     assert InvalidArgumentError.__mro__[1] is StoreError
     assert StoreError.__mro__[1] is JmsStoreError
     assert JmsStoreError.__mro__[1] is Exception
-    for name in ("CorruptionError", "StoreLockedError", "StoreClosedError", "StorePoisonedError", "StoreFullError",
-                 "StoreIOError", "UnsupportedFormatError"):
+    for name in (
+        "CorruptionError",
+        "StoreLockedError",
+        "StoreClosedError",
+        "StorePoisonedError",
+        "StoreFullError",
+        "StoreIOError",
+        "UnsupportedFormatError",
+    ):
         assert getattr(jmsstore.errors, name).__mro__[1] is StoreError, name
     assert not issubclass(StoreError, (OSError, ValueError, TypeError))
     from jmsstore.errors import JMSError, MessageTooLargeError, ResourceAllocationError

@@ -133,9 +133,7 @@ def test_segments_lists_the_segment_files(store_dir: Path) -> None:
         assert s["store_id"] == segments[0]["store_id"]
 
 
-def test_works_while_another_process_holds_the_store(
-    store_dir: Path, hold_store: Callable[[Path, int], Any]
-) -> None:
+def test_works_while_another_process_holds_the_store(store_dir: Path, hold_store: Callable[[Path, int], Any]) -> None:
     with FileStore(store_dir, max_segment_bytes=SEGMENT) as store:
         mine = store.put("mine", b"before")
     holder = hold_store(store_dir, 5)

@@ -287,6 +287,7 @@ def write_message(
     properties: dict[str, object],
     body: object,
 ) -> bytes | None: ...
+
 @final
 class Account:
     def __new__(cls, messages_maximum: int = -1, bytes_maximum: int = -1) -> Account: ...

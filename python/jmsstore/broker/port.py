@@ -25,6 +25,7 @@ from jmsstore.selector import Selector
 
 __all__ = ["ConsumerLink", "ServerPort"]
 
+
 def now_ms() -> int:
     return ExpiryReaper.now()
 

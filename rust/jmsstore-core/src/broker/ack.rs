@@ -270,3 +270,248 @@ impl Broker {
         Ok(true)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::format::Value;
+    use crate::broker::target::DeliverySettings;
+    use crate::broker::testing::*;
+    use crate::error::Error;
+
+    #[test]
+    fn acknowledge_deletes_the_messages_and_their_records_durably_and_counts_them_out() {
+        let mut f = Fixture::new();
+        let q = f.queue("Q");
+        f.send_all(&q.destination, 1..=3);
+        let keys = f.take(&q.target, 3);
+
+        f.broker.acknowledge(&keys[..2]).unwrap();
+        assert_eq!(f.stored_ids(&q.target), [3]);
+        assert_eq!(f.records().len(), 1, "the record still names the third");
+        assert_eq!(f.ids(&q.target), [3]);
+        let size = size_of(1);
+        assert_eq!(counts(&q.target.pending), (1, size));
+        for account in [&q.target.held, &q.destination.gauge, &q.quota, f.server()] {
+            assert_eq!(counts(account), (1, size));
+        }
+        assert_eq!(f.broker.counters.values().acknowledged, 2);
+
+        f.broker.acknowledge(&keys[2..]).unwrap();
+        assert!(f.stored(&q.target).is_empty());
+        assert!(f.records().is_empty(), "the record went with the last message it named");
+        for account in [&q.target.held, &q.target.pending, &q.destination.gauge, &q.quota, f.server()] {
+            assert_eq!(counts(account), (0, 0));
+        }
+        assert_no_underflows(&[&q.target.held, &q.target.pending, &q.destination.gauge, &q.quota, f.server()]);
+        assert_eq!(f.broker.counters.values().acknowledged, 3);
+
+        f.restart();
+        assert_eq!((f.store().collection_len("q/Q"), f.store().collection_len(DELIVERIES)), (0, 0));
+    }
+
+    #[test]
+    fn an_acknowledgement_the_store_refuses_changes_nothing_and_the_next_one_succeeds() {
+        let f = Fixture::new();
+        let q = f.queue("Q");
+        f.send_all(&q.destination, 1..=2);
+        let keys = f.take(&q.target, 2);
+        let handles = [f.handle_of(&q.target, 1), f.handle_of(&q.target, 2)];
+
+        f.store().inject_full_writes(1);
+        let refused = f.broker.acknowledge(&keys);
+        assert!(matches!(refused, Err(Error::Full(_))), "{:?}", refused.err());
+        assert_eq!(f.stored_ids(&q.target), [1, 2]);
+        assert_eq!(f.records().len(), 1);
+        assert!(handles.iter().all(|&h| f.broker.deliveries().names(h)), "their record is theirs still");
+        assert!(f.headers(&q.target).iter().all(|h| h.reserved), "still in the consumer's hands");
+        assert_eq!(q.target.pending.messages(), 2);
+        assert_eq!(q.quota.messages(), 2);
+        assert_eq!(f.broker.counters.values().acknowledged, 0);
+
+        f.broker.acknowledge(&keys).unwrap();
+        assert!(f.stored(&q.target).is_empty());
+        assert!(f.records().is_empty());
+        assert_eq!((q.target.pending.messages(), q.quota.messages(), f.server().messages()), (0, 0, 0));
+        assert_eq!(f.broker.counters.values().acknowledged, 2);
+    }
+
+    #[test]
+    fn lazy_acknowledgement_removes_at_once_and_flushes_the_backlog_at_the_threshold() {
+        let f = Fixture::new();
+        let q = f.queue("Q");
+        f.send_all(&q.destination, 1..=3);
+        let keys = f.take(&q.target, 3);
+        let backlog = AckBacklog::new();
+
+        f.broker.acknowledge_lazily(&keys[..1], &backlog, 2).unwrap();
+        assert_eq!(f.ids(&q.target), [2, 3], "gone from the pager at once");
+        assert_eq!((q.target.held.messages(), q.target.pending.messages(), q.quota.messages()), (2, 2, 2));
+        assert_eq!(backlog.len(), 1);
+        f.store().flush().unwrap();
+        assert_eq!(f.stored_ids(&q.target), [1, 2, 3], "its delete waits in the backlog");
+
+        f.broker.acknowledge_lazily(&keys[1..2], &backlog, 2).unwrap();
+        assert!(backlog.is_empty(), "submitted at the threshold");
+        f.store().flush().unwrap();
+        assert_eq!(f.stored_ids(&q.target), [3]);
+        assert_eq!(f.records().len(), 1, "the record names the third still");
+
+        f.broker.acknowledge_lazily(&keys[2..], &backlog, 2).unwrap();
+        f.broker.flush_acknowledgements(&backlog).unwrap();
+        f.store().flush().unwrap();
+        assert!(f.stored(&q.target).is_empty());
+        assert!(f.records().is_empty());
+        assert_eq!(f.broker.counters.values().acknowledged, 3);
+        assert_eq!(counts(f.server()), (0, 0));
+    }
+
+    #[test]
+    fn flushing_acknowledgements_skips_a_deleted_targets_messages() {
+        let f = Fixture::new();
+        let (a, b) = (f.queue("A"), f.queue("B"));
+        f.send_all(&a.destination, [1]);
+        f.send_all(&b.destination, [2]);
+        let mut keys = f.take(&a.target, 1);
+        keys.extend(f.take(&b.target, 1));
+        let backlog = AckBacklog::new();
+        f.broker.acknowledge_lazily(&keys, &backlog, 100).unwrap();
+        assert_eq!(backlog.len(), 2);
+
+        // Its stored messages go with it: a delete of one would make the store refuse the whole batch.
+        f.broker.drop_target(&a.target).unwrap();
+        f.broker.flush_acknowledgements(&backlog).unwrap();
+        f.store().flush().unwrap();
+        assert!(f.stored(&b.target).is_empty(), "the other queue's delete went out");
+        assert!(f.records().is_empty());
+    }
+
+    #[test]
+    fn a_message_released_unseen_is_not_flagged_and_leaves_its_record() {
+        let f = Fixture::new();
+        let q = f.queue("Q");
+        f.send_all(&q.destination, 1..=2);
+        let keys = f.take(&q.target, 2);
+        let (h1, h2) = (f.handle_of(&q.target, 1), f.handle_of(&q.target, 2));
+        let rang = listen(&q.target);
+
+        f.broker.release(&keys[1..], false, NOW).unwrap();
+        assert_eq!(f.records(), [[(h1, 1)]], "the record rewritten without it");
+        let second = &f.headers(&q.target)[1];
+        assert_eq!((second.id, second.redelivery_count, second.reserved), (2, 0, false));
+        assert_eq!(q.target.pending.messages(), 1);
+        assert!(rang.is_set(), "another consumer may take it");
+        assert_eq!(f.broker.counters.values().redelivered, 0);
+
+        f.broker.release(&keys[..1], false, NOW).unwrap();
+        assert!(f.records().is_empty(), "a record left naming nothing is deleted");
+        let fetched = f.broker.fetch(&q.target, NOW, 10, None, true, None).unwrap();
+        assert!(fetched.items.iter().all(|t| t.redelivery_count == 0));
+        wait_durable(fetched.record.as_ref().unwrap());
+        assert_eq!(f.records(), [[(h1, 1), (h2, 1)]], "delivered once, as far as anyone knows");
+    }
+
+    #[test]
+    fn a_redelivered_message_comes_back_flagged_after_the_redelivery_delay() {
+        let f = Fixture::new();
+        let q = f.queue("Q");
+        q.destination.set_settings(DeliverySettings { redelivery_delay: 1000, ..DeliverySettings::default() });
+        f.send_all(&q.destination, [1]);
+        let keys = f.take(&q.target, 1);
+
+        f.broker.release(&keys, true, NOW).unwrap();
+        let header = &f.headers(&q.target)[0];
+        assert_eq!((header.redelivery_count, header.delivery_time, header.reserved), (1, NOW + 1000, false));
+        assert_eq!(q.target.next_due(NOW), Some(NOW + 1000), "waiting consumers wake when it is due");
+        assert_eq!((q.target.pending.messages(), q.target.held.messages()), (0, 1));
+        assert_eq!(f.broker.counters.values().redelivered, 1);
+
+        assert!(f.broker.fetch(&q.target, NOW + 999, 1, None, true, None).unwrap().items.is_empty());
+        let fetched = f.broker.fetch(&q.target, NOW + 1000, 1, None, true, None).unwrap();
+        assert_eq!(fetched.items[0].redelivery_count, 1);
+    }
+
+    #[test]
+    fn past_the_redelivery_limit_a_message_moves_to_its_error_queue() {
+        let f = Fixture::new();
+        let dlq = f.queue("DLQ");
+        let q = f.queue("Q");
+        let settings = DeliverySettings {
+            redelivery_limit: 1,
+            error_destination: Some("DLQ".into()),
+            ..DeliverySettings::default()
+        };
+        q.destination.set_settings(settings);
+        f.send_all(&q.destination, [1]);
+
+        let keys = f.take(&q.target, 1);
+        f.broker.release(&keys, true, NOW).unwrap();
+        assert_eq!(f.ids(&q.target), [1], "one redelivery is allowed");
+        let keys = f.take(&q.target, 1);
+        f.broker.release(&keys, true, NOW).unwrap();
+
+        assert!(f.ids(&q.target).is_empty());
+        assert!(f.stored(&q.target).is_empty());
+        assert!(f.records().is_empty(), "its delivery records went with it");
+        assert_eq!(f.ids(&dlq.target), [1]);
+        assert_eq!(f.stored(&dlq.target)[0].1, Message::new(1).encode());
+        let size = size_of(1);
+        for account in [&q.target.held, &q.target.pending, &q.destination.gauge, &q.quota] {
+            assert_eq!(counts(account), (0, 0));
+        }
+        for account in [&dlq.target.held, &dlq.destination.gauge, &dlq.quota, f.server()] {
+            assert_eq!(counts(account), (1, size));
+        }
+        let c = f.broker.counters.values();
+        assert_eq!((c.redelivered, c.moved_to_error_destination, c.dropped_after_redelivery_limit), (1, 1, 0));
+        assert_no_underflows(&[&q.target.held, &q.target.pending, &q.destination.gauge, &q.quota, f.server()]);
+    }
+
+    #[test]
+    fn past_the_redelivery_limit_an_error_topic_takes_only_what_its_subscriptions_select() {
+        let f = Fixture::new();
+        let errors = f.topic("errors");
+        let red = f.subscription(&errors, "red", true, selecting("color", "red"));
+        let q = f.queue("Q");
+        let settings = DeliverySettings {
+            redelivery_limit: 0,
+            error_destination: Some("errors".into()),
+            ..DeliverySettings::default()
+        };
+        q.destination.set_settings(settings);
+        f.send(&q.destination, &Message::new(1).property("color", Value::String("red"))).unwrap();
+        f.send(&q.destination, &Message::new(2).property("color", Value::String("blue"))).unwrap();
+
+        let keys = f.take(&q.target, 2);
+        f.broker.release(&keys, true, NOW).unwrap();
+        assert!(f.ids(&q.target).is_empty());
+        assert!(f.stored(&q.target).is_empty());
+        assert_eq!(f.ids(&red), [1]);
+        assert_eq!(f.stored_ids(&red), [1]);
+        let c = f.broker.counters.values();
+        assert_eq!((c.moved_to_error_destination, c.dropped_after_redelivery_limit), (1, 1));
+        let size = Message::new(1).property("color", Value::String("red")).encode().len() as i64;
+        for account in [&red.held, &errors.destination.gauge, &errors.quota, f.server()] {
+            assert_eq!(counts(account), (1, size));
+        }
+    }
+
+    #[test]
+    fn past_the_redelivery_limit_without_an_error_destination_a_message_is_dropped() {
+        let f = Fixture::new();
+        let q = f.queue("Q");
+        q.destination.set_settings(DeliverySettings { redelivery_limit: 0, ..DeliverySettings::default() });
+        f.send_all(&q.destination, [1]);
+        let keys = f.take(&q.target, 1);
+
+        f.broker.release(&keys, true, NOW).unwrap();
+        assert!(f.ids(&q.target).is_empty());
+        assert!(f.stored(&q.target).is_empty());
+        assert!(f.records().is_empty());
+        for account in [&q.target.held, &q.target.pending, &q.destination.gauge, &q.quota, f.server()] {
+            assert_eq!(counts(account), (0, 0));
+        }
+        let c = f.broker.counters.values();
+        assert_eq!((c.redelivered, c.dropped_after_redelivery_limit, c.moved_to_error_destination), (0, 1, 0));
+    }
+}

@@ -143,3 +143,157 @@ fn pager_header(h: &Header) -> PagerHeader<'_> {
         redelivery_count: h.redelivery_count,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::format::Value;
+    use crate::broker::selector::{CompareOp, Expr, Literal};
+    use crate::broker::target::Sender;
+    use crate::broker::testing::*;
+
+    fn ids(f: &Fixture, fetched: &Fetched) -> Vec<u64> {
+        fetched.items.iter().map(|t| f.pager().header(t.key).unwrap().id).collect()
+    }
+
+    #[test]
+    fn a_fetch_reserves_up_to_n_in_order_and_writes_one_delivery_record_for_them() {
+        let f = Fixture::new();
+        let q = f.queue("Q");
+        f.send_all(&q.destination, 1..=5);
+        let fetched = f.broker.fetch(&q.target, NOW, 3, None, true, None).unwrap();
+
+        assert_eq!(ids(&f, &fetched), [1, 2, 3]);
+        assert!(fetched.items.iter().all(|t| f.pager().header(t.key).unwrap().reserved));
+        assert_eq!(&fetched.items[0].body[..], &Message::new(1).encode()[..]);
+        let size = size_of(1);
+        assert_eq!(counts(&q.target.pending), (3, 3 * size), "in a consumer's hands");
+        assert_eq!(counts(&q.target.held), (5, 5 * size), "held until acknowledged");
+        let record = fetched.record.as_ref().expect("a record for the stored messages");
+        wait_durable(record);
+        assert_eq!(f.broker.deliveries().stats().records_written, 1, "one record for the batch");
+        let named: Vec<(u64, u32)> = [1, 2, 3].map(|id| (f.handle_of(&q.target, id), 1)).to_vec();
+        assert_eq!(f.records(), [named], "each delivered once");
+
+        let rest = f.broker.fetch(&q.target, NOW, 10, None, true, None).unwrap();
+        assert_eq!(ids(&f, &rest), [4, 5]);
+        assert!(f.broker.fetch(&q.target, NOW, 10, None, true, None).unwrap().items.is_empty());
+        assert_eq!(f.broker.deliveries().stats().records_written, 2);
+    }
+
+    #[test]
+    fn a_redelivered_message_is_named_with_its_delivery_count() {
+        let f = Fixture::new();
+        let q = f.queue("Q");
+        f.send_all(&q.destination, [1]);
+        let keys = f.take(&q.target, 1);
+        f.broker.release(&keys, true, NOW).unwrap();
+
+        let fetched = f.broker.fetch(&q.target, NOW, 1, None, true, None).unwrap();
+        assert_eq!(fetched.items[0].redelivery_count, 1);
+        wait_durable(fetched.record.as_ref().unwrap());
+        let h = f.handle_of(&q.target, 1);
+        assert_eq!(f.records(), [[(h, 1)], [(h, 2)]], "the earlier delivery's record, and this one's");
+    }
+
+    #[test]
+    fn non_persistent_messages_need_no_delivery_record() {
+        let f = Fixture::new();
+        let q = f.queue("Q");
+        f.send(&q.destination, &Message::new(1).non_persistent()).unwrap();
+        let fetched = f.broker.fetch(&q.target, NOW, 10, None, true, None).unwrap();
+        assert_eq!(ids(&f, &fetched), [1]);
+        assert!(fetched.record.is_none());
+        assert_eq!(f.broker.deliveries().stats().records_written, 0);
+    }
+
+    #[test]
+    fn messages_whose_send_wrote_their_record_need_none_at_the_fetch() {
+        let f = Fixture::new();
+        let q = f.queue("Q");
+        let consumer = Arc::new(Flag::new());
+        q.target.bell.push_idle(consumer.clone());
+        f.send_from(&q.destination, Sender::default(), &Message::new(1), true).unwrap();
+        f.send_from(&q.destination, Sender::default(), &Message::new(2), false).unwrap();
+        assert_eq!(f.broker.deliveries().stats().records_at_send, 1);
+
+        consumer.clear();
+        let fetched = f.broker.fetch(&q.target, NOW, 10, None, true, Some(&consumer)).unwrap();
+        assert_eq!(ids(&f, &fetched), [1, 2]);
+        wait_durable(fetched.record.as_ref().expect("the second needs one"));
+        assert_eq!(f.broker.deliveries().stats().records_written, 1);
+        let (h1, h2) = (f.handle_of(&q.target, 1), f.handle_of(&q.target, 2));
+        assert_eq!(f.records(), [[(h1, 1)], [(h2, 1)]], "the send's record for 1, the fetch's for 2 only");
+
+        // Only messages whose send wrote their record: no record at all.
+        q.target.bell.push_idle(consumer.clone());
+        f.send_from(&q.destination, Sender::default(), &Message::new(3), true).unwrap();
+        let fetched = f.broker.fetch(&q.target, NOW, 10, None, true, Some(&consumer)).unwrap();
+        assert_eq!(ids(&f, &fetched), [3]);
+        assert!(fetched.record.is_none());
+        assert_eq!(f.broker.deliveries().stats().records_written, 1);
+    }
+
+    #[test]
+    fn a_consumer_that_takes_a_full_batch_passes_its_wake_up_on() {
+        let f = Fixture::new();
+        for (limit, passed_on) in [(2, true), (5, false)] {
+            let q = f.queue(&format!("Q{limit}"));
+            let (first, last) = (Arc::new(Flag::new()), Arc::new(Flag::new()));
+            q.target.bell.push_idle(first.clone());
+            q.target.bell.push_idle(last.clone());
+            f.send_all(&q.destination, 1..=3);
+            assert!(last.is_set() && !first.is_set(), "one woken for the three: the last to go idle");
+
+            last.clear(); // it looks
+            let fetched = f.broker.fetch(&q.target, NOW, limit, None, true, Some(&last)).unwrap();
+            assert_eq!(fetched.items.len(), limit.min(3));
+            assert_eq!(first.is_set(), passed_on, "batch of {limit}: there may be more only after a full one");
+        }
+    }
+
+    #[test]
+    fn a_fetch_with_a_property_selector_takes_only_the_messages_it_selects() {
+        let f = Fixture::new();
+        let q = f.queue("Q");
+        for (id, color) in [(1, "red"), (2, "blue"), (3, "red")] {
+            f.send(&q.destination, &Message::new(id).property("color", Value::String(color))).unwrap();
+        }
+        let selector = property_equals("color", "red");
+        let fetched = f.broker.fetch_selected(&q.target, NOW, 10, &selector, None).unwrap();
+
+        assert_eq!(ids(&f, &fetched), [1, 3]);
+        let reserved: Vec<(u64, bool)> = f.headers(&q.target).iter().map(|h| (h.id, h.reserved)).collect();
+        assert_eq!(reserved, [(1, true), (2, false), (3, true)]);
+        assert_eq!(q.target.pending.messages(), 2);
+    }
+
+    #[test]
+    fn a_header_only_selector_does_not_read_a_paged_out_body() {
+        // A one-byte message buffer: every body is paged out (to the store, they are persistent).
+        let f = Fixture::with_buffer(1);
+        let q = f.queue("Q");
+        for id in 1..=4 {
+            f.send(&q.destination, &Message::new(id).priority(if id % 2 == 0 { 7 } else { 2 })).unwrap();
+        }
+        assert_eq!(f.pager().stats().store_paged_messages, 4);
+        let priority = Expr::identifier("JMSPriority");
+        let over_four = Expr::Compare(CompareOp::Gt, Box::new(priority), Box::new(Expr::Literal(Literal::Long(4))));
+        let selector = Selector::new(over_four).unwrap();
+        assert!(selector.needs_only_pager_header());
+
+        let before = f.pager().stats();
+        let fetched = f.broker.fetch_selected(&q.target, NOW, 10, &selector, None).unwrap();
+        let after = f.pager().stats();
+        assert_eq!(ids(&f, &fetched), [2, 4]);
+        assert_eq!(after.filter_body_reads, before.filter_body_reads, "the selector read no body");
+        assert_eq!(after.page_ins - before.page_ins, 2, "only the bodies handed out were read");
+        assert_eq!(&fetched.items[0].body[..], &Message::new(2).priority(7).encode()[..], "read back from the store");
+
+        // A selector on a property must read them.
+        let before = f.pager().stats();
+        let none = f.broker.fetch_selected(&q.target, NOW, 10, &property_equals("color", "red"), None).unwrap();
+        assert!(none.items.is_empty());
+        assert_eq!(f.pager().stats().filter_body_reads - before.filter_body_reads, 2);
+    }
+}

@@ -1225,6 +1225,136 @@ mod tests {
         }
     }
 
+    /// Properties and bodies of every kind, for `validate`.
+    const PROPERTIES: [(&str, Value<'static>); 5] = [
+        ("color", Value::String("red")),
+        ("n", Value::Long(-1)),
+        ("raw", Value::Bytes(b"\x00\xff")),
+        ("ch", Value::Char(0xD800)),
+        ("none", Value::Null),
+    ];
+    const ENTRIES: [(&str, Value<'static>); 2] = [("k", Value::String("v")), ("d", Value::Double(1.5))];
+    const VALUES: [Value<'static>; 3] = [Value::Null, Value::Int(3), Value::String("s")];
+
+    fn every_body() -> [Body<'static>; 6] {
+        [
+            Body::Empty,
+            Body::Text(Some("body")),
+            Body::Text(None),
+            Body::Bytes(b"\xff\x00 not text"),
+            Body::Map(&ENTRIES),
+            Body::Stream(&VALUES),
+        ]
+    }
+
+    /// `data` with the first occurrence of `placeholder` replaced by `bytes` (of the same length).
+    fn patched(mut data: Vec<u8>, placeholder: &[u8], bytes: &[u8]) -> Vec<u8> {
+        assert_eq!(placeholder.len(), bytes.len());
+        let at = data.windows(placeholder.len()).position(|w| w == placeholder).expect("placeholder written");
+        data[at..at + bytes.len()].copy_from_slice(bytes);
+        data
+    }
+
+    #[test]
+    fn validate_accepts_a_writer_made_message_of_every_body_type() {
+        for body in every_body() {
+            let data = message(&PROPERTIES, body);
+            let validated = validate(&data).unwrap_or_else(|e| panic!("{body:?}: {e}"));
+            assert_eq!(
+                validated,
+                Validated {
+                    id: 77,
+                    priority: 4,
+                    timestamp: 1_700_000_000_000,
+                    expiration: 0,
+                    delivery_time: 1_700_000_000_001,
+                    correlation_id: Some("corr".into()),
+                    message_type: None,
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn validate_refuses_every_truncation() {
+        for body in every_body() {
+            let data = message(&PROPERTIES, body);
+            // A bytes body is the rest of the record: cut inside it, it is a shorter body.
+            let whole_from = match body {
+                Body::Bytes(bytes) => data.len() - bytes.len(),
+                _ => data.len(),
+            };
+            for len in 0..whole_from {
+                assert!(validate(&data[..len]).is_err(), "{body:?} cut to {len} of {} bytes", data.len());
+            }
+        }
+    }
+
+    #[test]
+    fn validate_refuses_a_priority_above_nine() {
+        let mut data = message(&[], Body::Empty);
+        data[3] = 9;
+        assert_eq!(validate(&data).unwrap().priority, 9);
+        data[3] = 10;
+        assert_eq!(malformed_at(validate(&data)), 3);
+        // What the pager needs only: the view reads it.
+        assert!(MessageView::parse(&data).is_ok());
+    }
+
+    #[test]
+    fn validate_refuses_an_unknown_tag_wherever_it_is() {
+        let property = message(&[("x", Value::Int(1))], Body::Empty);
+        let map = message(&[], Body::Map(&[("x", Value::Int(1))]));
+        let stream = message(&[], Body::Stream(&[Value::Int(1)]));
+        for data in [property, map, stream] {
+            let tag_at = data.len() - 5;
+            assert_eq!(data[tag_at], b'i');
+            let mut bad = data.clone();
+            bad[tag_at] = b'q';
+            assert_eq!(malformed_at(validate(&bad)), tag_at);
+        }
+    }
+
+    #[test]
+    fn validate_refuses_a_string_that_is_not_utf8_wherever_it_is() {
+        let header = MessageHeader { correlation_id: Some("c-@@-c"), ..header() };
+        let in_header = MessageWriter::new(&header).unwrap().finish(Body::Empty).unwrap();
+        let cases = [
+            in_header,
+            message(&[("@@", Value::Null)], Body::Empty),
+            message(&[("p", Value::String("@@"))], Body::Empty),
+            message(&[], Body::Map(&[("@@", Value::Null)])),
+            message(&[], Body::Map(&[("k", Value::String("@@"))])),
+            message(&[], Body::Stream(&[Value::String("@@")])),
+            message(&[], Body::Text(Some("t-@@-t"))),
+        ];
+        for (i, data) in cases.into_iter().enumerate() {
+            assert!(validate(&data).is_ok(), "case {i} before the damage");
+            let bad = patched(data, b"@@", &[0xC3, 0x28]);
+            assert!(matches!(validate(&bad), Err(Error::Malformed { .. })), "case {i}");
+        }
+    }
+
+    #[test]
+    fn validate_accepts_a_lone_surrogate_written_as_three_bytes_and_reads_it_lossily() {
+        let header = MessageHeader { correlation_id: Some("a@@@b"), ..header() };
+        let mut w = MessageWriter::new(&header).unwrap();
+        w.property("s", Value::String("@@@")).unwrap();
+        let data = w.finish(Body::Text(Some("t@@@"))).unwrap();
+        let surrogate = [0xED, 0xA0, 0x80]; // U+D800 as Java's modified UTF-8 and Python's surrogatepass write it
+        let data = patched(patched(patched(data, b"@@@", &surrogate), b"@@@", &surrogate), b"@@@", &surrogate);
+
+        let validated = validate(&data).unwrap();
+        assert_eq!(validated.correlation_id.as_deref(), Some("a\u{FFFD}\u{FFFD}\u{FFFD}b"));
+        assert!(MessageView::parse(&data).is_err(), "the strict view refuses what Python's reader takes");
+
+        // Not a surrogate: a cut one, or bytes that are no UTF-8 at all.
+        for bad in [[0xED, 0xA0, b'b'], [0xED, 0xC0, 0x80]] {
+            let data = MessageWriter::new(&header).unwrap().finish(Body::Empty).unwrap();
+            assert!(validate(&patched(data, b"@@@", &bad)).is_err(), "{bad:x?}");
+        }
+    }
+
     #[test]
     fn malformed_errors_say_what_and_where() {
         let err = MessageView::parse(&[9]).unwrap_err();

@@ -42,6 +42,8 @@ pub mod recovery;
 pub mod selector;
 pub mod server;
 pub mod target;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod transaction;
 pub mod wake;
 

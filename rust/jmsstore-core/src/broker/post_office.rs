@@ -103,16 +103,20 @@ impl Broker {
     /// (`pass_waiting`: even if senders wait for room there, as a
     /// preemptive policy or the waiter itself does), then the
     /// destination's, the server's and every route's counts, all or
-    /// nothing.
+    /// nothing. A route whose target was deleted since the routes were
+    /// made is charged nothing: a dropped target's counts went with it
+    /// (see [`Broker::uncharge`]), and nothing would count this copy out.
     pub fn admit(&self, destination: &Destination, routes: &[Route], size: i64, persistent: bool) -> Admission {
-        if routes.is_empty() {
+        let live = routes.iter().filter(|r| !r.target.is_deleted());
+        let copies = live.clone().count() as i64;
+        if copies == 0 {
             return Admission::Admitted;
         }
         let (quota, preemptive) = destination.quota();
-        let (copies, total) = (routes.len() as i64, routes.len() as i64 * size);
+        let total = copies * size;
         if !self.system_limited() {
             if copies == 1 {
-                let target = &routes[0].target;
+                let target = &live.clone().next().expect("one live route").target;
                 return match ledger::charge(&quota, &destination.gauge, &self.server, &target.held, 1, size, preemptive)
                 {
                     true => Admission::Admitted,
@@ -137,7 +141,7 @@ impl Broker {
             }
         }
         destination.gauge.add(copies, total);
-        for r in routes {
+        for r in live {
             r.target.held.add(1, size);
         }
         Admission::Admitted
@@ -146,14 +150,24 @@ impl Broker {
     /// The rest of an admission whose quota room the caller waited for and
     /// took (in Python, under the blocking-send policy): the destination's,
     /// the server's (unless the broker-wide limits took it already) and
-    /// every route's counts.
+    /// every route's counts. The room taken for a route whose target was
+    /// deleted meanwhile goes back (see [`Broker::admit`]).
     pub fn admitted_after_wait(&self, destination: &Destination, routes: &[Route], size: i64, server_counted: bool) {
-        let (copies, total) = (routes.len() as i64, routes.len() as i64 * size);
+        let live = routes.iter().filter(|r| !r.target.is_deleted());
+        let copies = live.clone().count() as i64;
+        let gone = routes.len() as i64 - copies;
+        if gone > 0 {
+            destination.quota().0.sub(gone, gone * size);
+            if server_counted {
+                self.server.sub(gone, gone * size);
+            }
+        }
+        let total = copies * size;
         if !server_counted {
             self.server.add(copies, total);
         }
         destination.gauge.add(copies, total);
-        for r in routes {
+        for r in live {
             r.target.held.add(1, size);
         }
     }
@@ -340,8 +354,11 @@ impl Broker {
         let mut held = destination.held.lock().unwrap_or_else(|p| p.into_inner());
         let mut first_error = None;
         for h in std::mem::take(&mut *held) {
-            let live: Vec<Route> = h.routes.into_iter().filter(|r| !r.target.is_deleted()).collect();
-            if let Err(e) = self.make_room(&live).and_then(|()| self.deliver(&live, &h.handles, &h.body, &h.header)) {
+            // A target deleted meanwhile took its stored copy with it: its
+            // route and its handle go together (the others keep their own).
+            let (live, handles): (Vec<Route>, Vec<Option<u64>>) =
+                h.routes.into_iter().zip(h.handles).filter(|(r, _)| !r.target.is_deleted()).unzip();
+            if let Err(e) = self.make_room(&live).and_then(|()| self.deliver(&live, &handles, &h.body, &h.header)) {
                 first_error.get_or_insert(e);
             }
         }
@@ -447,4 +464,407 @@ pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::thread;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::broker::format::Value;
+    use crate::broker::ledger::Account;
+    use crate::broker::target::{self, Routing, Sender};
+    use crate::broker::testing::*;
+    use crate::broker::wake::Flag;
+    use crate::error::Error;
+
+    fn admission(f: &Fixture, destination: &Destination, message: &Message) -> Admission {
+        let body = message.encode();
+        let routes = target::routes(destination, Sender::default(), &body, message.persistent);
+        f.broker.admit(destination, &routes, body.len() as i64, message.persistent)
+    }
+
+    #[test]
+    fn a_persistent_send_is_durable_and_visible_when_it_returns() {
+        let mut f = Fixture::new();
+        let q = f.queue("Q");
+        let rang = listen(&q.target);
+        let syncs = f.store().stats().syncs;
+        f.send(&q.destination, &Message::new(1)).unwrap();
+
+        let stored = f.stored(&q.target);
+        assert_eq!(stored.len(), 1);
+        assert_eq!(stored[0].1, Message::new(1).encode());
+        assert!(f.store().stats().syncs > syncs, "made durable before the send returned");
+        let headers = f.headers(&q.target);
+        assert_eq!(headers.len(), 1);
+        assert_eq!((headers[0].id, headers[0].store_handle), (1, Some(stored[0].0)), "the pager reads the stored body");
+        assert!(rang.is_set(), "the bell rang");
+        for account in [&q.target.held, &q.destination.gauge, &q.quota, f.server()] {
+            assert_eq!(counts(account), (1, size_of(1)));
+        }
+        assert_eq!(counts(&q.target.pending), (0, 0));
+        assert_eq!(f.broker.counters.values().sent, 1);
+
+        f.restart();
+        assert_eq!(f.store().collection_len("q/Q"), 1, "still there after a restart");
+    }
+
+    #[test]
+    fn a_non_persistent_send_is_not_stored() {
+        let f = Fixture::new();
+        let q = f.queue("Q");
+        let puts = f.store().stats().puts;
+        f.send(&q.destination, &Message::new(1).non_persistent()).unwrap();
+
+        assert_eq!(f.store().stats().puts, puts);
+        assert!(f.stored(&q.target).is_empty());
+        let headers = f.headers(&q.target);
+        assert_eq!((headers[0].id, headers[0].store_handle), (1, None));
+        let size = Message::new(1).non_persistent().encode().len() as i64;
+        for account in [&q.target.held, &q.destination.gauge, &q.quota, f.server()] {
+            assert_eq!(counts(account), (1, size));
+        }
+    }
+
+    #[test]
+    fn a_topic_send_stores_one_copy_per_durable_subscription_in_one_transaction() {
+        let f = Fixture::new();
+        let t = f.topic("T");
+        let a = f.subscription(&t, "A", true, Routing::default());
+        let b = f.subscription(&t, "B", true, Routing::default());
+        let not_durable = f.subscription(&t, "C", false, Routing::default());
+        let before = f.store().stats();
+        f.send(&t.destination, &Message::new(1)).unwrap();
+
+        let after = f.store().stats();
+        assert_eq!(after.transactions - before.transactions, 1, "one store transaction");
+        assert_eq!(after.puts - before.puts, 2, "one copy per durable subscription");
+        assert_eq!(f.stored_ids(&a), [1]);
+        assert_eq!(f.stored_ids(&b), [1]);
+        assert_ne!(f.headers(&a)[0].store_handle, f.headers(&b)[0].store_handle);
+        assert_eq!(f.headers(&not_durable)[0].store_handle, None);
+        let size = size_of(1);
+        for target in [&a, &b, &not_durable] {
+            assert_eq!(counts(&target.held), (1, size));
+        }
+        for account in [&t.destination.gauge, &t.quota, f.server()] {
+            assert_eq!(counts(account), (3, 3 * size), "charged once per copy");
+        }
+        assert_eq!(f.broker.counters.values().sent, 1, "one message sent");
+    }
+
+    #[test]
+    fn a_topic_routes_by_no_local_and_selector() {
+        let f = Fixture::new();
+        let t = f.topic("T");
+        let all = f.subscription(&t, "all", true, Routing::default());
+        let red = f.subscription(&t, "red", true, selecting("color", "red"));
+        let not_mine = f.subscription(&t, "not-mine", true, Routing { no_local: true, ..Routing::default() });
+        not_mine.routing.as_ref().unwrap().owner_connection.store(7, std::sync::atomic::Ordering::Release);
+
+        let own = Sender { connection: 7, client_id: None };
+        let other = Sender { connection: 8, client_id: None };
+        f.send_from(&t.destination, own, &Message::new(1).property("color", Value::String("red")), false).unwrap();
+        f.send_from(&t.destination, other, &Message::new(2).property("color", Value::String("blue")), false).unwrap();
+
+        assert_eq!(f.ids(&all), [1, 2]);
+        assert_eq!(f.ids(&red), [1], "its selector refuses blue");
+        assert_eq!(f.ids(&not_mine), [2], "noLocal: not its own connection's");
+        assert_eq!(f.stored_ids(&red), [1]);
+        assert_eq!(f.stored_ids(&not_mine), [2]);
+        assert_eq!(t.quota.messages(), 4, "charged for the copies made only");
+    }
+
+    #[test]
+    fn a_full_quota_gives_no_room_and_counts_nothing() {
+        let f = Fixture::new();
+        let q = f.queue_with_quota("Q", Arc::new(Account::new(1, -1)));
+        f.send(&q.destination, &Message::new(1)).unwrap();
+        assert_eq!(admission(&f, &q.destination, &Message::new(2)), Admission::NoRoom);
+        for account in [&q.target.held, &q.destination.gauge, &q.quota, f.server()] {
+            assert_eq!(counts(account), (1, size_of(1)), "nothing counted for the refused send");
+        }
+
+        // A topic's copies are admitted all together or not at all.
+        let t = f.topic_with_quota("T", Arc::new(Account::new(3, -1)));
+        let a = f.subscription(&t, "A", true, Routing::default());
+        let b = f.subscription(&t, "B", true, Routing::default());
+        f.send(&t.destination, &Message::new(1)).unwrap();
+        assert_eq!(admission(&f, &t.destination, &Message::new(2)), Admission::NoRoom, "two copies, room for one");
+        assert_eq!((t.quota.messages(), t.destination.gauge.messages()), (2, 2));
+        assert_eq!((a.held.messages(), b.held.messages()), (1, 1));
+        assert_eq!(f.server().messages(), 3);
+        assert_eq!(f.broker.counters.values().dropped_over_system_limit, 0);
+    }
+
+    #[test]
+    fn broker_wide_limits_refuse_persistent_and_drop_non_persistent_sends() {
+        let f = Fixture::new();
+        f.broker.set_system_limits(3, -1);
+        let q = f.queue("Q");
+        f.send_all(&q.destination, [1, 2]);
+
+        // Room on the server but none in the quota: the server's count goes back.
+        let full = f.queue_with_quota("full", Arc::new(Account::new(0, -1)));
+        assert_eq!(admission(&f, &full.destination, &Message::new(3)), Admission::NoRoom);
+        assert_eq!(f.server().messages(), 2);
+
+        f.send(&q.destination, &Message::new(3)).unwrap();
+        assert_eq!(admission(&f, &q.destination, &Message::new(4)), Admission::OverSystemLimit);
+        assert_eq!(admission(&f, &q.destination, &Message::new(5).non_persistent()), Admission::Dropped);
+        assert_eq!(f.broker.counters.values().dropped_over_system_limit, 1, "the dropped one is counted");
+        for account in [&q.target.held, &q.destination.gauge, &q.quota, f.server()] {
+            assert_eq!(account.messages(), 3, "nothing counted for the refused sends");
+        }
+        assert_eq!(counts(&full.quota), (0, 0));
+    }
+
+    #[test]
+    fn a_send_the_store_refuses_stores_and_publishes_nothing_and_gives_every_count_back() {
+        let f = Fixture::new();
+        let t = f.topic("T");
+        let a = f.subscription(&t, "A", true, Routing::default());
+        let b = f.subscription(&t, "B", true, Routing::default());
+        let rang = listen(&a);
+        let (routes, body, header) = f.admitted(&t.destination, &Message::new(1));
+        assert_eq!(t.quota.messages(), 2, "counted when admitted");
+
+        f.store().inject_full_writes(1);
+        let refused = f.broker.send(&t.destination, &routes, body, &header, false);
+        assert!(matches!(refused, Err(Error::Full(_))), "{:?}", refused.err());
+
+        for target in [&a, &b] {
+            assert!(f.stored(target).is_empty());
+            assert_eq!(f.pager().count(target.pager_id()).unwrap(), 0);
+            assert_eq!(counts(&target.held), (0, 0));
+        }
+        assert!(!rang.is_set(), "nobody was told of it");
+        for account in [&t.destination.gauge, &t.quota, f.server()] {
+            assert_eq!(counts(account), (0, 0), "every count given back");
+        }
+        assert_eq!(f.broker.counters.values().sent, 0);
+        assert_no_underflows(&[&a.held, &b.held, &t.destination.gauge, &t.quota, f.server()]);
+
+        f.send(&t.destination, &Message::new(2)).unwrap();
+        assert_eq!((f.ids(&a), f.ids(&b)), (vec![2], vec![2]), "the store took the next one");
+    }
+
+    #[test]
+    fn an_insertion_pause_holds_stored_messages_and_resume_publishes_them_in_order() {
+        let f = Fixture::new();
+        let q = f.queue("Q");
+        let rang = listen(&q.target);
+        q.destination.set_insertion_paused(true);
+        f.send_all(&q.destination, [1, 2]);
+
+        assert_eq!(f.stored_ids(&q.target), [1, 2], "stored durably all the same");
+        assert_eq!(f.pager().count(q.target.pager_id()).unwrap(), 0, "not visible");
+        assert_eq!(f.broker.held_count(&q.destination), 2);
+        assert!(!rang.is_set());
+        assert_eq!(q.target.held.messages(), 2, "counted");
+
+        f.broker.resume_insertion(&q.destination).unwrap();
+        assert!(!q.destination.insertion_paused());
+        assert!(rang.is_set());
+        f.send(&q.destination, &Message::new(3)).unwrap();
+        assert_eq!(f.ids(&q.target), [1, 2, 3]);
+        assert_eq!(f.broker.held_count(&q.destination), 0);
+        assert_eq!(f.broker.counters.values().sent, 3);
+    }
+
+    #[test]
+    fn a_subscription_dropped_during_an_insertion_pause_leaves_the_others_their_own_copies() {
+        let f = Fixture::new();
+        let t = f.topic("T");
+        let dropped = f.subscription(&t, "dropped", true, Routing::default());
+        let kept = f.subscription(&t, "kept", true, Routing::default());
+        t.destination.set_insertion_paused(true);
+        f.send_all(&t.destination, [1]);
+        f.broker.drop_target(&dropped).unwrap();
+
+        f.broker.resume_insertion(&t.destination).unwrap();
+        let stored = f.stored(&kept);
+        assert_eq!(f.headers(&kept)[0].store_handle, Some(stored[0].0), "the copy reads its own stored body");
+        let keys = f.take(&kept, 1);
+        f.broker.acknowledge(&keys).unwrap();
+        assert!(f.stored(&kept).is_empty());
+        assert!(f.records().is_empty());
+        assert_eq!(counts(f.server()), (0, 0));
+    }
+
+    #[test]
+    fn a_send_racing_a_resume_is_published_after_the_held_messages() {
+        let f = Fixture::new();
+        for round in 0..10u64 {
+            let q = f.queue(&format!("Q{round}"));
+            q.destination.set_insertion_paused(true);
+            f.send_all(&q.destination, [1, 2]);
+            thread::scope(|s| {
+                s.spawn(|| f.broker.resume_insertion(&q.destination).unwrap());
+                f.send(&q.destination, &Message::new(3)).unwrap();
+            });
+            assert_eq!(f.ids(&q.target), [1, 2, 3], "round {round}");
+        }
+    }
+
+    #[test]
+    fn an_asynchronous_send_is_published_once_durable_and_reported_on_another_thread() {
+        let f = Fixture::new();
+        let q = f.queue("Q");
+        let (routes, body, header) = f.admitted(&q.destination, &Message::new(1));
+        let syncs = f.store().stats().syncs;
+        let (tx, rx) = mpsc::channel();
+        let (broker, pager_id) = (f.broker.clone(), q.target.pager_id());
+        let on_done: OnDone = Box::new(move |outcome| {
+            // What the producer's callback would find when told.
+            let seen = (
+                outcome.is_ok(),
+                thread::current().id(),
+                broker.store().stats().syncs > syncs,
+                broker.pager().count(pager_id).unwrap(),
+            );
+            tx.send(seen).unwrap();
+        });
+        f.broker.send_async(&q.destination, routes, body, header, on_done).unwrap();
+        assert_eq!(f.broker.counters.values().sent, 1, "counted as sent at once");
+
+        let (ok, thread, durable, visible) = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert!(ok);
+        assert_ne!(thread, thread::current().id(), "on the completer thread");
+        assert!(durable, "written and synced before it was published");
+        assert_eq!(visible, 1, "visible before the producer is told");
+        assert_eq!(f.stored_ids(&q.target), [1]);
+        for account in [&q.target.held, &q.destination.gauge, &q.quota, f.server()] {
+            assert_eq!(counts(account), (1, size_of(1)));
+        }
+    }
+
+    #[test]
+    fn a_failed_asynchronous_send_gives_the_counts_back_and_reports_the_error() {
+        let f = Fixture::new();
+        let q = f.queue("Q");
+        let all_accounts = || [&q.target.held, &q.destination.gauge, &q.quota, f.server()];
+
+        // The store takes it; the pager refuses it once durable (a priority
+        // out of range): the stored copy goes, and so do the counts.
+        let (routes, body, mut header) = f.admitted(&q.destination, &Message::new(1));
+        header.priority = 10;
+        let (tx, rx) = mpsc::channel();
+        let on_done: OnDone = Box::new(move |outcome| tx.send(outcome).unwrap());
+        f.broker.send_async(&q.destination, routes, body, header, on_done).unwrap();
+        let outcome = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert!(matches!(outcome, Err(Error::InvalidArgument(_))), "{outcome:?}");
+        assert!(f.stored(&q.target).is_empty(), "its stored copy was deleted");
+        assert_eq!(f.pager().count(q.target.pager_id()).unwrap(), 0);
+        for account in all_accounts() {
+            assert_eq!(counts(account), (0, 0));
+        }
+        assert_eq!(f.broker.counters.values().sent, 0, "taken back");
+
+        // Refused at once (the store is closed): returned, and on_done is not called.
+        let (routes, body, header) = f.admitted(&q.destination, &Message::new(2));
+        let called = Arc::new(Flag::new());
+        let on_done: OnDone = {
+            let called = called.clone();
+            Box::new(move |_| called.set())
+        };
+        f.store().close().unwrap();
+        let refused = f.broker.send_async(&q.destination, routes, body, header, on_done);
+        assert!(matches!(refused, Err(Error::Closed)), "{:?}", refused.err());
+        assert!(!called.is_set());
+        for account in all_accounts() {
+            assert_eq!(counts(account), (0, 0));
+        }
+        assert_eq!(f.broker.counters.values().sent, 0);
+        assert_no_underflows(&all_accounts());
+    }
+
+    #[test]
+    fn a_send_admitted_after_its_subscription_was_dropped_counts_nothing_for_it() {
+        // A producer that waited for quota room comes back with the routes it
+        // had: a subscription may have gone meanwhile.
+        let f = Fixture::new();
+        f.broker.set_system_limits(100, -1);
+        let t = f.topic("T");
+        let dropped = f.subscription(&t, "dropped", true, Routing::default());
+        let kept = f.subscription(&t, "kept", true, Routing::default());
+        let (body, header) = Message::new(1).parts();
+        let size = body.len() as i64;
+        let routes = target::routes(&t.destination, Sender::default(), &body, true);
+        f.broker.drop_target(&dropped).unwrap();
+
+        // Admitted at once.
+        assert_eq!(f.broker.admit(&t.destination, &routes, size, true), Admission::Admitted);
+        assert_eq!((t.quota.messages(), f.server().messages(), dropped.held.messages()), (1, 1, 0));
+        f.broker.send(&t.destination, &routes, body.clone(), &header, false).unwrap();
+        // Admitted after a wait: the waiter took room for both copies, the server's count included.
+        assert!(t.quota.try_add(2, 2 * size, true) && f.server().try_add(2, 2 * size, true));
+        f.broker.admitted_after_wait(&t.destination, &routes, size, true);
+        assert_eq!((t.quota.messages(), f.server().messages(), dropped.held.messages()), (2, 2, 0));
+        f.broker.send(&t.destination, &routes, body, &header, false).unwrap();
+
+        assert_eq!(f.ids(&kept), [1, 1]);
+        let keys = f.take(&kept, 2);
+        f.broker.acknowledge(&keys).unwrap();
+        for account in [&kept.held, &dropped.held, &t.destination.gauge, &t.quota, f.server()] {
+            assert_eq!(counts(account), (0, 0), "nothing left counted for the dropped subscription");
+        }
+        assert_no_underflows(&[&kept.held, &t.destination.gauge, &t.quota, f.server()]);
+    }
+
+    #[test]
+    fn subscription_limits_delete_the_head_message_but_never_one_a_consumer_reserved() {
+        let f = Fixture::new();
+        let t = f.topic("T");
+        let sub = f.subscription(&t, "S", true, Routing::default());
+        sub.set_subscription_limit(2);
+        f.send_all(&t.destination, [1, 2]);
+        let first = f.broker.fetch(&sub, NOW, 1, None, true, None).unwrap();
+        assert_eq!(first.items.len(), 1);
+
+        f.send(&t.destination, &Message::new(3)).unwrap();
+        assert_eq!(f.ids(&sub), [1, 3], "the oldest message not reserved (2) made room");
+        assert_eq!(f.stored_ids(&sub), [1, 3], "and left the store");
+        assert_eq!(sub.limit_deleted.load(std::sync::atomic::Ordering::Relaxed), 1);
+
+        let second = f.broker.fetch(&sub, NOW, 1, None, true, None).unwrap();
+        assert_eq!(f.pager().header(second.items[0].key).unwrap().id, 3);
+        f.send(&t.destination, &Message::new(4)).unwrap();
+        assert_eq!(f.ids(&sub), [1, 3, 4], "every message reserved: accepted over the limit");
+        assert_eq!(sub.limit_deleted.load(std::sync::atomic::Ordering::Relaxed), 1);
+
+        let size = size_of(1);
+        for account in [&sub.held, &t.destination.gauge, &t.quota, f.server()] {
+            assert_eq!(counts(account), (3, 3 * size));
+        }
+        assert_eq!(counts(&sub.pending), (2, 2 * size));
+        assert_no_underflows(&[&sub.held, &sub.pending, &t.destination.gauge, &t.quota, f.server()]);
+    }
+
+    #[test]
+    fn a_message_for_an_idle_consumer_gets_its_delivery_record_in_the_sends_transaction() {
+        let f = Fixture::new();
+        let q = f.queue("Q");
+        let consumer = Arc::new(Flag::new());
+        q.target.bell.push_idle(consumer.clone());
+        let transactions = f.store().stats().transactions;
+        f.send_from(&q.destination, Sender::default(), &Message::new(1), true).unwrap();
+
+        assert_eq!(f.store().stats().transactions, transactions + 1, "the message and its record together");
+        assert_eq!(f.broker.deliveries().stats().records_at_send, 1);
+        assert_eq!(f.records(), [[(f.handle_of(&q.target, 1), 1)]], "delivered once, by the consumer waiting");
+        assert!(consumer.is_set(), "the consumer was woken");
+
+        // Nobody idle (the woken consumer has looked), or not asked for: no record.
+        consumer.clear();
+        q.target.bell.forget_idle(&consumer);
+        f.send_from(&q.destination, Sender::default(), &Message::new(2), true).unwrap();
+        q.target.bell.push_idle(consumer.clone());
+        f.send_from(&q.destination, Sender::default(), &Message::new(3), false).unwrap();
+        assert_eq!(f.broker.deliveries().stats().records_at_send, 1);
+        assert_eq!(f.records().len(), 1);
+    }
 }

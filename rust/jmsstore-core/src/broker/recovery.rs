@@ -341,3 +341,153 @@ impl Broker {
         self.recovery_counts.0.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::HeaderIndex;
+    use crate::broker::testing::*;
+
+    const DUE: i64 = NOW + 5000;
+
+    #[test]
+    fn after_a_restart_messages_come_back_counted_with_the_delivery_counts_their_records_give() {
+        let mut f = Fixture::new();
+        {
+            let q = f.queue("Q");
+            f.send_all(&q.destination, 1..=2);
+            f.send(&q.destination, &Message::new(3).delivered_at(DUE)).unwrap();
+            let keys = f.take(&q.target, 2);
+            f.broker.release(&keys[1..], true, NOW).unwrap();
+            f.take(&q.target, 1); // the second, delivered again
+        }
+        f.restart();
+        let q = f.queue("Q");
+
+        let found = f.broker.recover_deliveries().unwrap();
+        assert_eq!(found.in_doubt, 2, "{found:?}");
+        assert!(found.stale.is_empty() && found.malformed.is_empty());
+        let mut progress = Vec::new();
+        let loaded = f.broker.load(&q.target, None, &mut |n| progress.push(n)).unwrap();
+        f.broker.finish_recovery();
+
+        let size = size_of(1);
+        assert_eq!((loaded.messages, loaded.bytes, loaded.newest_id), (3, 3 * size as u64, 3));
+        assert!(loaded.malformed.is_empty());
+        assert!(progress.is_empty(), "told every 10,000 only");
+        let counts_back: Vec<(u64, u32)> = f.headers(&q.target).iter().map(|h| (h.id, h.redelivery_count)).collect();
+        assert_eq!(counts_back, [(1, 1), (2, 2), (3, 0)], "a message that may have been delivered comes back flagged");
+        assert!(f.headers(&q.target).iter().all(|h| h.store_handle.is_some() && !h.reserved));
+        for account in [&q.target.held, &q.destination.gauge, &q.quota, f.server()] {
+            assert_eq!(counts(account), (3, 3 * size));
+        }
+        assert_eq!(counts(&q.target.pending), (0, 0));
+        assert_eq!(q.target.next_due(NOW), Some(DUE), "consumers wake when the delayed one is due");
+
+        let fetched = f.broker.fetch(&q.target, NOW, 10, None, true, None).unwrap();
+        let redelivery: Vec<u32> = fetched.items.iter().map(|t| t.redelivery_count).collect();
+        assert_eq!(redelivery, [1, 2], "the delayed one is not due");
+    }
+
+    #[test]
+    fn a_stored_message_a_consumer_could_not_be_handed_is_reported_and_not_loaded() {
+        let mut f = Fixture::new();
+        let (bad_priority, bad_text) = {
+            let q = f.queue("Q");
+            f.send_all(&q.destination, [1]);
+            let mut bad_priority = Message::new(2).encode();
+            bad_priority[3] = 10;
+            let mut bad_text = Message::new(3).encode();
+            *bad_text.last_mut().unwrap() = 0xff;
+            (f.store().put("q/Q", &bad_priority).unwrap(), f.store().put("q/Q", &bad_text).unwrap())
+        };
+        f.restart();
+        let q = f.queue("Q");
+        f.broker.recover_deliveries().unwrap();
+        let loaded = f.broker.load(&q.target, None, &mut |_| {}).unwrap();
+
+        assert_eq!((loaded.messages, loaded.newest_id), (1, 1), "the malformed ones are not counted");
+        let malformed: Vec<u64> = loaded.malformed.iter().map(|(h, _)| *h).collect();
+        assert_eq!(malformed, [bad_priority, bad_text]);
+        assert!(loaded.malformed[0].1.contains("priority 10"), "{}", loaded.malformed[0].1);
+        assert!(loaded.malformed[1].1.contains("UTF-8"), "{}", loaded.malformed[1].1);
+        assert_eq!(f.ids(&q.target), [1]);
+        assert_eq!(counts(&q.target.held), (1, size_of(1)));
+        assert_eq!(f.server().messages(), 1);
+        assert_eq!(f.store().collection_len("q/Q"), 3, "set aside, not deleted");
+    }
+
+    #[test]
+    fn loading_reports_progress_every_ten_thousand_messages() {
+        let f = Fixture::new();
+        let q = f.queue("Q");
+        for first in (1..=20_001).step_by(5000) {
+            let mut batch = f.store().batch();
+            for id in first..(first + 5000).min(20_002) {
+                batch.put("q/Q", &Message::new(id).encode()).unwrap();
+            }
+            f.store().commit(batch).unwrap();
+        }
+        let mut progress = Vec::new();
+        let loaded = f.broker.load(&q.target, None, &mut |n| progress.push(n)).unwrap();
+
+        assert_eq!(progress, [10_000, 20_000]);
+        assert_eq!((loaded.messages, loaded.newest_id), (20_001, 20_001));
+        assert_eq!(f.pager().count(q.target.pager_id()).unwrap(), 20_001);
+        assert_eq!(q.target.held.messages(), 20_001);
+    }
+
+    #[test]
+    fn the_index_the_stores_recovery_fills_loads_the_backlog_without_reading_the_store() {
+        let mut f = Fixture::new();
+        let (deleted, superseded, bad) = {
+            let q = f.queue("Q");
+            let other = f.queue("other");
+            f.send_all(&q.destination, 1..=3);
+            f.send_all(&other.destination, [10]);
+            let deleted = f.handle_of(&q.target, 2);
+            f.store().delete(deleted).unwrap();
+            let superseded = f.handle_of(&q.target, 3);
+            f.store().update(superseded, &Message::new(33).encode()).unwrap();
+            let mut bad = Message::new(4).encode();
+            bad[3] = 10; // priority 10
+            (deleted, superseded, f.store().put("q/Q", &bad).unwrap())
+        };
+        let index = HeaderIndex::new(vec!["q/Q".into()]);
+        f.restart_visiting(&index);
+        let q = f.queue("Q");
+        f.broker.recover_deliveries().unwrap();
+        let reads_before = f.store().stats().reads;
+        let loaded = f.broker.load(&q.target, Some(&index), &mut |_| {}).unwrap();
+
+        assert_eq!(f.store().stats().reads, reads_before, "nothing read from the store");
+        assert_eq!(f.ids(&q.target), [1, 33], "the deleted one is gone, the update is the live version");
+        assert_eq!((loaded.messages, loaded.newest_id), (2, 33));
+        assert_eq!(loaded.malformed.iter().map(|(h, _)| *h).collect::<Vec<_>>(), [bad]);
+        assert!(loaded.malformed[0].1.contains("priority 10"), "{}", loaded.malformed[0].1);
+        assert!(f.headers(&q.target).iter().all(|h| h.location == crate::pager::BodyLocation::Store));
+        assert_eq!(counts(&q.target.held), (2, size_of(1) + size_of(33)));
+        assert!(index.is_empty(), "what the load took is out of the index");
+        let _ = (deleted, superseded);
+
+        // A consumer reads the bodies back from the store.
+        let fetched = f.broker.fetch(&q.target, NOW, 10, None, true, None).unwrap();
+        let bodies: Vec<Vec<u8>> = fetched.items.iter().map(|t| t.body.to_vec()).collect();
+        assert_eq!(bodies, [Message::new(1).encode(), Message::new(33).encode()]);
+    }
+
+    #[test]
+    fn a_collection_the_index_did_not_cover_is_read_from_the_store() {
+        let mut f = Fixture::new();
+        {
+            let q = f.queue("Q");
+            f.send_all(&q.destination, 1..=2);
+        }
+        let index = HeaderIndex::new(vec!["elsewhere/".into()]);
+        f.restart_visiting(&index);
+        let q = f.queue("Q");
+        f.broker.recover_deliveries().unwrap();
+        let loaded = f.broker.load(&q.target, Some(&index), &mut |_| {}).unwrap();
+        assert_eq!((loaded.messages, f.ids(&q.target)), (2, vec![1, 2]));
+        assert!(f.store().stats().reads >= 2, "read back, as without an index");
+    }
+}

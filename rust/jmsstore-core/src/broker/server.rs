@@ -308,3 +308,81 @@ impl Broker {
         self.deliveries.settle(handles, batch, None)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::target::Routing;
+    use crate::broker::testing::*;
+    use crate::broker::wake::Flag;
+
+    #[test]
+    fn dropping_a_target_removes_its_messages_from_store_pager_and_counts_and_wakes_its_waiters() {
+        let f = Fixture::new();
+        let t = f.topic("T");
+        let gone = f.subscription(&t, "gone", true, Routing::default());
+        let kept = f.subscription(&t, "kept", true, Routing::default());
+        f.send_all(&t.destination, 1..=3);
+        f.take(&gone, 1); // one in a consumer's hands, with its delivery record
+        let (idle, listener) = (Arc::new(Flag::new()), listen(&gone));
+        gone.bell.push_idle(idle.clone());
+        listener.clear();
+
+        f.broker.drop_target(&gone).unwrap();
+        assert!(gone.is_deleted());
+        assert!(idle.is_set() && listener.is_set(), "its waiters are woken to find it gone");
+        assert!(f.stored(&gone).is_empty());
+        assert!(f.records().is_empty(), "the delivery record went with its message");
+        assert!(!f.pager().has_destination(gone.pager_id()));
+        assert!(f.broker.target(gone.pager_id()).is_none());
+        let remaining: Vec<u32> = t.destination.targets().iter().map(|t| t.pager_id()).collect();
+        assert_eq!(remaining, [kept.pager_id()]);
+        assert_eq!((counts(&gone.held), counts(&gone.pending)), ((0, 0), (0, 0)));
+        let size = size_of(1);
+        for account in [&kept.held, &t.destination.gauge, &t.quota, f.server()] {
+            assert_eq!(counts(account), (3, 3 * size), "the other subscription's copies stay");
+        }
+        assert_eq!(f.stored_ids(&kept), [1, 2, 3]);
+        assert_no_underflows(&[&gone.held, &gone.pending, &t.destination.gauge, &t.quota, f.server()]);
+
+        f.broker.drop_target(&gone).unwrap();
+        assert_eq!(t.quota.messages(), 3, "dropping it again does nothing");
+    }
+
+    #[test]
+    fn count_in_and_count_out_move_every_account_together() {
+        let f = Fixture::new();
+        let q = f.queue("Q");
+        f.broker.count_in(&q.target, 2, 20);
+        for account in [&q.target.held, &q.destination.gauge, &q.quota, f.server()] {
+            assert_eq!(counts(account), (2, 20));
+        }
+        q.target.pending.add(1, 10);
+        f.broker.count_out(&q.target, 1, 10, true);
+        assert_eq!(counts(&q.target.pending), (0, 0), "it was in a consumer's hands");
+        f.broker.count_out(&q.target, 1, 10, false);
+        for account in [&q.target.held, &q.target.pending, &q.destination.gauge, &q.quota, f.server()] {
+            assert_eq!(counts(account), (0, 0));
+        }
+        assert_no_underflows(&[&q.target.held, &q.target.pending, &q.destination.gauge, &q.quota, f.server()]);
+    }
+
+    #[test]
+    fn uncharging_gives_back_the_counts_of_the_targets_still_there() {
+        let f = Fixture::new();
+        let t = f.topic("T");
+        let dropped = f.subscription(&t, "dropped", true, Routing::default());
+        let live = f.subscription(&t, "live", true, Routing::default());
+        let (_, body, _) = f.admitted(&t.destination, &Message::new(1));
+        assert_eq!(t.quota.messages(), 2);
+        // Its counts, the admitted copy's included, went with it.
+        f.broker.drop_target(&dropped).unwrap();
+        assert_eq!(t.quota.messages(), 1);
+
+        f.broker.uncharge(&t.destination, &[dropped.clone(), live.clone()], body.len() as i64);
+        for account in [&dropped.held, &live.held, &t.destination.gauge, &t.quota, f.server()] {
+            assert_eq!(counts(account), (0, 0));
+        }
+        assert_no_underflows(&[&dropped.held, &live.held, &t.destination.gauge, &t.quota, f.server()]);
+    }
+}

@@ -111,3 +111,83 @@ impl Broker {
         first_error.map_or(Ok(()), Err)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::testing::*;
+    use crate::error::Error;
+
+    /// A send of a transaction to `destination`, admitted and staged.
+    fn staged(f: &Fixture, destination: &Arc<Destination>, message: &Message) -> StagedSend {
+        let (routes, body, header) = f.admitted(destination, message);
+        let send = StagedSend { destination: destination.clone(), routes, body, header };
+        f.broker.stage(&send);
+        send
+    }
+
+    #[test]
+    fn a_commit_writes_its_sends_and_acknowledgements_as_one_store_transaction() {
+        let f = Fixture::new();
+        let (source, sink) = (f.queue("source"), f.queue("sink"));
+        f.send_all(&source.destination, [1]);
+        let acks = f.take(&source.target, 1);
+        let sends = [staged(&f, &sink.destination, &Message::new(2)), staged(&f, &sink.destination, &Message::new(3))];
+        let size = size_of(2);
+        assert_eq!(counts(&sink.target.pending), (2, 2 * size), "pending until the transaction ends");
+        assert_eq!(counts(&sink.quota), (2, 2 * size), "charged when sent");
+        assert!(f.stored(&sink.target).is_empty() && f.ids(&sink.target).is_empty(), "nothing visible yet");
+
+        let before = f.store().stats();
+        f.broker.commit(&sends, &acks).unwrap();
+        let after = f.store().stats();
+        assert_eq!(after.transactions - before.transactions, 1, "one store transaction");
+        assert_eq!(after.puts - before.puts, 2);
+        assert_eq!(after.deletes - before.deletes, 2, "the acknowledged message and its delivery record");
+
+        assert_eq!(f.stored_ids(&sink.target), [2, 3]);
+        assert_eq!(f.ids(&sink.target), [2, 3]);
+        assert_eq!(counts(&sink.target.pending), (0, 0));
+        assert_eq!(counts(&sink.target.held), (2, 2 * size));
+        assert!(f.stored(&source.target).is_empty() && f.ids(&source.target).is_empty());
+        assert!(f.records().is_empty());
+        for account in [&source.target.held, &source.target.pending, &source.quota] {
+            assert_eq!(counts(account), (0, 0));
+        }
+        assert_eq!(counts(f.server()), (2, 2 * size));
+        let c = f.broker.counters.values();
+        assert_eq!((c.sent, c.acknowledged), (3, 1));
+    }
+
+    #[test]
+    fn a_refused_commit_shows_nothing_and_keeps_the_acknowledged_messages_for_redelivery() {
+        let f = Fixture::new();
+        let (source, sink) = (f.queue("source"), f.queue("sink"));
+        f.send_all(&source.destination, [1]);
+        let acks = f.take(&source.target, 1);
+        let sends = [staged(&f, &sink.destination, &Message::new(2))];
+
+        f.store().inject_full_writes(1);
+        let refused = f.broker.commit(&sends, &acks);
+        assert!(matches!(refused, Err(Error::Full(_))), "{:?}", refused.err());
+
+        assert!(f.stored(&sink.target).is_empty() && f.ids(&sink.target).is_empty());
+        for account in [&sink.target.held, &sink.target.pending, &sink.destination.gauge, &sink.quota] {
+            assert_eq!(counts(account), (0, 0), "unstaged");
+        }
+        assert_eq!(f.stored_ids(&source.target), [1]);
+        assert_eq!(f.records().len(), 1, "its delivery record stays");
+        assert!(f.broker.deliveries().names(f.handle_of(&source.target, 1)));
+        assert!(f.headers(&source.target)[0].reserved, "still reserved, for the caller to return");
+        assert_eq!(source.target.pending.messages(), 1);
+        assert_eq!(counts(f.server()), (1, size_of(1)));
+        let c = f.broker.counters.values();
+        assert_eq!((c.sent, c.acknowledged), (1, 0));
+        assert_no_underflows(&[&sink.target.held, &sink.target.pending, &sink.quota, f.server()]);
+
+        // As a rolled-back transaction's: redelivered.
+        f.broker.release(&acks, true, NOW).unwrap();
+        assert_eq!(f.headers(&source.target)[0].redelivery_count, 1);
+        assert_eq!(source.target.pending.messages(), 0);
+    }
+}

@@ -13,7 +13,7 @@ use jmsstore_core::pager::Taken;
 use jmsstore_core::Error;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use super::ledger::Account;
 use super::recovery::HeaderIndex;
@@ -29,10 +29,28 @@ use crate::store::{NativeStore, DETACH_ABOVE};
 /// (id, priority, timestamp, expiration, delivery_time, correlation_id, type).
 type HeaderArgs = (u64, u8, i64, i64, i64, Option<String>, Option<String>);
 
-fn header_of(
-    (id, priority, timestamp, expiration, delivery_time, correlation_id, message_type): HeaderArgs,
-) -> Envelope {
-    Envelope { id, priority, timestamp, expiration, delivery_time, correlation_id, message_type }
+/// A message's header argument ([`HeaderArgs`]). A tuple of another length
+/// is a bad value, an `InvalidArgumentError` (PyO3's tuple extraction
+/// would raise a `ValueError`); a field of the wrong type a `TypeError`.
+struct HeaderArg(Envelope);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for HeaderArg {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let tuple = obj.cast::<PyTuple>()?;
+        if tuple.len() != 7 {
+            let reason = format!(
+                "a message header is a tuple of 7 fields (id, priority, timestamp, expiration, delivery_time, \
+                 correlation_id, type), not {}",
+                tuple.len()
+            );
+            return Err(PyStoreError(Error::invalid(reason)).into());
+        }
+        let (id, priority, timestamp, expiration, delivery_time, correlation_id, message_type): HeaderArgs =
+            tuple.extract()?;
+        Ok(HeaderArg(Envelope { id, priority, timestamp, expiration, delivery_time, correlation_id, message_type }))
+    }
 }
 
 /// What a send's admission decided: 0 sent (or staged), 1 no room in the
@@ -82,18 +100,23 @@ pub struct NativeBroker {
 }
 
 /// Takes the staged sends out of their Python objects (each commits or
-/// rolls back once).
+/// rolls back once). If one has ended already (or is listed twice), the
+/// call is refused and every send stays as it was.
 fn take_staged(sends: &[PyRef<'_, NativeStagedSend>]) -> PyResult2<Vec<StagedSend>> {
-    sends
-        .iter()
-        .map(|s| {
-            s.staged
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take()
-                .ok_or_else(|| Error::invalid("this send's transaction has already ended").into())
-        })
-        .collect()
+    let slot = |s: &NativeStagedSend| s.staged.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let mut taken = Vec::with_capacity(sends.len());
+    for s in sends {
+        match slot(s) {
+            Some(staged) => taken.push(staged),
+            None => {
+                for (s, staged) in sends.iter().zip(taken) {
+                    *s.staged.lock().unwrap_or_else(|p| p.into_inner()) = Some(staged);
+                }
+                return Err(Error::invalid("this send's transaction has already ended").into());
+            }
+        }
+    }
+    Ok(taken)
 }
 
 /// Whether a send outside a transaction waits (for the disk, a stored copy;
@@ -224,7 +247,7 @@ impl NativeBroker {
         py: Python<'_>,
         destination: &NativeDestination,
         data: PyBackedBytes,
-        header: HeaderArgs,
+        header: HeaderArg,
         persistent: bool,
         connection: u64,
         client_id: Option<&str>,
@@ -237,7 +260,7 @@ impl NativeBroker {
             Ok(routes) => routes,
             Err(refused) => return Ok(refused),
         };
-        let (broker, destination, header) = (&self.broker, &destination.destination, header_of(header));
+        let (broker, destination, header) = (&self.broker, &destination.destination, header.0);
         let r = &routes.get().routes;
         let send = || broker.send(destination, r, Arc::from(&data[..]), &header, birth_record);
         if waits(r) {
@@ -260,7 +283,7 @@ impl NativeBroker {
         py: Python<'_>,
         destination: &NativeDestination,
         data: PyBackedBytes,
-        header: HeaderArgs,
+        header: HeaderArg,
         persistent: bool,
         connection: u64,
         client_id: Option<&str>,
@@ -294,7 +317,7 @@ impl NativeBroker {
                 }
             }),
         };
-        let (broker, destination, header) = (&self.broker, &destination.destination, header_of(header));
+        let (broker, destination, header) = (&self.broker, &destination.destination, header.0);
         let r = routes.get().routes.clone();
         let detach = data.len() >= DETACH_ABOVE || r.iter().any(|r| r.target.subscription_limit() >= 0);
         let send = || broker.send_async(destination, r, Arc::from(&data[..]), header, on_done);
@@ -316,7 +339,7 @@ impl NativeBroker {
         py: Python<'_>,
         destination: &NativeDestination,
         data: PyBackedBytes,
-        header: HeaderArgs,
+        header: HeaderArg,
         persistent: bool,
         connection: u64,
         client_id: Option<&str>,
@@ -332,7 +355,7 @@ impl NativeBroker {
             destination: destination.destination.clone(),
             routes: routes.get().routes.clone(),
             body: Arc::from(&data[..]),
-            header: header_of(header),
+            header: header.0,
         };
         self.broker.stage(&staged);
         let staged = Py::new(py, NativeStagedSend { staged: Mutex::new(Some(staged)) }).map_err(python_error)?;
