@@ -38,6 +38,9 @@ class ConsumerLink:
         self.destination = destination
         self.target = target
         self.bell: Doorbell = target.bell
+        self._target_native = target.native
+        self._pause = port.pause
+        self._owner = target.owner
         self._native = port.native
         self._selector = selector
         # The selector runs in the broker core, under the target's pager lock
@@ -63,10 +66,12 @@ class ConsumerLink:
 
     @property
     def deleted(self) -> bool:
-        return self.target.deleted
+        return self._target_native.deleted
 
     def consumption_paused(self) -> bool:
-        return self._port.pause.consumption_paused(self.target.owner)
+        pause, owner = self._pause, self._owner
+        # The call only when anything is paused at all: this runs per receive.
+        return bool(pause.server or owner.paused) and pause.consumption_paused(owner)
 
     def wait_resumed(self, timeout: float) -> None:
         self._port.pause.wait_resumed(self.target.owner, timeout)

@@ -170,7 +170,9 @@ class ProducerLink:
             state = post.registry.state_of(destination)
             if destination is self.destination:
                 self._state = state
-        if post.pause.production_paused(state):
+        pause = post.pause
+        # The call only when anything is paused at all: this runs per send.
+        if (pause.server or state.paused) and pause.production_paused(state):
             raise DestinationPausedError(f"production is paused on {destination!r}")
         data = post.stamp(message, destination, mode, priority, ttl, delay)
         flow = self._flow

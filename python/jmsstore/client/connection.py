@@ -59,7 +59,8 @@ class Connection:
 
     def check_open(self) -> None:
         """Raises ``IllegalStateError`` if the connection is closed."""
-        self._check_open()
+        if self._closed:  # _check_open, inline: this runs per send and per receive
+            raise IllegalStateError("the connection is closed")
 
     def create_session(self, transacted: bool = False, ack_mode: AckMode = AckMode.AUTO) -> Session:
         """A new session; ``ack_mode`` is ignored when ``transacted``."""

@@ -275,7 +275,7 @@ class Session:
         pending = self._auto_pending
         if pending is not None:
             self._auto_pending = None
-            self._ack([pending], sync=False)
+            self.port.acknowledge_lazily([pending], self._backlog, self.connection.messages_maximum)
 
     def deliver(self, d: Delivery, listener: bool) -> Message:
         """The message of ``d``, handed to the application now: it joins

@@ -466,14 +466,14 @@ def destination_text(destination: object) -> str | None:
     return f"{kind}:{name}"
 
 
-# The body each message class keeps, for the native writer (a subclass of
-# these is written in Python).
-_BODY_OF: dict[type[Message], Any] = {
-    Message: lambda m: None,
-    TextMessage: lambda m: m._text,
-    BytesMessage: lambda m: m._body,
-    MapMessage: lambda m: m._map,
-    StreamMessage: lambda m: m._values,
+# The attribute holding the body of each message class (None: no body), for
+# the native writer; a subclass of these is written in Python.
+_BODY_ATTRIBUTE: dict[type[Message], str | None] = {
+    Message: None,
+    TextMessage: "_text",
+    BytesMessage: "_body",
+    MapMessage: "_map",
+    StreamMessage: "_values",
 }
 
 
@@ -500,17 +500,30 @@ def _fixed_fields(message: Message) -> tuple[int, int, int, int, int, int, int, 
 
 
 def _encode_natively(message: Message) -> bytes | None:
-    body_of = _BODY_OF.get(type(message))
-    if body_of is None:
+    message_class = type(message)
+    if message_class not in _BODY_ATTRIBUTE:
         return None  # a subclass: its body may be kept differently
+    body_attribute = _BODY_ATTRIBUTE[message_class]
+    reply_to = message.reply_to
+    # _fixed_fields, inline: this runs per send.
+    fixed = (
+        FORMAT_VERSION,
+        message.BODY_TYPE,
+        int(message.delivery_mode),
+        message.priority,
+        message.id,
+        message.timestamp,
+        message.expiration,
+        message.delivery_time,
+    )
     return _native.write_message(
-        _fixed_fields(message),
+        fixed,
         message.message_id,
         message.correlation_id,
         message.type,
-        destination_text(message.reply_to),
+        None if reply_to is None else destination_text(reply_to),
         message._properties,
-        body_of(message),
+        None if body_attribute is None else getattr(message, body_attribute),
     )
 
 
@@ -694,7 +707,8 @@ def decode_delivered(
     message.redelivered = delivery_count > 1
     message.delivery_count = delivery_count
     message.destination = destination
-    message.reply_to = reply_to(message.reply_to)
+    if message.reply_to is not None:
+        message.reply_to = reply_to(message.reply_to)
     message._session = acknowledge
     return message
 
