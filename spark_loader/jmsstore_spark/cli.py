@@ -35,6 +35,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from jmsstore import inspect
+from jmsstore.broker.layout import message_collection
 from jmsstore.errors import JmsStoreError
 
 __all__ = ["export", "import_messages", "main"]
@@ -116,8 +117,7 @@ def import_messages(
     live, _ = inspect.live(target)
     messages: dict[str, int] = {}
     for _, collection, _, _ in live:
-        parts = collection.split("/")
-        if len(parts) >= 4 and parts[2] in ("q", "s"):
+        if message_collection(collection) is not None:
             messages[collection] = messages.get(collection, 0) + 1
     return {"messages": sum(messages.values()), "collections": len(messages), "seconds": seconds, "to": target}
 

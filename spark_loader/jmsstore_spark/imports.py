@@ -37,9 +37,7 @@ import heapq
 import itertools
 import json
 import os
-import re
 import shutil
-import struct
 import sys
 import time
 import uuid
@@ -50,6 +48,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from jmsstore import FileStore, inspect
+from jmsstore.broker.layout import (
+    MAX_BOOT,
+    ServerLayout,
+    encode_delivery_record,
+    message_id,
+    numeric_id,
+    parse_message_id,
+)
 from jmsstore.broker.settings import DestinationSettings
 from jmsstore.errors import JmsStoreError
 from jmsstore.jms.destination import Queue, TemporaryQueue, Topic, check_name
@@ -140,11 +146,8 @@ _REPLY_KINDS: dict[str, type[Queue] | type[Topic]] = {
     Topic.kind: Topic,
     TemporaryQueue.kind: TemporaryQueue,
 }
-_BROKER_ID = re.compile(r"^ID:(?P<server>.+)-(?P<boot>\d+)-(?P<seq>\d+)$")
-_MARKER_ENTRY = struct.Struct("<QI")  # the broker's delivery record entry: handle, delivery count
 _TRANSACTION_ROWS = 1000
 _STAGED_BATCH_ROWS = 4096
-_MAX_BOOT = 1 << 23  # boot << 40 | sequence stays a u64 with room to spare
 _Known = dict[str, dict[str, tuple[str, str | None]]]  # server -> destination -> (kind, settings JSON)
 _IN_FLIGHT = 8
 _PROGRESS_SECONDS = 5.0
@@ -287,16 +290,13 @@ def _build(rows: _Rows, i: int) -> Message:
     return message
 
 
-def _broker_id(message_id: str | None, server: str) -> tuple[int, int] | None:
+def _broker_id(text: str | None, server: str) -> tuple[int, int] | None:
     """(boot, sequence) of a message id this server's broker would make
-    (its numeric id is boot << 40 | sequence, so larger ones are not)."""
-    match = _BROKER_ID.match(message_id or "")
-    if match is None or match["server"] != server:
+    (see :func:`~jmsstore.broker.layout.parse_message_id`)."""
+    parsed = parse_message_id(text or "")
+    if parsed is None or parsed[0] != server:
         return None
-    boot, seq = int(match["boot"]), int(match["seq"])
-    if boot >= _MAX_BOOT or seq >= 1 << 40:
-        return None
-    return boot, seq
+    return parsed[1], parsed[2]
 
 
 def _stage_row(rows: _Rows, i: int, default_server: str) -> dict[str, Any]:
@@ -329,7 +329,7 @@ def _stage_row(rows: _Rows, i: int, default_server: str) -> dict[str, Any]:
         message = _build(rows, i)
         ids = _broker_id(message.message_id, server)
         if ids is not None:  # what the broker would have given it (destinations ordered by id use it)
-            message.id = (ids[0] << 40) | ids[1]
+            message.id = numeric_id(*ids)
         encoded = encode(message)
     if message.delivery_mode != DeliveryMode.PERSISTENT:
         raise StoreImportError("a NON_PERSISTENT message: a store holds persistent messages only")
@@ -379,7 +379,7 @@ def stage(
         ids = _broker_id(staged.pop("message_id"), server)
         boot = staged.pop("server_boot")
         for seen in (ids[0] if ids is not None else None, boot):
-            if seen is not None and 0 <= seen < _MAX_BOOT:
+            if seen is not None and 0 <= seen < MAX_BOOT:
                 boots[server] = max(boots.get(server, 0), seen)
         staged["part"] = part
         staged["row"] = first_row + i
@@ -476,7 +476,7 @@ class _Loader:
         """The boot counter of each server."""
         with self.store.transaction() as txn:
             for server in servers:
-                txn.put(f"jms/{server}/server", json.dumps({"boot": self.boots.get(server, 0)}).encode())
+                txn.put(ServerLayout(server).server, ServerLayout.boot_record(self.boots.get(server, 0)))
 
     def collection(self, txn: Any, row: dict[str, Any], known: _Known) -> str:
         key = (row["server"], row["kind"], row["destination"], row["client_id"], row["subscription"])
@@ -484,27 +484,27 @@ class _Loader:
         if collection is not None:
             return collection
         server, kind, name = row["server"], row["kind"], row["destination"]
-        self._destination(txn, server, name, known)
+        layout = ServerLayout(server)
+        self._destination(txn, layout, name, known)
         if kind == "queue":
-            collection = f"jms/{server}/q/{name}"
+            collection = layout.queue(name)
         else:
             spec = json.loads(row["subscription_settings"] or "{}")
-            record = {
-                "topic": name,
-                "name": row["subscription"],
-                "client_id": row["client_id"],
-                "selector": spec.get("selector"),
-                "durable": True,
-                "shared": bool(spec.get("shared", False)),
-                "no_local": bool(spec.get("no_local", False)),
-            }
-            handle = txn.put(f"jms/{server}/subscriptions", json.dumps(record).encode())
-            collection = f"jms/{server}/s/{handle}"
+            record = layout.subscription_record(
+                name,
+                row["subscription"],
+                row["client_id"],
+                spec.get("selector"),
+                bool(spec.get("shared", False)),
+                bool(spec.get("no_local", False)),
+            )
+            collection = layout.subscription(txn.put(layout.subscriptions, record))
         self.collections[key] = collection
         return collection
 
-    def _destination(self, txn: Any, server: str, name: str, known: _Known) -> None:
+    def _destination(self, txn: Any, layout: ServerLayout, name: str, known: _Known) -> None:
         """The destination's record, once, and first that of its error destination."""
+        server = layout.name
         if (server, name) in self.destinations:
             return
         # An error destination without messages of its own is created empty,
@@ -513,14 +513,13 @@ class _Loader:
         self.destinations[(server, name)] = kind  # first: two may name each other
         settings = _settings_json(text, f"{kind} {name!r} of server {server!r}")
         if settings.get("error_destination") is not None:
-            self._destination(txn, server, settings["error_destination"], known)
-        body = {"kind": kind, "name": name, "settings": settings}
-        txn.put(f"jms/{server}/destinations", json.dumps(body).encode())
+            self._destination(txn, layout, settings["error_destination"], known)
+        txn.put(layout.destinations, layout.destination_record(kind, name, settings))
 
     def fresh_id(self, server: str, encoded: bytes) -> bytes:
         boot, seq = self.boots[server], self.next_seq[server]
         self.next_seq[server] = seq + 1
-        return with_message_id(encoded, f"ID:{server}-{boot}-{seq}", (boot << 40) | seq)
+        return with_message_id(encoded, message_id(server, boot, seq), numeric_id(boot, seq))
 
     def submit(self, txn: Any) -> None:
         self.in_flight.append(txn.commit_async())
@@ -622,7 +621,7 @@ def _load(store_dir: str, parts: list[StagedPart], codec: str, replaced_boots: d
                 break
             txn = store.transaction()
             put = txn.put
-            delivered: dict[str, list[bytes]] = {}
+            delivered: dict[str, list[tuple[int, int]]] = {}  # server -> (message handle, delivery count)
             for key, row in chunk:
                 if key[:5] != target:  # rows come sorted by target: a new one is rare
                     target = key[:5]
@@ -631,9 +630,9 @@ def _load(store_dir: str, parts: list[StagedPart], codec: str, replaced_boots: d
                 body = loader.fresh_id(server, row["encoded"]) if row["needs_id"] else row["encoded"]
                 handle = put(collection, body)
                 if row["delivery_count"]:
-                    delivered.setdefault(server, []).append(_MARKER_ENTRY.pack(handle, row["delivery_count"]))
+                    delivered.setdefault(server, []).append((handle, row["delivery_count"]))
             for server, entries in delivered.items():
-                txn.put(f"jms/{server}/delivered", b"".join(entries))
+                txn.put(ServerLayout(server).delivered, encode_delivery_record(entries))
             loader.submit(txn)
             loader.messages += len(chunk)
             now = time.monotonic()

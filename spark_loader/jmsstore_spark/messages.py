@@ -13,12 +13,23 @@ from __future__ import annotations
 import base64
 import json
 import math
-import struct
 from collections import defaultdict
 from typing import Any
 
 import pyarrow as pa
 from jmsstore import _native, inspect
+from jmsstore.broker.layout import (
+    DELIVERED,
+    DESTINATIONS,
+    SERVER,
+    SUBSCRIPTIONS,
+    MessageCollection,
+    ServerLayout,
+    SubscriptionRecord,
+    decode_delivery_record,
+    message_collection,
+    split_collection,
+)
 from jmsstore.broker.settings import DestinationSettings
 from jmsstore.errors import JmsStoreError, MessageFormatError
 from jmsstore.jms.message import BytesMessage, MapMessage, Message, StreamMessage, TextMessage, decode
@@ -67,8 +78,8 @@ ARROW_MESSAGES = pa.schema(
     ]
 )
 
-_METADATA = ("subscriptions", "delivered", "destinations", "server")
-_MARKER_ENTRY = struct.Struct("<QI")  # a delivery record entry: message handle, delivery count
+# The records of a server the view reads (collection names after jms/<server>/).
+_METADATA = (SUBSCRIPTIONS, DELIVERED, DESTINATIONS, SERVER)
 BATCH_ROWS = 4096
 
 
@@ -81,27 +92,20 @@ def _json_value(value: object) -> object:
     return value
 
 
-def _json_object(body: bytes) -> dict[str, Any] | None:
-    """A metadata record's JSON object; None if it is not one (a server opening
-    the store keeps such a record aside, and what only it names, in quarantine)."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _destination_settings(data: dict[str, Any]) -> str | None:
+def _destination_settings(settings: Any) -> str | None:
     """A destination record's settings as JSON; None if a server would not
     recover the destination (it keeps it aside, with its messages)."""
-    settings = data.get("settings", {})
-    if data.get("kind") not in ("queue", "topic") or not isinstance(data.get("name"), str):
-        return None
     try:
         DestinationSettings.from_json(settings)
     except (AttributeError, TypeError, ValueError, JmsStoreError):
         return None
     return json.dumps(settings)
+
+
+def _subscription_settings(spec: SubscriptionRecord) -> str:
+    """The ``subscription_settings`` column: what a durable subscription's
+    record holds besides its topic, name and client id."""
+    return json.dumps({"selector": spec.selector, "shared": spec.shared, "no_local": spec.no_local})
 
 
 class MessageSegment(InputPartition):
@@ -130,80 +134,82 @@ def _targets_and_counts(
     collection is; delivery counts; each server's boot counter."""
     live, _ = inspect.live(store)
     by_segment: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
-    metadata: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
+    metadata: dict[int, list[tuple[int, int, str, str]]] = defaultdict(list)  # handle, offset, server, record kind
+    owners: dict[str, MessageCollection | None] = {}  # collection -> whose messages it holds
     for handle, collection, segment, offset in live:
-        parts = collection.split("/")
-        if len(parts) >= 4 and parts[0] == "jms" and parts[2] in ("q", "s"):
+        if collection not in owners:
+            owners[collection] = message_collection(collection)
+        if owners[collection] is not None:
             by_segment[segment].append((handle, offset, collection))
-        elif len(parts) == 3 and parts[0] == "jms" and parts[2] in _METADATA:
-            metadata[segment].append((handle, offset, collection))
-    subscriptions: dict[tuple[str, int], dict[str, Any]] = {}
+            continue
+        parsed = split_collection(collection)
+        if parsed is not None and parsed[1] in _METADATA:
+            metadata[segment].append((handle, offset, *parsed))
+    subscriptions: dict[tuple[str, int], SubscriptionRecord] = {}
     boots: dict[str, int] = {}
     destinations: dict[tuple[str, str, str], str] = {}  # (server, kind, name) -> settings JSON
     counts: dict[int, int] = {}
     paths = {s["number"]: str(s["path"]) for s in inspect.segments(store)}
     for segment, wanted in metadata.items():
-        places = {(offset, handle): collection for handle, offset, collection in wanted}
+        places = {(offset, handle): (server, kind) for handle, offset, server, kind in wanted}
         for item in _native.read_segment(paths[segment]):
             if not isinstance(item, _native.Record) or (item.offset, item.handle) not in places:
                 continue
-            server, kind = places[(item.offset, item.handle)].split("/")[1:3]
+            server, kind = places[(item.offset, item.handle)]
             # A malformed record is left out, and so is what only it names: the
             # messages of its destination or subscription are orphans then.
-            if kind == "delivered":
-                if len(item.body) % _MARKER_ENTRY.size == 0:
-                    for handle, count in _MARKER_ENTRY.iter_unpack(item.body):
+            try:
+                if kind == DELIVERED:
+                    for handle, count in decode_delivery_record(item.body):
                         counts[handle] = max(counts.get(handle, 0), count)
+                elif kind == SUBSCRIPTIONS:
+                    subscriptions[(server, item.handle)] = ServerLayout.read_subscription(item.body)
+                elif kind == DESTINATIONS:
+                    record = ServerLayout.read_destination(item.body)
+                    settings = _destination_settings(record.settings)
+                    if settings is not None:
+                        destinations[(server, record.kind, record.name)] = settings
+                elif kind == SERVER:
+                    boots[server] = ServerLayout.read_boot(item.body)
+            except ValueError:
                 continue
-            data = _json_object(item.body)
-            if data is None:
-                continue
-            if kind == "subscriptions":
-                if isinstance(data.get("topic"), str):
-                    subscriptions[(server, item.handle)] = data
-            elif kind == "destinations":
-                settings = _destination_settings(data)
-                if settings is not None:
-                    destinations[(server, data["kind"], data["name"])] = settings
-            elif kind == "server" and type(data.get("boot")) is int:
-                boots[server] = data["boot"]
     targets: dict[str, dict[str, Any]] = {}
     orphans: set[str] = set()
     for entries in by_segment.values():
         for _, _, collection in entries:
             if collection in targets or collection in orphans:
                 continue
-            _, server, kind, name = collection.split("/", 3)
+            owner = owners[collection]
+            assert owner is not None
+            server = owner.server
             # What recovery keeps: a queue with its destination record; a
             # subscription with its record and its topic's. The rest is what
             # an interrupted deletion left, and recovery removes it.
-            if kind == "q":
-                if (server, "queue", name) not in destinations:
+            if owner.kind == "queue":
+                if (server, "queue", owner.name) not in destinations:
                     orphans.add(collection)
                     continue
                 targets[collection] = {
                     "server": server,
                     "server_boot": boots.get(server),
-                    "destination": name,
+                    "destination": owner.name,
                     "destination_type": "queue",
-                    "destination_settings": destinations.get((server, "queue", name)),
+                    "destination_settings": destinations.get((server, "queue", owner.name)),
                 }
             else:
-                spec = subscriptions.get((server, int(name)), {}) if name.isdigit() else {}
-                if not spec or (server, "topic", spec.get("topic") or "") not in destinations:
+                spec = subscriptions.get((server, owner.record))
+                if spec is None or (server, "topic", spec.topic) not in destinations:
                     orphans.add(collection)
                     continue
                 targets[collection] = {
                     "server_boot": boots.get(server),
                     "server": server,
-                    "destination": spec.get("topic"),
+                    "destination": spec.topic,
                     "destination_type": "topic",
-                    "subscription": spec.get("name"),
-                    "client_id": spec.get("client_id"),
-                    "destination_settings": destinations.get((server, "topic", spec.get("topic") or "")),
-                    "subscription_settings": json.dumps(
-                        {k: spec[k] for k in ("selector", "shared", "no_local") if k in spec}
-                    ),
+                    "subscription": spec.name,
+                    "client_id": spec.client_id,
+                    "destination_settings": destinations.get((server, "topic", spec.topic)),
+                    "subscription_settings": _subscription_settings(spec),
                 }
     if orphans:
         by_segment = defaultdict(

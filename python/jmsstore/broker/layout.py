@@ -1,6 +1,6 @@
 """The store layout of a JMS server: collection names, record schemas and
 id formats, defined once (the broker writes and recovers them, and the
-Spark loader reads and writes stores through them).
+Spark loader, ``jmsstore_spark``, reads and writes stores through them).
 
 One store may hold several servers; every collection of a server is
 prefixed ``jms/<server name>/``:
@@ -16,13 +16,20 @@ prefixed ``jms/<server name>/``:
   record handle>``: a durable subscription's (a message published to a
   topic is stored once per durable subscription it reaches, in one store
   transaction). A record's body is the encoded message
-  (:mod:`jmsstore.jms.message`).
+  (:mod:`jmsstore.jms.message`). :func:`message_collection` tells which
+  one a collection is.
 - ``delivered``: delivery records, each a sequence of ``<QI`` entries
   (message store handle, delivery count): messages that may have been
   handed to a consumer (the broker core defines the format; see
   :data:`DELIVERY_ENTRY`).
 - ``quarantine/<collection>``: records recovery could not use, kept aside
   (never deleted) for forensics.
+
+:class:`ServerLayout` names one server's collections and encodes and
+decodes its records; the decoders check a record's shape (field names and
+JSON types) and raise ``ValueError`` for one that is not what the broker
+writes. What a field's value means (a valid name, selector or settings) is
+checked by the part that uses it.
 
 Message ids: ``ID:<server>-<boot>-<sequence>``, and the numeric id the
 pager orders by, ``boot << 40 | sequence``.
@@ -34,16 +41,36 @@ import json
 import re
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "BOOT_SHIFT",
+    "DELIVERED",
     "DELIVERY_ENTRY",
+    "DESTINATIONS",
     "MAX_BOOT",
+    "MAX_SEQUENCE",
+    "METADATA",
+    "PREFIX",
+    "QUARANTINE",
+    "QUEUE_MESSAGES",
+    "QUOTAS",
+    "SERVER",
+    "SUBSCRIPTIONS",
+    "SUBSCRIPTION_MESSAGES",
+    "DestinationRecord",
+    "MessageCollection",
     "ServerLayout",
+    "SubscriptionRecord",
+    "decode_delivery_record",
+    "decode_json",
+    "encode_delivery_record",
+    "encode_json",
+    "message_collection",
     "message_id",
     "numeric_id",
     "parse_message_id",
+    "split_collection",
 ]
 
 PREFIX = "jms/"
@@ -63,7 +90,9 @@ DELIVERY_ENTRY = struct.Struct("<QI")
 
 BOOT_SHIFT = 40  # numeric id = boot << 40 | sequence
 MAX_BOOT = 1 << 23  # boot << 40 | sequence stays a u64 with room to spare
+MAX_SEQUENCE = 1 << BOOT_SHIFT  # a sequence is below it: it fits under the boot
 _MESSAGE_ID = re.compile(r"^ID:(?P<server>.+)-(?P<boot>\d+)-(?P<seq>\d+)$")
+_DESTINATION_KINDS = ("queue", "topic")
 
 
 def message_id(server: str, boot: int, sequence: int) -> str:
@@ -77,14 +106,21 @@ def numeric_id(boot: int, sequence: int) -> int:
 
 
 def parse_message_id(text: str) -> tuple[str, int, int] | None:
-    """(server, boot, sequence) of a message id the broker made, or None."""
+    """(server, boot, sequence) of a message id the broker could have made
+    (``ID:<server>-<boot>-<sequence>`` with a boot below :data:`MAX_BOOT`
+    and a sequence below :data:`MAX_SEQUENCE`, so that its
+    :func:`numeric_id` is the one the broker gives it), or None."""
     match = _MESSAGE_ID.match(text)
     if match is None:
         return None
-    return match["server"], int(match["boot"]), int(match["seq"])
+    boot, sequence = int(match["boot"]), int(match["seq"])
+    if boot >= MAX_BOOT or sequence >= MAX_SEQUENCE:
+        return None
+    return match["server"], boot, sequence
 
 
 def encode_json(record: dict[str, Any]) -> bytes:
+    """A JSON record's body."""
     return json.dumps(record).encode()
 
 
@@ -94,6 +130,22 @@ def decode_json(body: bytes) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"a record is a JSON object, not {type(data).__name__}")
     return data
+
+
+_ABSENT: Any = object()
+
+
+def _field(data: dict[str, Any], key: str, kind: type, default: Any = _ABSENT) -> Any:
+    """Field ``key`` of a JSON record: of type ``kind``, or null where its
+    ``default`` (its value when absent) is None; required without a default.
+    ``ValueError`` otherwise."""
+    value = data.get(key, default)
+    if value is _ABSENT:
+        raise ValueError(f"{key} is missing")
+    if isinstance(value, kind) or (value is None and default is None):
+        return value
+    expected = f"a {kind.__name__}" + (" or null" if default is None else "")
+    raise ValueError(f"{key} is {expected}, not {type(value).__name__}")
 
 
 def encode_delivery_record(entries: list[tuple[int, int]]) -> bytes:
@@ -118,9 +170,68 @@ def split_collection(collection: str) -> tuple[str, str] | None:
     return server, rest
 
 
+class MessageCollection(NamedTuple):
+    """What a collection of messages belongs to (see :func:`message_collection`)."""
+
+    server: str
+    kind: str  # "queue" (q/<name>) or "subscription" (s/<record>)
+    name: str  # the queue's name, or the durable subscription's record handle in decimal
+
+    @property
+    def record(self) -> int:
+        """The durable subscription's record handle (``ValueError`` for a queue)."""
+        if self.kind != "subscription":
+            raise ValueError(f"the collection of queue {self.name!r} belongs to no subscription record")
+        return int(self.name)
+
+
+def message_collection(collection: str) -> MessageCollection | None:
+    """What ``collection`` holds the messages of: a queue (``jms/<server>/q/<name>``,
+    kind ``"queue"``) or a durable subscription (``jms/<server>/s/<record
+    handle>``, kind ``"subscription"``), with its server. None for any other
+    collection: a server's records, its quarantine, a name no server makes
+    (an empty queue name, a record handle not in plain decimal) or one that
+    is not a broker's."""
+    parsed = split_collection(collection)
+    if parsed is None:
+        return None
+    server, rest = parsed
+    if rest.startswith(QUEUE_MESSAGES):
+        name = rest[len(QUEUE_MESSAGES) :]
+        if name and "/" not in name:
+            return MessageCollection(server, "queue", name)
+    elif rest.startswith(SUBSCRIPTION_MESSAGES):
+        record = rest[len(SUBSCRIPTION_MESSAGES) :]
+        if record.isascii() and record.isdigit() and str(int(record)) == record:
+            return MessageCollection(server, "subscription", record)
+    return None
+
+
+class DestinationRecord(NamedTuple):
+    """A queue's or topic's record (``destinations``), as decoded by
+    :meth:`ServerLayout.read_destination`."""
+
+    kind: str  # "queue" or "topic"
+    name: str
+    settings: Any  # as stored: a JSON object when valid (DestinationSettings.from_json checks it)
+
+
+class SubscriptionRecord(NamedTuple):
+    """A durable subscription's record (``subscriptions``), as decoded by
+    :meth:`ServerLayout.read_subscription`."""
+
+    topic: str
+    name: str
+    client_id: str | None
+    selector: str | None
+    shared: bool
+    no_local: bool
+
+
 @dataclass(frozen=True)
 class ServerLayout:
-    """The collections of one server (``name``) in a store."""
+    """The collections of one server (``name``) in a store, and the encoders
+    and decoders of its records."""
 
     name: str
 
@@ -164,25 +275,79 @@ class ServerLayout:
         """The collection of the durable subscription with record handle ``record``."""
         return self.collection(f"{SUBSCRIPTION_MESSAGES}{record}")
 
+    @property
+    def quarantine_prefix(self) -> str:
+        """The prefix of this server's quarantine collections."""
+        return self.collection(QUARANTINE)
+
     def quarantine(self, collection: str) -> str:
         """Where a record of ``collection`` recovery could not use is kept aside."""
         suffix = collection[len(self.prefix) :] if collection.startswith(self.prefix) else collection
         return self.collection(QUARANTINE + suffix)
 
     def is_quarantine(self, collection: str) -> bool:
-        return collection.startswith(self.collection(QUARANTINE))
+        return collection.startswith(self.quarantine_prefix)
 
     @staticmethod
     def boot_record(boot: int) -> bytes:
+        """The server record's body: the boot counter."""
         return encode_json({"boot": boot})
 
     @staticmethod
     def read_boot(body: bytes) -> int:
-        boot = decode_json(body)["boot"]
-        if isinstance(boot, bool) or not isinstance(boot, int) or not 0 <= boot < MAX_BOOT:
+        """The boot counter of a server record; ``ValueError`` if it is not one."""
+        boot = decode_json(body).get("boot")
+        if type(boot) is not int or not 0 <= boot < MAX_BOOT:
             raise ValueError(f"a boot counter is an int within 0..{MAX_BOOT - 1}, not {boot!r}")
         return boot
 
     @staticmethod
     def destination_record(kind: str, name: str, settings: dict[str, Any]) -> bytes:
+        """A queue's or topic's record (``settings``: ``DestinationSettings.to_json()``)."""
         return encode_json({"kind": kind, "name": name, "settings": settings})
+
+    @staticmethod
+    def read_destination(body: bytes) -> DestinationRecord:
+        """A destination record's kind, name and settings (``{}`` if it has
+        none); ``ValueError`` if it is not a JSON object with a kind
+        ``"queue"`` or ``"topic"`` and a string name. The settings are
+        returned as stored, unchecked."""
+        data = decode_json(body)
+        kind, name = data.get("kind"), data.get("name")
+        if kind not in _DESTINATION_KINDS:
+            raise ValueError(f"kind {kind!r} is neither 'queue' nor 'topic'")
+        if not isinstance(name, str):
+            raise ValueError(f"a {kind} name is a str, not {type(name).__name__}")
+        return DestinationRecord(kind, name, data.get("settings", {}))
+
+    @staticmethod
+    def subscription_record(
+        topic: str, name: str, client_id: str | None, selector: str | None, shared: bool, no_local: bool
+    ) -> bytes:
+        """A durable subscription's record."""
+        return encode_json(
+            {
+                "topic": topic,
+                "name": name,
+                "client_id": client_id,
+                "selector": selector,
+                "durable": True,
+                "shared": shared,
+                "no_local": no_local,
+            }
+        )
+
+    @staticmethod
+    def read_subscription(body: bytes) -> SubscriptionRecord:
+        """A durable subscription's record; ``ValueError`` if it is not a JSON
+        object with a string topic and name, a string or null client id and
+        selector, and boolean (or absent: false) shared and no_local."""
+        data = decode_json(body)
+        return SubscriptionRecord(
+            _field(data, "topic", str),
+            _field(data, "name", str),
+            _field(data, "client_id", str, None),
+            _field(data, "selector", str, None),
+            _field(data, "shared", bool, False),
+            _field(data, "no_local", bool, False),
+        )

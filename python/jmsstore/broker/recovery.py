@@ -23,13 +23,12 @@ counted in the statistics (``malformed_records``, ``quarantined_records``).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from jmsstore._native import HeaderIndex, NativeBroker, NativePager
-from jmsstore.broker.layout import BOOT_SHIFT, MAX_BOOT, ServerLayout
+from jmsstore.broker.layout import BOOT_SHIFT, ServerLayout, decode_json
 from jmsstore.broker.limits import Quota, ServerLimits
 from jmsstore.broker.registry import Registry, SubscriptionSpec
 from jmsstore.broker.settings import DestinationSettings
@@ -56,25 +55,18 @@ class _Malformed(Exception):
 
 def _json_object(body: bytes) -> dict[str, Any]:
     try:
-        data = json.loads(body)
-    except ValueError as e:  # not UTF-8, or not JSON
-        raise _Malformed(f"not JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise _Malformed(f"not a JSON object but a {type(data).__name__}")
-    return data
+        return decode_json(body)
+    except ValueError as e:  # not UTF-8, not JSON, or not an object
+        raise _Malformed(f"not a JSON object ({e})") from None
 
 
 def _destination_record(body: bytes) -> tuple[str, str, DestinationSettings]:
     """A destination record's kind, name and settings, checked as ``create_queue`` checks them."""
-    data = _json_object(body)
-    kind, name = data.get("kind"), data.get("name")
-    if kind not in ("queue", "topic"):
-        raise _Malformed(f"kind {kind!r} is neither 'queue' nor 'topic'")
     try:
-        name = check_name(kind, name)
-    except (TypeError, InvalidArgumentError) as e:
+        kind, name, settings = ServerLayout.read_destination(body)
+        check_name(kind, name)
+    except (ValueError, InvalidArgumentError) as e:
         raise _Malformed(str(e)) from None
-    settings = data.get("settings", {})
     try:
         if not isinstance(settings, dict):
             raise TypeError(f"settings are a JSON object, not a {type(settings).__name__}")
@@ -85,10 +77,10 @@ def _destination_record(body: bytes) -> tuple[str, str, DestinationSettings]:
 
 def _boot_record(body: bytes) -> int:
     """The boot counter of the server record."""
-    boot = _json_object(body).get("boot")
-    if type(boot) is not int or not 0 <= boot < MAX_BOOT:
-        raise _Malformed(f"boot {boot!r} is not a boot count")
-    return boot
+    try:
+        return ServerLayout.read_boot(body)
+    except ValueError as e:
+        raise _Malformed(str(e)) from None
 
 
 def _quota_record(body: bytes) -> Quota:
@@ -102,22 +94,16 @@ def _quota_record(body: bytes) -> Quota:
 
 def _subscription_record(body: bytes) -> SubscriptionSpec:
     """A durable subscription's record, checked as creating it checks it."""
-    data = _json_object(body)
     try:
-        for key in ("client_id", "selector"):
-            if data.get(key) is not None and not isinstance(data[key], str):
-                raise TypeError(f"{key} is a str or null, not a {type(data[key]).__name__}")
-        for key in ("shared", "no_local"):
-            if not isinstance(data.get(key, False), bool):
-                raise TypeError(f"{key} is a bool, not a {type(data[key]).__name__}")
+        record = ServerLayout.read_subscription(body)
         spec = SubscriptionSpec(
-            check_name("topic", data.get("topic")),
-            check_name("subscription", data.get("name")),
-            None if data.get("client_id") is None else check_name("client id", data["client_id"]),
-            data.get("selector"),
+            check_name("topic", record.topic),
+            check_name("subscription", record.name),
+            None if record.client_id is None else check_name("client id", record.client_id),
+            record.selector,
             True,
-            data.get("shared", False),
-            data.get("no_local", False),
+            record.shared,
+            record.no_local,
         )
         selector = Selector(spec.selector)
         if selector.text:
@@ -150,8 +136,8 @@ class RecoveryLoader:
         self._limits = limits
         self._progress = progress
         self.malformed_records = 0
-        # Records set aside: (record, body, collection suffix); collections whose
-        # records all go (suffixes); replacement records (collection, body).
+        # Records set aside: (record, body, collection); collections whose
+        # records all go; replacement records (collection, body).
         self._aside: list[tuple[int, bytes, str]] = []
         self._moving: list[str] = []
         self._puts: list[tuple[str, bytes]] = []
@@ -164,13 +150,13 @@ class RecoveryLoader:
         for handle in malformed:
             body = store.read(handle)
             reason = f"{len(body)} bytes are not whole delivery record entries"
-            self._set_aside(handle, body, "delivered", reason)
+            self._set_aside(handle, body, layout.delivered, reason)
         known = {layout.server, layout.delivered, layout.quotas, layout.destinations, layout.subscriptions}
         self._quotas()
         aside_owners, unsure = self._destinations(known)
         for kind, name in sorted(aside_owners):
             if kind == "queue" and name not in registry.queues:
-                self._moving.append(f"q/{name}")
+                self._moving.append(layout.queue(name))
         topics_aside = {name for kind, name in aside_owners if kind == "topic" and name not in registry.topics}
         self._subscriptions(known, stale, topics_aside, unsure)
         newest = self._messages()
@@ -182,14 +168,14 @@ class RecoveryLoader:
             boot = newest >> BOOT_SHIFT
             self._puts.append((layout.server, layout.boot_record(boot + 1)))
         # Objects of destinations whose deletion was interrupted.
-        known.update(layout.collection(suffix) for suffix in self._moving)
+        known.update(self._moving)
         for collection in store.collections():
             if collection in known or layout.is_quarantine(collection) or not collection.startswith(layout.prefix):
                 continue
             if unsure:
                 # A destination record set aside without a readable name: what
                 # looks like the leftovers of an interrupted deletion may be its data.
-                self._moving.append(collection[len(layout.prefix) :])
+                self._moving.append(collection)
             else:
                 stale.extend(store.handles(collection))
         self._quarantine()
@@ -220,7 +206,7 @@ class RecoveryLoader:
             boot = _boot_record(body)
         except _Malformed as e:
             # Replaced once the messages are loaded: their ids tell the boots they came from.
-            self._set_aside(handle, body, "server", str(e))
+            self._set_aside(handle, body, layout.server, str(e))
             return None
         store.update(handle, layout.boot_record(boot + 1))
         return boot
@@ -232,7 +218,7 @@ class RecoveryLoader:
                 if quota.name in self._limits.quotas:
                     raise _Malformed(f"a second record of quota {quota.name!r}")
             except _Malformed as e:
-                self._set_aside(handle, body, "quotas", str(e))
+                self._set_aside(handle, body, self.layout.quotas, str(e))
                 continue
             self._limits.define_quota(quota, handle, [])
 
@@ -250,7 +236,7 @@ class RecoveryLoader:
                 if kind != "topic" and settings.messages_limit_override != -1:
                     raise _Malformed("messages_limit_override is a topic setting", (kind, name))
             except _Malformed as e:
-                self._set_aside(handle, body, "destinations", str(e))
+                self._set_aside(handle, body, self.layout.destinations, str(e))
                 if e.owner is None:
                     unsure = True
                 else:
@@ -258,7 +244,7 @@ class RecoveryLoader:
                 continue
             if name in (registry.queues if kind == "queue" else registry.topics):
                 # Its messages are the first record's.
-                self._set_aside(handle, body, "destinations", f"a second record of {kind} {name!r}")
+                self._set_aside(handle, body, self.layout.destinations, f"a second record of {kind} {name!r}")
                 continue
             if kind == "queue":
                 state = registry.add_queue(Queue(name), settings, handle)
@@ -273,14 +259,14 @@ class RecoveryLoader:
             try:
                 spec = _subscription_record(body)
             except _Malformed as e:
-                self._set_aside(handle, body, "subscriptions", str(e))
-                self._moving.append(f"s/{handle}")  # its messages
+                self._set_aside(handle, body, self.layout.subscriptions, str(e))
+                self._moving.append(self.layout.subscription(handle))  # its messages
                 continue
             topic = registry.topics.get(spec.topic)
             if topic is None and (unsure or spec.topic in topics_aside):
                 # Its topic's record was set aside: it goes too, with its messages.
-                self._set_aside(handle, body, "subscriptions", None)
-                self._moving.append(f"s/{handle}")
+                self._set_aside(handle, body, self.layout.subscriptions, None)
+                self._moving.append(self.layout.subscription(handle))
                 continue
             if topic is None:  # its topic's deletion was interrupted
                 stale.append(handle)
@@ -290,7 +276,7 @@ class RecoveryLoader:
 
     def _messages(self) -> int:
         """Loads every target's stored messages (natively); returns the newest message id."""
-        store, layout = self._store, self.layout
+        store = self._store
         targets = [t for t in self._registry.targets() if t.collection is not None]
         total = sum(store.count(t.collection) for t in targets if t.collection is not None)
         done = 0
@@ -306,18 +292,15 @@ class RecoveryLoader:
             messages, _, malformed, newest_id = self._native.load(target.native, self._index, progress)
             done += messages
             newest = max(newest, newest_id)
-            suffix = target.collection[len(layout.prefix) :]
             for handle, reason in malformed:
-                self._set_aside(handle, store.read(handle), suffix, reason)
+                self._set_aside(handle, store.read(handle), target.collection, reason)
         if self._progress is not None:
             self._progress("messages", done, total)
         return newest
 
-    def _set_aside(self, handle: int, body: bytes, suffix: str, reason: str | None) -> None:
-        """Recovery cannot use record ``handle`` of collection ``suffix``
-        (``reason``: why; None: it goes with its owner's record): it is
-        moved to quarantine."""
-        collection = self.layout.collection(suffix)
+    def _set_aside(self, handle: int, body: bytes, collection: str, reason: str | None) -> None:
+        """Recovery cannot use record ``handle`` of ``collection`` (``reason``:
+        why; None: it goes with its owner's record): it is moved to quarantine."""
         if reason is not None:
             self.malformed_records += 1
             log.warning(
@@ -328,17 +311,16 @@ class RecoveryLoader:
                 reason,
                 self.layout.quarantine(collection),
             )
-        self._aside.append((handle, body, suffix))
+        self._aside.append((handle, body, collection))
 
     def _quarantine(self) -> None:
         """Moves every record of the collections set aside whole, then the
-        records set aside, to ``quarantine/<suffix>``: each in a store
+        records set aside, to ``quarantine/<collection>``: each in a store
         transaction that puts the copy and deletes the original. The
         collections go first: a crash before the records moved leaves the
         records to find, and so the collections to move, at the next open."""
         store, layout = self._store, self.layout
-        for suffix in self._moving:
-            source = layout.collection(suffix)
+        for source in self._moving:
             handles = list(store.handles(source))
             if not handles:
                 continue
@@ -364,13 +346,12 @@ class RecoveryLoader:
                         start += 1
         if self._aside or self._puts:
             with store.transaction() as txn:
-                for handle, body, suffix in self._aside:
-                    txn.put(layout.quarantine(layout.collection(suffix)), body)
+                for handle, body, collection in self._aside:
+                    txn.put(layout.quarantine(collection), body)
                     txn.delete(handle)
                 for collection, body in self._puts:
                     txn.put(collection, body)
 
     def quarantined_records(self) -> int:
         """Records in this server's quarantine collections (set aside at any open)."""
-        quarantine = self.layout.collection("quarantine/")
-        return sum(n for name, n in self._store.collections().items() if name.startswith(quarantine))
+        return sum(n for name, n in self._store.collections().items() if self.layout.is_quarantine(name))

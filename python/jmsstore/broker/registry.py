@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jmsstore._native import Doorbell, NativeBroker, NativeDestination, NativePager, NativeTarget
-from jmsstore.broker.layout import ServerLayout, encode_json
+from jmsstore.broker.layout import ServerLayout
 from jmsstore.broker.limits import QuotaUsage, ServerLimits, set_thresholds
 from jmsstore.broker.settings import DestinationSettings
 from jmsstore.errors import IllegalStateError, InvalidArgumentError, InvalidDestinationError
@@ -137,6 +137,8 @@ class SubscriptionSpec:
         return (self.client_id, self.name, self.durable, self.shared)
 
     def to_json(self) -> dict[str, Any]:
+        """Its fields, as the statistics report them (the stored record of a
+        durable one is :meth:`ServerLayout.subscription_record`)."""
         return {
             "topic": self.topic,
             "name": self.name,
@@ -146,19 +148,6 @@ class SubscriptionSpec:
             "shared": self.shared,
             "no_local": self.no_local,
         }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> SubscriptionSpec:
-        """A stored durable subscription's spec; ``ValueError`` if malformed."""
-        topic, name, client_id, selector = data["topic"], data["name"], data["client_id"], data["selector"]
-        shared, no_local = data["shared"], data.get("no_local", False)
-        for value, kind in ((topic, str), (name, str), (shared, bool), (no_local, bool)):
-            if not isinstance(value, kind):
-                raise ValueError(f"a subscription record field is a {kind.__name__}, not {value!r}")
-        for value in (client_id, selector):
-            if value is not None and not isinstance(value, str):
-                raise ValueError(f"a subscription record field is a str or null, not {value!r}")
-        return cls(topic, name, client_id, selector, True, shared, no_local)
 
 
 class SubscriptionState(Target):
@@ -443,7 +432,11 @@ class Registry:
                 self.remove_subscription(existing)
             record = None
             if spec.durable:
-                record = self._store.put(self.layout.subscriptions, encode_json(spec.to_json()))
+                assert spec.name is not None  # a durable subscription is named (JMS 2.0 §6.11)
+                body = self.layout.subscription_record(
+                    spec.topic, spec.name, spec.client_id, spec.selector, spec.shared, spec.no_local
+                )
+                record = self._store.put(self.layout.subscriptions, body)
             sub = self.add_subscription(topic, spec, record)
             sub.consumers = 1
             return sub
