@@ -76,9 +76,9 @@ def loop_export(store: str, out: Path) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
     from jmsstore import _native
-    from jmsstore_spark.messages import ARROW_MESSAGES, MessageSegment, _message_row, _targets_and_counts
+    from jmsstore_spark.messages import ARROW_MESSAGES, MessageSegment, message_row, targets_and_counts
 
-    by_segment, targets, counts, _ = _targets_and_counts(store)
+    by_segment, targets, counts, _ = targets_and_counts(store)
     paths = {s["number"]: str(s["path"]) for s in inspect.segments(store)}
     writers: dict[str, Any] = {}
     columns: dict[str, dict[str, list[Any]]] = defaultdict(lambda: {name: [] for name in ARROW_MESSAGES.names})
@@ -102,7 +102,7 @@ def loop_export(store: str, out: Path) -> int:
             place = live.get(item.offset)
             if place is None or place[0] != item.handle:
                 continue
-            row = _message_row(part, item, place[1])
+            row = message_row(part, item, place[1])
             destination = row["destination"]
             target = columns[destination]
             for name, value in row.items():

@@ -127,7 +127,7 @@ class MessageSegment(InputPartition):
         self.counts = counts  # handle -> delivery count from delivery records
 
 
-def _targets_and_counts(
+def targets_and_counts(
     store: str,
 ) -> tuple[dict[int, list[tuple[int, int, str]]], dict[str, dict[str, Any]], dict[int, int], dict[str, int]]:
     """Per segment, the live messages recovery keeps; what each message
@@ -225,7 +225,7 @@ def _targets_and_counts(
 
 def stored_boots(store: str) -> dict[str, int]:
     """The boot counter of each server in ``store`` (read-only)."""
-    return _targets_and_counts(store)[3]
+    return targets_and_counts(store)[3]
 
 
 class MessagesReader(DataSourceReader):
@@ -235,7 +235,7 @@ class MessagesReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         parts: list[InputPartition] = []
         for store in self.stores:
-            by_segment, targets, counts, _ = _targets_and_counts(store)
+            by_segment, targets, counts, _ = targets_and_counts(store)
             paths = {s["number"]: str(s["path"]) for s in inspect.segments(store)}
             for segment, entries in sorted(by_segment.items()):
                 live = {offset: (handle, collection) for handle, offset, collection in entries}
@@ -263,7 +263,7 @@ class MessagesReader(DataSourceReader):
             if place is None or place[0] != item.handle:
                 continue
             try:
-                row = _message_row(partition, item, place[1])
+                row = message_row(partition, item, place[1])
             except MessageFormatError:
                 continue  # not a message: a server opening the store keeps it aside, never delivers it
             for name, value in row.items():
@@ -275,7 +275,9 @@ class MessagesReader(DataSourceReader):
             yield pa.RecordBatch.from_pydict(columns, schema=ARROW_MESSAGES)
 
 
-def _message_row(partition: MessageSegment, record: Any, collection: str) -> dict[str, Any]:
+def message_row(partition: MessageSegment, record: Any, collection: str) -> dict[str, Any]:
+    """The messages view's row of one stored message (also what the export
+    benchmark's single-process baseline builds, row for row)."""
     message: Message = decode(record.body)
     target = partition.targets[collection]
     count = partition.counts.get(record.handle, 0)
