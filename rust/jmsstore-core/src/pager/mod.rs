@@ -1216,6 +1216,19 @@ impl Pager {
         Ok(self.add_with(true, destination, m, body, body_len)?.expect("a waiting add always adds"))
     }
 
+    /// Makes room for `additional` more messages in `destination` at once,
+    /// so that a server's backlog, added as it opens, grows the slot table
+    /// once instead of doubling it (each doubling copies the table into
+    /// fresh pages). Never beyond the destination's slot limit; changes no
+    /// message or count.
+    pub fn reserve(&self, destination: u32, additional: usize) -> Result<()> {
+        let mut st = self.locked(destination)?;
+        let beyond_free = additional.saturating_sub(st.free_slots.len());
+        let room = (st.max_slots as usize).saturating_sub(st.slots.len());
+        st.slots.reserve_exact(beyond_free.min(room));
+        Ok(())
+    }
+
     /// As [`Pager::add`], but only if it can be done at once: None (and
     /// nothing done) if another thread holds this destination's lock or if
     /// the body would push the pager over its budget (paging out writes
@@ -2762,6 +2775,27 @@ mod tests {
         // Browsing after another destination's key is refused, an unknown key is unknown.
         assert!(matches!(p.browse(a, Some(kb), 5), Err(Error::InvalidArgument(_))));
         assert!(matches!(p.browse(a, Some(kb + 1), 5), Err(Error::UnknownHandle(_))));
+    }
+
+    #[test]
+    fn reserving_room_changes_no_message_and_stops_at_the_slot_limit() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut p = pager(1 << 20, dir.path());
+        p.max_slots = 8;
+        let q = p.create_destination("q", Order::Fifo).expect("dest");
+        let first = p.add(q, &new(1), Some(b"a"), 0).expect("add");
+        let before = p.stats();
+        p.reserve(q, 1_000_000).expect("reserve");
+        assert_eq!(p.stats(), before, "no message, no count changed");
+        {
+            let st = lock_state(&p.lookup(q).expect("dest").state);
+            assert!(st.slots.capacity() >= 8 && st.slots.capacity() < 1_000, "{}", st.slots.capacity());
+        }
+        let keys: Vec<Key> = (2..=8).map(|i| p.add(q, &new(i), Some(b"x"), 0).expect("add")).collect();
+        assert!(matches!(p.add(q, &new(9), Some(b"y"), 0), Err(Error::Full(_))), "the limit holds");
+        assert_eq!(p.browse(q, None, 10).expect("browse"), [vec![first], keys].concat());
+        assert!(matches!(p.reserve(99, 10), Err(Error::InvalidArgument(_) | Error::UnknownHandle(_))));
+        check_invariants(&p);
     }
 
     #[test]
