@@ -169,6 +169,8 @@ class Pager:
         recovering a backlog without reading every body)."""
         if self.store is None:
             raise InvalidArgumentError("add_stored needs a pager with a store")
+        if store_handle is None:
+            raise InvalidArgumentError("add_stored needs a store handle")
         header = dict(
             id=id,
             priority=priority,
@@ -181,8 +183,6 @@ class Pager:
             unit_of_order=unit_of_order,
             store_handle=store_handle,
         )
-        if header["store_handle"] is None:
-            raise InvalidArgumentError("add_stored needs a store handle")
         return self._add(destination, None, _int("body_size", body_size, 0, 0xFFFF_FFFF), header)
 
     def header(self, key: int) -> dict[str, Any]:

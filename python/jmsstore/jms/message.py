@@ -42,7 +42,6 @@ __all__ = [
     "TextMessage",
     "decode",
     "decode_delivered",
-    "decode_properties",
     "delivered",
     "encode",
     "with_message_id",
@@ -609,32 +608,6 @@ def with_message_id(data: bytes, message_id: str, ident: int) -> bytes:
             data[_FIXED.size + 4 :],
         )
     )
-
-
-def peek_header(data: bytes) -> tuple[int, int, int, int, int, str | None, str | None]:
-    """What the pager holds of a message (id, priority, timestamp, expiration,
-    delivery time, correlation id, type), without decoding properties or body."""
-    try:
-        (_, _, _, priority, ident, timestamp, expiration, delivery_time), r = _header(data)
-        r.str()  # message_id
-        return ident, priority, timestamp, expiration, delivery_time, r.str(), r.str()
-    except (struct.error, UnicodeDecodeError) as e:
-        raise MessageFormatError(f"malformed message: {e}") from e
-
-
-def decode_properties(data: bytes) -> dict[str, object]:
-    """Only the user properties of an encoded message (for selectors)."""
-    try:
-        _, r = _header(data)
-        for _ in range(4):
-            r.str()
-        props: dict[str, object] = {}
-        for _ in range(r.u32()):
-            name = r.str()
-            props[name or ""] = r.value()
-        return props
-    except (struct.error, IndexError, UnicodeDecodeError) as e:
-        raise MessageFormatError(f"malformed message: {e}") from e
 
 
 def delivered(

@@ -19,8 +19,8 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::broker::delivery::Settled;
+use crate::broker::format::Envelope;
 use crate::broker::format::{self, DeliveryMode};
-use crate::broker::post_office::Envelope;
 use crate::broker::server::{Broker, Counters, Handed};
 use crate::broker::target::{self, Destination, Route, Sender, Target};
 use crate::error::Result;

@@ -33,6 +33,7 @@
 //! Unicode); this module reports such a string as malformed.
 
 use crate::error::{Error, Result};
+use crate::pager::NewMessage;
 
 /// The message format version this module reads and writes.
 pub const FORMAT_VERSION: u8 = 1;
@@ -469,25 +470,49 @@ pub fn with_expiration(data: &[u8], expiration: i64) -> Result<Vec<u8>> {
     Ok(copy)
 }
 
-/// What [`validate`] found of a message: the pager's fields, owned (a
-/// string that is not strict UTF-8 comes out with U+FFFD in place of
-/// what is not).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Validated {
+/// A message's fields the pager orders, filters and expires by, owned:
+/// what a producer's send hands the post office besides the bytes, and
+/// what [`validate`] reads of a stored message (a string that is not
+/// strict UTF-8 comes out with U+FFFD in place of what is not).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Envelope {
     /// The broker's numeric message id.
     pub id: u64,
     /// JMSPriority, 0..=9.
     pub priority: u8,
-    /// JMSTimestamp.
+    /// JMSTimestamp, ms since the epoch.
     pub timestamp: i64,
-    /// JMSExpiration (0: never).
+    /// JMSExpiration, ms since the epoch (0: never).
     pub expiration: i64,
-    /// JMSDeliveryTime.
+    /// JMSDeliveryTime, ms since the epoch.
     pub delivery_time: i64,
     /// JMSCorrelationID.
     pub correlation_id: Option<String>,
     /// JMSType.
     pub message_type: Option<String>,
+}
+
+impl Envelope {
+    /// The pager's view of the message, never delivered before.
+    pub(crate) fn new_message(&self, store_handle: Option<u64>) -> NewMessage<'_> {
+        NewMessage {
+            id: self.id,
+            priority: self.priority,
+            timestamp: self.timestamp,
+            expiration: self.expiration,
+            delivery_time: self.delivery_time,
+            redelivery_count: 0,
+            correlation_id: self.correlation_id.as_deref(),
+            message_type: self.message_type.as_deref(),
+            unit_of_order: None,
+            store_handle,
+        }
+    }
+
+    /// A delayed message: not deliverable before its delivery time.
+    pub fn delayed(&self) -> bool {
+        self.delivery_time > self.timestamp
+    }
 }
 
 /// Checks a whole encoded message, as Python's reader reads it before a
@@ -497,7 +522,7 @@ pub struct Validated {
 /// Strings may hold lone surrogates written as Java and Python's
 /// `surrogatepass` write them (three bytes each): Python reads those. Returns
 /// the pager's fields.
-pub fn validate(data: &[u8]) -> Result<Validated> {
+pub fn validate(data: &[u8]) -> Result<Envelope> {
     let mut r = Cursor::fixed_header(data)?;
     let [_, body_type, delivery_mode, priority] = r.array::<4>("the fixed header")?;
     let body_type = BodyType::from_code(body_type).ok_or_else(|| r.fail_at(1, "unknown body type"))?;
@@ -536,7 +561,7 @@ pub fn validate(data: &[u8]) -> Result<Validated> {
             }
         }
     }
-    Ok(Validated { id, priority, timestamp, expiration, delivery_time, correlation_id, message_type })
+    Ok(Envelope { id, priority, timestamp, expiration, delivery_time, correlation_id, message_type })
 }
 
 /// Whether `bytes` are UTF-8 but for lone surrogates written as three bytes
@@ -1262,7 +1287,7 @@ mod tests {
             let validated = validate(&data).unwrap_or_else(|e| panic!("{body:?}: {e}"));
             assert_eq!(
                 validated,
-                Validated {
+                Envelope {
                     id: 77,
                     priority: 4,
                     timestamp: 1_700_000_000_000,

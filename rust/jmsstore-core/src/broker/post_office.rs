@@ -26,53 +26,11 @@
 use std::sync::Arc;
 
 use crate::broker::completer;
+use crate::broker::format::Envelope;
 use crate::broker::ledger;
 use crate::broker::server::{Broker, Counters};
 use crate::broker::target::{Destination, Route, Target};
 use crate::error::Result;
-use crate::pager::NewMessage;
-
-/// What the post office needs of a message besides its bytes: the fields
-/// the pager orders, filters and expires by.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Envelope {
-    /// The broker's message id.
-    pub id: u64,
-    /// JMS priority, 0..=9.
-    pub priority: u8,
-    /// Send time, ms since the epoch.
-    pub timestamp: i64,
-    /// Expiration time, ms (0: never).
-    pub expiration: i64,
-    /// Earliest delivery time, ms.
-    pub delivery_time: i64,
-    /// JMS correlation id.
-    pub correlation_id: Option<String>,
-    /// JMS type.
-    pub message_type: Option<String>,
-}
-
-impl Envelope {
-    fn new_message(&self, store_handle: Option<u64>) -> NewMessage<'_> {
-        NewMessage {
-            id: self.id,
-            priority: self.priority,
-            timestamp: self.timestamp,
-            expiration: self.expiration,
-            delivery_time: self.delivery_time,
-            redelivery_count: 0,
-            correlation_id: self.correlation_id.as_deref(),
-            message_type: self.message_type.as_deref(),
-            unit_of_order: None,
-            store_handle,
-        }
-    }
-
-    /// A delayed message: not deliverable before its delivery time.
-    pub fn delayed(&self) -> bool {
-        self.delivery_time > self.timestamp
-    }
-}
 
 /// What admission decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::broker::format::{self, Validated};
+use crate::broker::format::{self, Envelope};
 use crate::broker::server::Broker;
 use crate::broker::target::Target;
 use crate::error::Result;
@@ -51,7 +51,7 @@ enum Rest {
 }
 
 impl Indexed {
-    fn new(sequence: u64, len: usize, validated: Result<Validated>) -> Indexed {
+    fn new(sequence: u64, len: usize, validated: Result<Envelope>) -> Indexed {
         match validated {
             Ok(v) => Indexed {
                 sequence,
@@ -80,13 +80,13 @@ impl Indexed {
     }
 
     /// Its fields as `validate` gave them, or why it is malformed.
-    fn into_validated(self) -> std::result::Result<Validated, String> {
+    fn into_validated(self) -> std::result::Result<Envelope, String> {
         let (correlation_id, message_type) = match self.rest {
             Rest::Malformed(why) => return Err(why.into()),
             Rest::None => (None, None),
             Rest::Strings(strings) => *strings,
         };
-        Ok(Validated {
+        Ok(Envelope {
             id: self.id,
             priority: self.priority,
             timestamp: self.timestamp,
@@ -309,16 +309,8 @@ impl Broker {
                     }
                 };
                 let message = NewMessage {
-                    id: fields.id,
-                    priority: fields.priority,
-                    timestamp: fields.timestamp,
-                    expiration: fields.expiration,
-                    delivery_time: fields.delivery_time,
                     redelivery_count: counts.get(&handle).copied().unwrap_or(0),
-                    correlation_id: fields.correlation_id.as_deref(),
-                    message_type: fields.message_type.as_deref(),
-                    unit_of_order: None,
-                    store_handle: Some(handle),
+                    ..fields.new_message(Some(handle))
                 };
                 let size = match body {
                     Some(body) => {
@@ -331,7 +323,7 @@ impl Broker {
                         len
                     }
                 } as i64;
-                if fields.delivery_time > fields.timestamp {
+                if fields.delayed() {
                     // A delayed message: waiting consumers must wake when it is due.
                     target.delay_until(fields.delivery_time);
                 }

@@ -8,9 +8,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::broker::format::Envelope;
 use crate::broker::format::{self, Body, DeliveryMode, MessageHeader, MessageWriter, Value};
 use crate::broker::ledger::Account;
-use crate::broker::post_office::{Admission, Envelope};
+use crate::broker::post_office::Admission;
 use crate::broker::selector::{CompareOp, Expr, Literal, Selector};
 use crate::broker::server::Broker;
 use crate::broker::target::{self, Destination, Route, Routing, Sender, Target};

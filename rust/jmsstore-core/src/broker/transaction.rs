@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use crate::broker::delivery::Settled;
-use crate::broker::post_office::Envelope;
+use crate::broker::format::Envelope;
 use crate::broker::server::{Broker, Counters};
 use crate::broker::target::{Destination, Route, Target};
 use crate::error::Result;

@@ -5,7 +5,8 @@
 use std::sync::{Arc, Mutex};
 
 use jmsstore_core::broker::ack::AckBacklog;
-use jmsstore_core::broker::post_office::{Admission, Envelope};
+use jmsstore_core::broker::format::Envelope;
+use jmsstore_core::broker::post_office::Admission;
 use jmsstore_core::broker::target::{self, Route, Sender};
 use jmsstore_core::broker::transaction::StagedSend;
 use jmsstore_core::broker::Broker;
