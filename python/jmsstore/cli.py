@@ -11,10 +11,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from jmsstore import _native, inspect
-from jmsstore.broker import JMSServer
+from jmsstore.broker import config
+from jmsstore.broker.limits import Quota
+from jmsstore.broker.snapshot import StoreSnapshot
 from jmsstore.demo import run_demo
 from jmsstore.errors import JmsStoreError, StoreLockedError
-from jmsstore.progress import OpeningProgress, ProgressBar
+from jmsstore.progress import ProgressBar, ReadingProgress
 from jmsstore.store import FileStore
 
 
@@ -180,25 +182,37 @@ def stats(path: str, as_json: bool, show_progress: bool) -> int:
 
 
 def server_stats(
-    directory: str | None, name: str | None, config: str | None, as_json: bool, show_progress: bool = True
+    directory: str | None, name: str | None, config_path: str | None, as_json: bool, show_progress: bool = True
 ) -> int:
-    """A JMS server's statistics (``JMSServer.statistics()``): the server is
-    opened (recovering its destinations and messages, with progress on
-    stderr) and closed again."""
-    if config is not None:
-        server = JMSServer.from_config(config, name)  # name None: the file's only server
+    """A JMS server's statistics, read from its store without opening it
+    (see :mod:`jmsstore.broker.snapshot`): nothing is written, and it works
+    while the server runs in another process."""
+    server_quota: Quota | None = None
+    if config_path is not None:
+        server, store_path = config.locate(config_path, name)  # name None: the file's only server
+        name = server.name
+        options = server.options
+        server_quota = Quota(
+            "<server>",
+            options.get("messages_maximum", -1),
+            options.get("bytes_maximum", -1),
+            True,
+            options.get("blocking_send_policy", "fifo"),
+        )
+        missing = f"server {name!r} of {config_path} holds no JMS server yet (no store directory {store_path})"
     else:
         assert directory is not None
-        if not os.path.isdir(os.path.join(directory, "store")):
-            print(f"jmsstore: {directory} holds no JMS server (no store directory in it)", file=sys.stderr)
-            return 2
-        progress = OpeningProgress(enabled=show_progress)
-        try:
-            server = JMSServer(directory, name=name or "jms1", expiration_scan_interval=0, progress=progress)
-        finally:
-            progress.close()
-    with server:
-        data = server.statistics()
+        store_path = os.path.join(directory, "store")
+        missing = f"{directory} holds no JMS server (no store directory in it)"
+    if not os.path.isdir(store_path):
+        print(f"jmsstore: {missing}", file=sys.stderr)
+        return 2
+    progress = ReadingProgress(enabled=show_progress)
+    try:
+        snapshot = StoreSnapshot.read(store_path, progress)
+    finally:
+        progress.close()
+    data = snapshot.statistics(name, server_quota)
     if as_json:
         _print_json(data)
         return 0
@@ -213,6 +227,7 @@ def server_stats(
     for quota, usages in sorted(data["quotas"].items()):
         for usage in usages:
             _print_table(f"quota {quota}", usage)
+    _print_table("store", data["store"])
     return 0
 
 
@@ -236,12 +251,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.add_argument("--collection", help="only this collection")
             p.add_argument("--bodies", action="store_true", help="include bodies")
 
-    stats_cmd = commands.add_parser("stats", help="a JMS server's statistics (destinations, quotas, subscriptions)")
-    stats_cmd.add_argument("directory", nargs="?", help="the server's home directory")
-    stats_cmd.add_argument("--name", help="the server's name (default jms1; with --config: the file's only one)")
+    stats_cmd = commands.add_parser(
+        "stats",
+        help="a JMS server's statistics (destinations, messages, quotas, subscriptions), read without writing",
+    )
+    stats_cmd.add_argument("directory", nargs="?", help="the server's home directory (its store is DIR/store)")
+    stats_cmd.add_argument("--name", help="the server's name (default: the store's or the file's only server)")
     stats_cmd.add_argument("--config", help="a TOML configuration file to open the server from instead")
     stats_cmd.add_argument("--json", action="store_true", help="machine-readable output")
-    stats_cmd.add_argument("--no-progress", action="store_true", help="no progress output on stderr while it opens")
+    stats_cmd.add_argument("--no-progress", action="store_true", help="no progress output on stderr while it reads")
 
     demo_cmd = commands.add_parser("demo", help="write to a store, reopen it, show recovery and statistics")
     demo_cmd.add_argument("--dir", help="store directory (default: $JMSSTORE_DEMO_DIR or ~/.local/share/jmsstore/demo)")
