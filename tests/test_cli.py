@@ -84,6 +84,7 @@ def test_verify_corrupted_store(store_dir: Path, cli: Cli) -> None:
     text = cli("store", "verify", str(store_dir), "--no-progress")
     assert_clean_exit(text, 1)
     assert "DAMAGE" in text.stdout and f"segment {victim.segment}" in text.stdout
+    assert f"run `jmsstore store salvage {store_dir}`" in text.stdout  # the command that does it
     assert seg_path.read_bytes() == before  # verify changes nothing
 
 
@@ -203,7 +204,7 @@ def test_compact_while_another_process_holds_the_store(
     holder.stop()
 
 
-@pytest.mark.parametrize("action", ["verify", "dump", "compact", "stats"])
+@pytest.mark.parametrize("action", ["verify", "dump", "compact", "stats", "salvage"])
 @pytest.mark.parametrize("kind", ["empty directory", "missing", "regular file"])
 def test_not_a_store(tmp_path: Path, cli: Cli, action: str, kind: str) -> None:
     path = tmp_path / "x"

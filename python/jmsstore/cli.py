@@ -102,7 +102,12 @@ def verify(path: str, as_json: bool, show_progress: bool) -> int:
         )
         for r in serious:
             print(f"  DAMAGE segment {r['segment']} bytes {r['start']}..{r['end']}: {r['reason']}")
-        print("OK" if result["ok"] else "DAMAGED: open with recovery='salvage' to keep every intact record")
+        print(
+            "OK"
+            if result["ok"]
+            else f"DAMAGED: run `jmsstore store salvage {path}` to keep every intact record "
+            "(it moves the damaged segments to attic/)"
+        )
     return 0 if result["ok"] else 1
 
 
@@ -181,6 +186,55 @@ def stats(path: str, as_json: bool, show_progress: bool) -> int:
     return 0
 
 
+def _report_lines(report: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A recovery report as a table of its plain fields and one line per
+    item of its lists (damaged segments, and whatever lists later versions
+    report), so that every field shows without this code knowing it."""
+    plain: dict[str, Any] = {}
+    lines: list[str] = []
+    for key, value in report.items():
+        label = key.replace("_", " ")
+        if isinstance(value, list):
+            plain[label] = len(value)
+            for item in value:
+                text = ", ".join(f"{k}={v}" for k, v in item.items()) if isinstance(item, dict) else str(item)
+                lines.append(f"  {label}: {text}")
+        elif isinstance(value, dict):
+            plain[label] = ", ".join(f"{k}={v}" for k, v in value.items())
+        else:
+            plain[label] = "none" if value is None else value
+    return plain, lines
+
+
+def salvage(path: str, as_json: bool, show_progress: bool) -> int:
+    """Opens the store with ``recovery="salvage"`` (taking its lock): every
+    intact record is kept, the live records of a damaged segment are
+    rewritten into a new one and the damaged segment is moved to ``attic/``
+    for forensics. Prints the recovery report; exit 0 once the store opened."""
+    inspect.segments(path)  # refuses a path that is not a store instead of creating one
+    bar = ProgressBar("salvage", enabled=show_progress)
+    try:
+        with FileStore(path, recovery="salvage", progress=bar, preallocate=False) as store:
+            report = store.recovery_report
+    except StoreLockedError as e:
+        raise StoreLockedError(f"{e} (salvage needs the store to itself: stop the process that has it open)") from None
+    finally:
+        bar.close()
+    if as_json:
+        _print_json(report)
+        return 0
+    plain, lines = _report_lines(report)
+    _print_table(f"salvage of {path}", plain)
+    for line in lines:
+        print(line)
+    damaged = report.get("damaged") or []
+    if damaged:
+        print(f"SALVAGED: {len(damaged)} damaged segment(s) moved to {os.path.join(path, 'attic')}")
+    else:
+        print("OK: no damage found")
+    return 0
+
+
 def server_stats(
     directory: str | None, name: str | None, config_path: str | None, as_json: bool, show_progress: bool = True
 ) -> int:
@@ -242,6 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("dump", "list every record, including deleted and superseded ones"),
         ("compact", "compact the store (takes its lock)"),
         ("stats", "print statistics and what recovery found"),
+        ("salvage", "open with recovery='salvage': keep every intact record, move damaged segments to attic/"),
     ):
         p = store_actions.add_parser(name, help=help_text)
         p.add_argument("path")
@@ -281,6 +336,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return dump(args.path, args.json, args.collection, args.bodies)
         if args.action == "compact":
             return compact(args.path, args.json, show)
+        if args.action == "salvage":
+            return salvage(args.path, args.json, show)
         return stats(args.path, args.json, show)
     except JmsStoreError as e:
         print(f"jmsstore: {type(e).__name__}: {e}", file=sys.stderr)
