@@ -84,6 +84,7 @@ def test_verify_corrupted_store(store_dir: Path, cli: Cli) -> None:
     text = cli("store", "verify", str(store_dir), "--no-progress")
     assert_clean_exit(text, 1)
     assert "DAMAGE" in text.stdout and f"segment {victim.segment}" in text.stdout
+    assert f"run `jmsstore store salvage {store_dir}`" in text.stdout  # the command that does it
     assert seg_path.read_bytes() == before  # verify changes nothing
 
 
@@ -203,7 +204,7 @@ def test_compact_while_another_process_holds_the_store(
     holder.stop()
 
 
-@pytest.mark.parametrize("action", ["verify", "dump", "compact", "stats"])
+@pytest.mark.parametrize("action", ["verify", "dump", "compact", "stats", "salvage"])
 @pytest.mark.parametrize("kind", ["empty directory", "missing", "regular file"])
 def test_not_a_store(tmp_path: Path, cli: Cli, action: str, kind: str) -> None:
     path = tmp_path / "x"
@@ -249,10 +250,24 @@ def test_demo(tmp_path: Path, cli: Cli) -> None:
     assert (directory / "store" / "store.lock").exists()
     from jmsstore import JMSServer
 
+    # Its server is "demo", not the default "jms1": stats finds it, and writes nothing.
+    before = {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in directory.rglob("*")}
+    stats = cli("stats", str(directory), "--json", "--no-progress")
+    assert_clean_exit(stats, 0)
+    data = json.loads(stats.stdout)
+    assert data["name"] == "demo"
+    assert [(s["name"], s["topic"]) for s in data["durable_subscriptions"]] == [("audit-trail", "prices")]
+    assert set(data["queues"]) >= {"orders"} and data["queues"]["orders"]["messages"] == 0
+    absent = cli("stats", str(directory), "--name", "jms1", "--no-progress")
+    assert_clean_exit(absent, 2)
+    assert "no JMS server 'jms1'" in absent.stderr and "'demo'" in absent.stderr
+    assert {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in directory.rglob("*")} == before
+
     with JMSServer(directory, name="demo") as server:
         # Everything was consumed after the restart; the subscription stays.
         assert server.recovered["messages"] == 0
         assert [s["name"] for s in server.durable_subscriptions()] == ["audit-trail"]
+        assert server.boot == data["boot"] + 1
 
 
 def test_server_stats_json_and_text(tmp_path: Path, cli: Cli) -> None:
@@ -270,18 +285,11 @@ def test_server_stats_json_and_text(tmp_path: Path, cli: Cli) -> None:
     assert_clean_exit(proc, 0)
     data = json.loads(proc.stdout)
     assert data["queues"]["orders"]["messages_current"] == 3
-    assert data["server_quota"]["messages"] == 3 and data["server_quota"]["messages_maximum"] == -1
+    assert data["server_quota"]["messages"] == 3
+    assert "messages_maximum" not in data["server_quota"]  # the server's own limits are not stored
     proc = cli("stats", str(home))
     assert_clean_exit(proc, 0)
     assert "queue orders" in proc.stdout and "messages_current" in proc.stdout
-
-
-def test_server_stats_from_a_config_file(tmp_path: Path, cli: Cli) -> None:
-    config = tmp_path / "jms.toml"
-    config.write_text("[servers.s]\ndirectory = 'home'\n[servers.s.topics.prices]\nmessages_limit_override = 5\n")
-    proc = cli("stats", "--config", str(config), "--json")
-    assert_clean_exit(proc, 0)
-    assert json.loads(proc.stdout)["topics"]["prices"]["subscriptions"] == 0
 
 
 def test_server_stats_bad_input(tmp_path: Path, cli: Cli) -> None:

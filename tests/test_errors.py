@@ -68,6 +68,7 @@ def test_all_lists_every_error_class() -> None:
         "MessageFormatError",
         "MessageNotWriteableError",
         "ResourceAllocationError",
+        "ServerNotFoundError",
         "MessageTooLargeError",
         "TransactionRolledBackError",
     }

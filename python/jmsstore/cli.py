@@ -11,10 +11,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from jmsstore import _native, inspect
-from jmsstore.broker import JMSServer
+from jmsstore.broker import config
+from jmsstore.broker.limits import Quota
+from jmsstore.broker.snapshot import StoreSnapshot
 from jmsstore.demo import run_demo
 from jmsstore.errors import JmsStoreError, StoreLockedError
-from jmsstore.progress import OpeningProgress, ProgressBar
+from jmsstore.progress import ProgressBar, ReadingProgress
 from jmsstore.store import FileStore
 
 
@@ -100,7 +102,12 @@ def verify(path: str, as_json: bool, show_progress: bool) -> int:
         )
         for r in serious:
             print(f"  DAMAGE segment {r['segment']} bytes {r['start']}..{r['end']}: {r['reason']}")
-        print("OK" if result["ok"] else "DAMAGED: open with recovery='salvage' to keep every intact record")
+        print(
+            "OK"
+            if result["ok"]
+            else f"DAMAGED: run `jmsstore store salvage {path}` to keep every intact record "
+            "(it moves the damaged segments to attic/)"
+        )
     return 0 if result["ok"] else 1
 
 
@@ -179,26 +186,87 @@ def stats(path: str, as_json: bool, show_progress: bool) -> int:
     return 0
 
 
+def _report_lines(report: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A recovery report as a table of its plain fields and one line per
+    item of its lists (damaged segments, and whatever lists later versions
+    report), so that every field shows without this code knowing it."""
+    plain: dict[str, Any] = {}
+    lines: list[str] = []
+    for key, value in report.items():
+        label = key.replace("_", " ")
+        if isinstance(value, list):
+            plain[label] = len(value)
+            for item in value:
+                text = ", ".join(f"{k}={v}" for k, v in item.items()) if isinstance(item, dict) else str(item)
+                lines.append(f"  {label}: {text}")
+        elif isinstance(value, dict):
+            plain[label] = ", ".join(f"{k}={v}" for k, v in value.items())
+        else:
+            plain[label] = "none" if value is None else value
+    return plain, lines
+
+
+def salvage(path: str, as_json: bool, show_progress: bool) -> int:
+    """Opens the store with ``recovery="salvage"`` (taking its lock): every
+    intact record is kept, the live records of a damaged segment are
+    rewritten into a new one and the damaged segment is moved to ``attic/``
+    for forensics. Prints the recovery report; exit 0 once the store opened."""
+    inspect.segments(path)  # refuses a path that is not a store instead of creating one
+    bar = ProgressBar("salvage", enabled=show_progress)
+    try:
+        with FileStore(path, recovery="salvage", progress=bar, preallocate=False) as store:
+            report = store.recovery_report
+    except StoreLockedError as e:
+        raise StoreLockedError(f"{e} (salvage needs the store to itself: stop the process that has it open)") from None
+    finally:
+        bar.close()
+    if as_json:
+        _print_json(report)
+        return 0
+    plain, lines = _report_lines(report)
+    _print_table(f"salvage of {path}", plain)
+    for line in lines:
+        print(line)
+    damaged = report.get("damaged") or []
+    if damaged:
+        print(f"SALVAGED: {len(damaged)} damaged segment(s) moved to {os.path.join(path, 'attic')}")
+    else:
+        print("OK: no damage found")
+    return 0
+
+
 def server_stats(
-    directory: str | None, name: str | None, config: str | None, as_json: bool, show_progress: bool = True
+    directory: str | None, name: str | None, config_path: str | None, as_json: bool, show_progress: bool = True
 ) -> int:
-    """A JMS server's statistics (``JMSServer.statistics()``): the server is
-    opened (recovering its destinations and messages, with progress on
-    stderr) and closed again."""
-    if config is not None:
-        server = JMSServer.from_config(config, name)  # name None: the file's only server
+    """A JMS server's statistics, read from its store without opening it
+    (see :mod:`jmsstore.broker.snapshot`): nothing is written, and it works
+    while the server runs in another process."""
+    server_quota: Quota | None = None
+    if config_path is not None:
+        server, store_path = config.locate(config_path, name)  # name None: the file's only server
+        name = server.name
+        options = server.options
+        server_quota = Quota(
+            "<server>",
+            options.get("messages_maximum", -1),
+            options.get("bytes_maximum", -1),
+            True,
+            options.get("blocking_send_policy", "fifo"),
+        )
+        missing = f"server {name!r} of {config_path} holds no JMS server yet (no store directory {store_path})"
     else:
         assert directory is not None
-        if not os.path.isdir(os.path.join(directory, "store")):
-            print(f"jmsstore: {directory} holds no JMS server (no store directory in it)", file=sys.stderr)
-            return 2
-        progress = OpeningProgress(enabled=show_progress)
-        try:
-            server = JMSServer(directory, name=name or "jms1", expiration_scan_interval=0, progress=progress)
-        finally:
-            progress.close()
-    with server:
-        data = server.statistics()
+        store_path = os.path.join(directory, "store")
+        missing = f"{directory} holds no JMS server (no store directory in it)"
+    if not os.path.isdir(store_path):
+        print(f"jmsstore: {missing}", file=sys.stderr)
+        return 2
+    progress = ReadingProgress(enabled=show_progress)
+    try:
+        snapshot = StoreSnapshot.read(store_path, progress)
+    finally:
+        progress.close()
+    data = snapshot.statistics(name, server_quota)
     if as_json:
         _print_json(data)
         return 0
@@ -213,6 +281,7 @@ def server_stats(
     for quota, usages in sorted(data["quotas"].items()):
         for usage in usages:
             _print_table(f"quota {quota}", usage)
+    _print_table("store", data["store"])
     return 0
 
 
@@ -227,6 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("dump", "list every record, including deleted and superseded ones"),
         ("compact", "compact the store (takes its lock)"),
         ("stats", "print statistics and what recovery found"),
+        ("salvage", "open with recovery='salvage': keep every intact record, move damaged segments to attic/"),
     ):
         p = store_actions.add_parser(name, help=help_text)
         p.add_argument("path")
@@ -236,12 +306,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.add_argument("--collection", help="only this collection")
             p.add_argument("--bodies", action="store_true", help="include bodies")
 
-    stats_cmd = commands.add_parser("stats", help="a JMS server's statistics (destinations, quotas, subscriptions)")
-    stats_cmd.add_argument("directory", nargs="?", help="the server's home directory")
-    stats_cmd.add_argument("--name", help="the server's name (default jms1; with --config: the file's only one)")
+    stats_cmd = commands.add_parser(
+        "stats",
+        help="a JMS server's statistics (destinations, messages, quotas, subscriptions), read without writing",
+    )
+    stats_cmd.add_argument("directory", nargs="?", help="the server's home directory (its store is DIR/store)")
+    stats_cmd.add_argument("--name", help="the server's name (default: the store's or the file's only server)")
     stats_cmd.add_argument("--config", help="a TOML configuration file to open the server from instead")
     stats_cmd.add_argument("--json", action="store_true", help="machine-readable output")
-    stats_cmd.add_argument("--no-progress", action="store_true", help="no progress output on stderr while it opens")
+    stats_cmd.add_argument("--no-progress", action="store_true", help="no progress output on stderr while it reads")
 
     demo_cmd = commands.add_parser("demo", help="write to a store, reopen it, show recovery and statistics")
     demo_cmd.add_argument("--dir", help="store directory (default: $JMSSTORE_DEMO_DIR or ~/.local/share/jmsstore/demo)")
@@ -263,6 +336,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return dump(args.path, args.json, args.collection, args.bodies)
         if args.action == "compact":
             return compact(args.path, args.json, show)
+        if args.action == "salvage":
+            return salvage(args.path, args.json, show)
         return stats(args.path, args.json, show)
     except JmsStoreError as e:
         print(f"jmsstore: {type(e).__name__}: {e}", file=sys.stderr)

@@ -61,6 +61,17 @@ class ConfigError(JmsStoreError):
         return (ConfigError, (self.path, self.key, self.reason))
 
 
+class ServerNotFoundError(JMSError):
+    """The store holds no JMS server of that name; ``found`` names the servers it does hold."""
+
+    def __init__(self, message: str, found: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.found = tuple(found)
+
+    def __reduce__(self) -> tuple[type, tuple[str, tuple[str, ...]]]:
+        return (ServerNotFoundError, (str(self), self.found))
+
+
 class DestinationPausedError(IllegalStateError):
     """Production is paused on the destination or its server (WebLogic's
     runtime pause): sends fail until it is resumed."""
@@ -105,5 +116,6 @@ __all__ += [
     "MessageNotWriteableError",
     "MessageTooLargeError",
     "ResourceAllocationError",
+    "ServerNotFoundError",
     "TransactionRolledBackError",
 ]

@@ -71,23 +71,50 @@ class ProgressBar:
             self.drawn = False
 
 
-class OpeningProgress:
-    """Progress of opening a JMS server (``JMSServer(progress=...)``): the
-    store's recovery (bytes verified), then the stored messages loaded."""
+class _Stages:
+    """One progress bar per stage of a long operation, called as ``(stage, done, total)``;
+    a stage's bar is finished when a later one starts."""
 
-    def __init__(self, *, stream: TextIO | None = None, enabled: bool = True) -> None:
-        self._bars = {
-            "store": ProgressBar("recovering the store", stream=stream, enabled=enabled),
-            "messages": ProgressBar("loading messages", stream=stream, enabled=enabled, unit="messages"),
-        }
+    def __init__(self, bars: dict[str, ProgressBar]) -> None:
+        self._bars = bars
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         bar = self._bars.get(stage)
-        if bar is not None:
-            if stage == "messages":
-                self._bars["store"].close()
-            bar(done, total)
+        if bar is None:
+            return
+        for other in self._bars.values():
+            if other is bar:
+                break
+            other.close()
+        bar(done, total)
 
     def close(self) -> None:
         for bar in self._bars.values():
             bar.close()
+
+
+class OpeningProgress(_Stages):
+    """Progress of opening a JMS server (``JMSServer(progress=...)``): the
+    store's recovery (bytes verified), then the stored messages loaded."""
+
+    def __init__(self, *, stream: TextIO | None = None, enabled: bool = True) -> None:
+        super().__init__(
+            {
+                "store": ProgressBar("recovering the store", stream=stream, enabled=enabled),
+                "messages": ProgressBar("loading messages", stream=stream, enabled=enabled, unit="messages"),
+            }
+        )
+
+
+class ReadingProgress(_Stages):
+    """Progress of reading a store without opening it
+    (``jmsstore.broker.snapshot.StoreSnapshot.read``): every record
+    verified, then the JMS servers' records read."""
+
+    def __init__(self, *, stream: TextIO | None = None, enabled: bool = True) -> None:
+        super().__init__(
+            {
+                "scan": ProgressBar("verifying the store", stream=stream, enabled=enabled),
+                "read": ProgressBar("reading the servers' records", stream=stream, enabled=enabled),
+            }
+        )

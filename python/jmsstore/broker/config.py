@@ -57,7 +57,7 @@ from jmsstore.errors import ConfigError, JmsStoreError, StoreLockedError
 from jmsstore.jms.destination import Destination, Queue, Topic, check_name
 from jmsstore.store import FileStore
 
-__all__ = ["Plan", "ServerConfig", "load", "plan", "server_names", "shared_stores"]
+__all__ = ["Plan", "ServerConfig", "load", "locate", "plan", "server_names", "shared_stores"]
 
 log = logging.getLogger("jmsstore.broker")
 
@@ -373,9 +373,8 @@ class Plan:
         _apply(server, self.config)
 
 
-def plan(path: str | os.PathLike[str], name: str | None = None, store: FileStore | None = None) -> Plan:
-    """The plan to open server ``name`` of the file (the only one if None)."""
-    stores, servers = load(path)
+def _select(path: str | os.PathLike[str], servers: dict[str, ServerConfig], name: str | None) -> ServerConfig:
+    """Server ``name`` of the file (the only one if None)."""
     check = _Checker(Path(path))
     if name is None:
         if len(servers) != 1:
@@ -383,12 +382,28 @@ def plan(path: str | os.PathLike[str], name: str | None = None, store: FileStore
         name = next(iter(servers))
     if name not in servers:
         raise check.fail("servers", f"no server {name!r} (defined: {', '.join(sorted(servers))})")
-    config = servers[name]
+    return servers[name]
+
+
+def plan(path: str | os.PathLike[str], name: str | None = None, store: FileStore | None = None) -> Plan:
+    """The plan to open server ``name`` of the file (the only one if None)."""
+    stores, servers = load(path)
+    config = _select(path, servers, name)
     owned: FileStore | None = None
     if config.store is not None and store is None:
         options = {k: v for k, v in stores[config.store].items() if k != "directory"}
         owned = store = FileStore(stores[config.store]["directory"], **options)
     return Plan(Path(path), config, store, owned)
+
+
+def locate(path: str | os.PathLike[str], name: str | None = None) -> tuple[ServerConfig, str]:
+    """Server ``name`` of the file (the only one if None) and its store
+    directory, opening nothing (for read-only tools such as ``jmsstore stats``)."""
+    stores, servers = load(path)
+    config = _select(path, servers, name)
+    if config.store is not None:
+        return config, str(stores[config.store]["directory"])
+    return config, os.path.join(config.options["directory"], "store")
 
 
 def server_names(path: str | os.PathLike[str]) -> list[str]:

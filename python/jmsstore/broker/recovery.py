@@ -37,16 +37,24 @@ from jmsstore.jms.destination import Queue, Topic, check_name
 from jmsstore.selector import Selector
 from jmsstore.store import FileStore
 
-__all__ = ["RecoveryLoader"]
+__all__ = [
+    "MalformedRecord",
+    "RecoveryLoader",
+    "read_boot",
+    "read_destination",
+    "read_quota",
+    "read_subscription",
+]
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]
 
 
-class _Malformed(Exception):
+class MalformedRecord(Exception):
     """A stored record recovery cannot use; the message says why. ``owner``:
-    the destination (kind, name) a destination record names, when readable."""
+    the destination (kind, name) a destination record names, when readable.
+    (The read-only view of ``jmsstore stats`` applies the same checks.)"""
 
     def __init__(self, reason: str, owner: tuple[str, str] | None = None) -> None:
         super().__init__(reason)
@@ -57,42 +65,44 @@ def _json_object(body: bytes) -> dict[str, Any]:
     try:
         return decode_json(body)
     except ValueError as e:  # not UTF-8, not JSON, or not an object
-        raise _Malformed(f"not a JSON object ({e})") from None
+        raise MalformedRecord(f"not a JSON object ({e})") from None
 
 
-def _destination_record(body: bytes) -> tuple[str, str, DestinationSettings]:
-    """A destination record's kind, name and settings, checked as ``create_queue`` checks them."""
+def read_destination(body: bytes) -> tuple[str, str, DestinationSettings]:
+    """A destination record's kind, name and settings, checked as ``create_queue`` checks them;
+    ``MalformedRecord`` if they are not what the broker writes (so are the others)."""
     try:
         kind, name, settings = ServerLayout.read_destination(body)
         check_name(kind, name)
     except (ValueError, InvalidArgumentError) as e:
-        raise _Malformed(str(e)) from None
+        raise MalformedRecord(str(e)) from None
     try:
         if not isinstance(settings, dict):
             raise TypeError(f"settings are a JSON object, not a {type(settings).__name__}")
         return kind, name, DestinationSettings.from_json(settings)
     except (TypeError, ValueError, InvalidArgumentError) as e:
-        raise _Malformed(f"invalid settings: {e}", (kind, name)) from None
+        raise MalformedRecord(f"invalid settings: {e}", (kind, name)) from None
 
 
-def _boot_record(body: bytes) -> int:
+def read_boot(body: bytes) -> int:
     """The boot counter of the server record."""
     try:
         return ServerLayout.read_boot(body)
     except ValueError as e:
-        raise _Malformed(str(e)) from None
+        raise MalformedRecord(str(e)) from None
 
 
-def _quota_record(body: bytes) -> Quota:
+def read_quota(body: bytes) -> Quota:
+    """A quota resource's record, checked as ``create_quota`` checks it."""
     data = _json_object(body)
     try:
         check_name("quota", data.get("name"))
         return Quota(**data)
     except (TypeError, ValueError, InvalidArgumentError) as e:
-        raise _Malformed(f"invalid quota: {e}") from None
+        raise MalformedRecord(f"invalid quota: {e}") from None
 
 
-def _subscription_record(body: bytes) -> SubscriptionSpec:
+def read_subscription(body: bytes) -> SubscriptionSpec:
     """A durable subscription's record, checked as creating it checks it."""
     try:
         record = ServerLayout.read_subscription(body)
@@ -109,7 +119,7 @@ def _subscription_record(body: bytes) -> SubscriptionSpec:
         if selector.text:
             selector.native()  # what the broker core evaluates
     except (TypeError, ValueError, JmsStoreError) as e:  # JmsStoreError: a name or the selector
-        raise _Malformed(f"invalid subscription: {e}") from None
+        raise MalformedRecord(f"invalid subscription: {e}") from None
     return spec
 
 
@@ -203,8 +213,8 @@ class RecoveryLoader:
             return 0
         handle, body = records[-1]
         try:
-            boot = _boot_record(body)
-        except _Malformed as e:
+            boot = read_boot(body)
+        except MalformedRecord as e:
             # Replaced once the messages are loaded: their ids tell the boots they came from.
             self._set_aside(handle, body, layout.server, str(e))
             return None
@@ -214,10 +224,10 @@ class RecoveryLoader:
     def _quotas(self) -> None:
         for handle, body in self._store.scan(self.layout.quotas):
             try:
-                quota = _quota_record(body)
+                quota = read_quota(body)
                 if quota.name in self._limits.quotas:
-                    raise _Malformed(f"a second record of quota {quota.name!r}")
-            except _Malformed as e:
+                    raise MalformedRecord(f"a second record of quota {quota.name!r}")
+            except MalformedRecord as e:
                 self._set_aside(handle, body, self.layout.quotas, str(e))
                 continue
             self._limits.define_quota(quota, handle, [])
@@ -230,12 +240,12 @@ class RecoveryLoader:
         unsure = False
         for handle, body in self._store.scan(self.layout.destinations):
             try:
-                kind, name, settings = _destination_record(body)
+                kind, name, settings = read_destination(body)
                 if settings.quota is not None and settings.quota not in self._limits.quotas:
-                    raise _Malformed(f"its quota {settings.quota!r} does not exist", (kind, name))
+                    raise MalformedRecord(f"its quota {settings.quota!r} does not exist", (kind, name))
                 if kind != "topic" and settings.messages_limit_override != -1:
-                    raise _Malformed("messages_limit_override is a topic setting", (kind, name))
-            except _Malformed as e:
+                    raise MalformedRecord("messages_limit_override is a topic setting", (kind, name))
+            except MalformedRecord as e:
                 self._set_aside(handle, body, self.layout.destinations, str(e))
                 if e.owner is None:
                     unsure = True
@@ -257,8 +267,8 @@ class RecoveryLoader:
         registry = self._registry
         for handle, body in self._store.scan(self.layout.subscriptions):
             try:
-                spec = _subscription_record(body)
-            except _Malformed as e:
+                spec = read_subscription(body)
+            except MalformedRecord as e:
                 self._set_aside(handle, body, self.layout.subscriptions, str(e))
                 self._moving.append(self.layout.subscription(handle))  # its messages
                 continue
