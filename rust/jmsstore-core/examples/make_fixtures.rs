@@ -9,12 +9,15 @@
 //! replaced by fixed ones (and the header checksums recomputed), so running
 //! it again reproduces the same bytes. Regenerate only when the format
 //! changes on purpose: the point of checked-in fixtures is that stores
-//! written by older builds keep opening.
+//! written by older builds keep opening. Names after OUT_DIR make only those:
+//! the first six fixtures were written before the segment catalog and the
+//! close mark existed, and stay as they are.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use jmsstore_core::codec::CodecId;
+use jmsstore_core::store::catalog;
 use jmsstore_core::store::compaction::{Step, MANIFEST_SUFFIX};
 use jmsstore_core::store::format::{
     append_record, parse_segment_file_name, RecordFields, RecordKind, SegmentHeader, FLAG_GROUP_END, FORMAT_VERSION,
@@ -24,6 +27,8 @@ use jmsstore_core::store::segment::{self, Step as ScanStep};
 use jmsstore_core::{Result, Store, StoreOptions};
 
 const STORE_ID: [u8; 16] = *b"jmsstore-fixture";
+/// The store id of the other store a foreign segment comes from.
+const OTHER_STORE_ID: [u8; 16] = *b"another-store-id";
 const COMPACTION_ID: u64 = 0xc0ff_ee00_0000_0001;
 
 fn options() -> StoreOptions {
@@ -166,14 +171,85 @@ fn compaction_leftover(dir: &Path) -> Result<()> {
     store.update(handles[1], b"message 02, amended")?;
     // The process dies right after the manifest is written: the compacted
     // copies and the manifest are in place, the inputs still there.
-    store.compact_and_stop_after(Step::Manifest)?;
+    store.compact_and_stop_after(Step::Catalogued)?;
     store.abandon();
     normalize(dir);
     Ok(())
 }
 
+/// 100 objects of 150 bytes in `q` (handles 1..=100, 19 to a segment: six
+/// segments), closed cleanly; then segment 3 (handles 39..=57) is deleted.
+fn missing_segment(dir: &Path) -> Result<()> {
+    let store = Store::open(dir, options())?;
+    for i in 1..=100 {
+        let mut b = format!("object {i:03} ").repeat(14).into_bytes();
+        b.truncate(150);
+        store.put("q", &b)?;
+    }
+    store.close()?;
+    normalize(dir);
+    fs::remove_file(dir.join("0000000003.seg")).expect("segment 3");
+    Ok(())
+}
+
+/// The `forty` objects (three segments), and segment 4 of another store
+/// (same options, its own 40 objects and more) copied in beside them.
+fn foreign_segment(dir: &Path) -> Result<()> {
+    let store = Store::open(dir, options())?;
+    forty(&store)?;
+    store.close()?;
+    normalize(dir);
+    let other = tempfile::tempdir().expect("tempdir");
+    let theirs = Store::open(other.path(), options())?;
+    for i in 1..=80 {
+        let mut b = format!("theirs {i:02} ").repeat(15).into_bytes();
+        b.truncate(150);
+        theirs.put("q", &b)?;
+    }
+    theirs.close()?;
+    normalize_as(other.path(), OTHER_STORE_ID);
+    fs::copy(other.path().join("0000000004.seg"), dir.join("0000000004.seg")).expect("copy their segment 4");
+    Ok(())
+}
+
+/// Three puts, then 30 in one last write (lazy commits go out together as
+/// the store closes), closed cleanly (so a close mark follows); then a
+/// byte of the first record of that last write is flipped.
+fn damaged_last_write(dir: &Path) -> Result<()> {
+    let store = Store::open(dir, options())?;
+    for body in [&b"first"[..], b"second", b"third"] {
+        store.put("q", body)?;
+    }
+    for i in 0..30 {
+        let mut batch = store.batch();
+        batch.put("q", format!("last write {i:02}").as_bytes())?;
+        store.commit_lazy(batch, |r| r.expect("lazy commit"))?;
+    }
+    store.close()?;
+    normalize(dir);
+    let path = dir.join("0000000001.seg");
+    let mut bytes = fs::read(&path).expect("segment");
+    // The fourth record starts the last write: flip a byte of its body.
+    let mut at = SEGMENT_HEADER_LEN;
+    for _ in 0..3 {
+        match segment::step(&bytes, at) {
+            ScanStep::Record(rec) => at += rec.header.total_len(),
+            _ => panic!("three records first"),
+        }
+    }
+    assert_eq!(u64::from_le_bytes(bytes[at + 28..at + 36].try_into().expect("8 bytes")), 4);
+    bytes[at + 52 + 1 + 3] ^= 0x20;
+    fs::write(&path, bytes).expect("write segment");
+    Ok(())
+}
+
 /// Replaces the random ids by fixed ones and removes the lock file.
 fn normalize(dir: &Path) {
+    normalize_as(dir, STORE_ID);
+}
+
+/// As `normalize`, with `store_id` for the store's id.
+fn normalize_as(dir: &Path, store_id: [u8; 16]) {
     let _ = fs::remove_file(dir.join("store.lock"));
     for entry in fs::read_dir(dir).expect("fixture dir") {
         let path = entry.expect("entry").path();
@@ -181,12 +257,16 @@ fn normalize(dir: &Path) {
         if parse_segment_file_name(&name).is_some() {
             let mut bytes = fs::read(&path).expect("segment");
             let mut header = SegmentHeader::decode(&bytes[..SEGMENT_HEADER_LEN]).expect("valid header");
-            header.store_id = STORE_ID;
+            header.store_id = store_id;
             if header.compaction_id != 0 {
                 header.compaction_id = COMPACTION_ID;
             }
             bytes[..SEGMENT_HEADER_LEN].copy_from_slice(&header.encode());
             fs::write(&path, bytes).expect("write segment");
+        } else if name == catalog::CATALOG_FILE {
+            let mut found = catalog::Catalog::decode(&fs::read(&path).expect("catalog")).expect("valid catalog");
+            found.store_id = store_id;
+            fs::write(&path, found.encode()).expect("write catalog");
         } else if name.ends_with(MANIFEST_SUFFIX) {
             fs::rename(&path, dir.join(format!("compaction-{COMPACTION_ID:016x}{MANIFEST_SUFFIX}"))).expect("rename");
         } else {
@@ -212,15 +292,22 @@ fn main() {
         .nth(1)
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("fixtures"));
-    let fixtures: [(&str, MakeFixture); 6] = [
+    let only: Vec<String> = std::env::args().skip(2).collect();
+    let fixtures: [(&str, MakeFixture); 9] = [
         ("clean", clean),
         ("torn_tail", torn_tail),
         ("mid_segment_corrupt", mid_segment_corrupt),
         ("bad_header", bad_header),
         ("newer_version", newer_version),
         ("compaction_leftover", compaction_leftover),
+        ("missing_segment", missing_segment),
+        ("foreign_segment", foreign_segment),
+        ("damaged_last_write", damaged_last_write),
     ];
     for (name, make) in fixtures {
+        if !only.is_empty() && !only.iter().any(|o| o == name) {
+            continue;
+        }
         let dir = out.join(name);
         if dir.exists() {
             fs::remove_dir_all(&dir).expect("remove old fixture");

@@ -119,6 +119,19 @@ pub struct RecordInfo {
     pub checksum_ok: bool,
 }
 
+impl RecordInfo {
+    /// What the record is, as tools show it: "put", "update", "delete",
+    /// "commit", or "close" for the close mark a clean close ends the
+    /// journal with (a commit of transaction 0).
+    pub fn type_name(&self) -> &'static str {
+        if self.kind == RecordKind::Commit && self.tx_id == 0 {
+            "close"
+        } else {
+            self.kind.name()
+        }
+    }
+}
+
 /// What a segment scan yields.
 #[derive(Clone, Debug)]
 pub enum Item {

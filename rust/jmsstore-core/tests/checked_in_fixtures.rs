@@ -208,3 +208,96 @@ fn the_compaction_leftover_fixture_finishes_the_compaction() -> TestResult {
     assert_eq!(store.put("q", b"31")?, 31);
     Ok(())
 }
+
+/// The 100 objects of the `missing_segment` fixture, handles 1..=100.
+fn hundred() -> Contents {
+    (1..=100u64)
+        .map(|i| {
+            let mut b = format!("object {i:03} ").repeat(14).into_bytes();
+            b.truncate(150);
+            (i, ("q".to_string(), b))
+        })
+        .collect()
+}
+
+#[test]
+fn a_missing_segment_is_refused_strictly_and_reported_by_salvage() -> TestResult {
+    let (_tmp, dir) = fixture("missing_segment");
+    let gone = dir.join("0000000003.seg");
+    let before = store_files(&dir);
+    let e = expect_err("strict open", Store::open(&dir, strict()).map(|_| ()));
+    assert!(matches!(&e, Error::Corruption { path, .. } if *path == gone), "{e:?}");
+    assert!(e.to_string().contains("0000000003.seg") && e.to_string().contains("missing"), "{e}");
+    assert!(store_files(&dir) == before, "a refused open changes nothing");
+
+    let mut expected = hundred();
+    expected.retain(|h, _| !(39..=57).contains(h));
+    {
+        let store = Store::open(&dir, salvage())?;
+        assert_eq!(store.recovery_report().missing_segments, vec![3]);
+        assert_contents(&store, &expected);
+    }
+    let store = Store::open(&dir, strict())?;
+    assert_contents(&store, &expected);
+    Ok(())
+}
+
+#[test]
+fn a_foreign_segment_is_refused_strictly_and_set_aside_by_salvage() -> TestResult {
+    let (_tmp, dir) = fixture("foreign_segment");
+    let foreign = dir.join("0000000004.seg");
+    let before = store_files(&dir);
+    let e = expect_err("strict open", Store::open(&dir, strict()).map(|_| ()));
+    assert!(matches!(&e, Error::Corruption { path, .. } if *path == foreign), "{e:?}");
+    assert!(e.to_string().contains("different store"), "{e}");
+    assert!(store_files(&dir) == before, "a refused open changes nothing");
+    {
+        let store = Store::open(&dir, salvage())?;
+        let report = store.recovery_report();
+        assert_eq!(report.set_aside.len(), 1);
+        assert_eq!(report.set_aside[0].path, dir.join("attic").join("0000000004.seg"));
+        // Exactly our forty: none of theirs under our handles.
+        assert_contents(&store, &forty());
+    }
+    assert_eq!(file_names(&dir.join("attic")), vec!["0000000004.seg".to_string()]);
+    let store = Store::open(&dir, strict())?;
+    assert_contents(&store, &forty());
+    Ok(())
+}
+
+#[test]
+fn damage_in_the_last_write_of_a_clean_close_is_refused_strictly_and_salvage_keeps_the_rest() -> TestResult {
+    let (_tmp, dir) = fixture("damaged_last_write");
+    let segment = dir.join("0000000001.seg");
+    let before = store_files(&dir);
+    let e = expect_err("strict open", Store::open(&dir, strict()).map(|_| ()));
+    assert!(matches!(&e, Error::Corruption { path, .. } if *path == segment), "{e:?}");
+    assert!(store_files(&dir) == before, "a refused open changes nothing");
+
+    let mut expected = Contents::new();
+    for (h, body) in [(1, &b"first"[..]), (2, b"second"), (3, b"third")] {
+        expected.insert(h, object("q", body));
+    }
+    // Handle 4 was damaged; the 29 intact records after it are kept.
+    for i in 1..30u64 {
+        expected.insert(4 + i, object("q", format!("last write {i:02}").as_bytes()));
+    }
+    {
+        let store = Store::open(&dir, salvage())?;
+        let report = store.recovery_report();
+        assert!(report.torn_tail.is_none(), "{report:?}");
+        assert_eq!(report.damaged.len(), 1);
+        assert_contents(&store, &expected);
+    }
+    let store = Store::open(&dir, strict())?;
+    assert_contents(&store, &expected);
+    Ok(())
+}
+
+/// The store's files and their bytes, but for the lock file a refused open
+/// may leave (it is the store's own, and empty).
+fn store_files(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = snapshot(dir);
+    files.remove(Path::new("store.lock"));
+    files
+}

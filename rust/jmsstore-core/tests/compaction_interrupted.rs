@@ -4,13 +4,15 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 
-use common::{assert_contents, assert_no_leftovers, body, file_names, long_mode, small, Contents, TestResult};
+use common::{assert_contents, assert_no_leftovers, body, file_names, listed, long_mode, small, Contents, TestResult};
 use jmsstore_core::fs::sim::{CrashMode, SimFs};
 use jmsstore_core::fs::FileSystem;
 use jmsstore_core::store::compaction::Step;
+use jmsstore_core::store::format::parse_segment_file_name;
 use jmsstore_core::{Store, StoreOptions, SyncPolicy};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -64,30 +66,44 @@ fn populate(store: &Store) -> jmsstore_core::Result<Contents> {
 
 #[test]
 fn compaction_stopped_after_each_step_recovers_without_resurrection() -> TestResult {
-    for (step, finished) in
-        [(Step::Written, 0), (Step::Published, 0), (Step::Manifest, 1), (Step::Swapped, 1), (Step::InputsRemoved, 1)]
-    {
+    // How many inputs the reopen finds still on disk but no longer listed.
+    for (step, leftovers) in [
+        (Step::Written, false),
+        (Step::Published, false),
+        (Step::Catalogued, true),
+        (Step::Swapped, true),
+        (Step::InputsRemoved, false),
+    ] {
         let dir = tempfile::tempdir()?;
         let opts = small(4096);
-        let model = {
+        let (model, listed_before) = {
             let store = Store::open(dir.path(), opts.clone())?;
             let model = populate(&store)?;
+            let listed_before = listed(dir.path());
             let report = store.compact_and_stop_after(step)?;
             assert!(report.records_copied > 0, "{step:?}");
             store.abandon();
-            model
+            (model, listed_before)
         };
         let names = file_names(dir.path());
+        let listed_after = listed(dir.path());
+        let on_disk: BTreeSet<u64> = names.iter().filter_map(|n| parse_segment_file_name(n)).collect();
         match step {
             Step::Written => assert!(names.iter().any(|n| n.ends_with(".tmp")), "{step:?}: {names:?}"),
-            Step::Published => assert!(!names.iter().any(|n| n.ends_with(".manifest")), "{step:?}: {names:?}"),
-            _ => assert!(names.iter().any(|n| n.ends_with(".manifest")), "{step:?}: {names:?}"),
+            Step::Published => assert!(on_disk.is_superset(&listed_after), "{step:?}: {names:?}"),
+            _ => {
+                // One catalog write swapped the copies in for the inputs.
+                assert!(listed_after.iter().any(|n| !listed_before.contains(n)), "{step:?}: copies listed");
+                assert!(listed_before.iter().any(|n| !listed_after.contains(n)), "{step:?}: inputs unlisted");
+                let inputs_on_disk = listed_before.iter().any(|n| !listed_after.contains(n) && on_disk.contains(n));
+                assert_eq!(inputs_on_disk, leftovers, "{step:?}: {names:?}");
+            }
         }
         let mut model = model;
         {
             let store = Store::open(dir.path(), opts.clone())?;
             assert_contents(&store, &model);
-            assert_eq!(store.recovery_report().compactions_finished, finished, "{step:?}");
+            assert_eq!(store.recovery_report().unlisted_segments_removed > 0, leftovers, "{step:?}");
             if step == Step::Written {
                 assert!(store.recovery_report().scratch_files_removed > 0);
             }

@@ -18,7 +18,9 @@ fn options() -> StoreOptions {
     StoreOptions { max_segment_bytes: 64 << 10, ..StoreOptions::default() }
 }
 
-/// Writes `n` puts, each its own write (and sync epoch), and closes the store.
+/// Writes `n` puts, each its own write (and sync epoch), and stops as a
+/// crash would: a torn tail is what a crash leaves (a clean close ends the
+/// journal with a close mark, after which damage is never a torn tail).
 fn write_puts(dir: &Path, n: usize) -> jmsstore_core::Result<Contents> {
     let store = Store::open(dir, options())?;
     let mut model = Contents::new();
@@ -26,7 +28,7 @@ fn write_puts(dir: &Path, n: usize) -> jmsstore_core::Result<Contents> {
         let b = format!("message {i}").into_bytes();
         model.insert(store.put("q", &b)?, ("q".into(), b));
     }
-    store.close()?;
+    store.abandon();
     Ok(model)
 }
 
@@ -101,6 +103,7 @@ fn a_torn_record_followed_by_records_of_the_same_write_is_a_torn_tail() -> TestR
             tx.put("q", format!("tx {i}").as_bytes())?;
         }
         store.commit(tx)?;
+        store.abandon();
         model
     };
     let (number, path, records, _) = last_segment(dir.path());
@@ -124,6 +127,7 @@ fn a_torn_record_inside_a_transaction_drops_the_transaction() -> TestResult {
             tx.put("q", format!("tx {i}").as_bytes())?;
         }
         store.commit(tx)?;
+        store.abandon();
     }
     let (number, path, records, _) = last_segment(dir.path());
     let second = records.iter().filter(|r| r.header.flags & FLAG_TX != 0).nth(1).expect("tx records").clone();
@@ -227,6 +231,7 @@ fn a_torn_first_write_of_a_segment_is_a_torn_tail() -> TestResult {
         tx.put("q", b"one")?;
         tx.put("q", b"two")?;
         store.commit(tx)?;
+        store.abandon();
     }
     let (number, path, records, _) = last_segment(dir.path());
     flip_byte(&path, records[0].offset + RECORD_HEADER_LEN + 3);
@@ -267,11 +272,82 @@ fn each_write_is_at_most_one_sync_epoch_past_the_previous_whatever_the_syncs() -
                 inspect::Item::Damage { .. } => None,
             })
             .collect();
-        assert_eq!(epochs.len(), 3, "{policy:?}");
+        // Three writes, and the close mark after the last sync.
+        assert_eq!(epochs.len(), 4, "{policy:?}");
+        assert!(epochs[3] > epochs[2], "{policy:?}: the close mark follows the last sync");
         assert_eq!(epochs[0], header_epoch, "{policy:?}: the first write carries the header's epoch");
         for pair in epochs.windows(2) {
             assert!(pair[1] <= pair[0] + 1, "{policy:?}: epochs {epochs:?} skip one");
         }
     }
+    Ok(())
+}
+
+/// Writes `n` puts in one write (lazy commits go out together when the
+/// store closes) and closes the store cleanly; returns the model.
+fn one_last_write_of(dir: &Path, n: usize) -> jmsstore_core::Result<Contents> {
+    let mut model = write_puts(dir, 3)?;
+    let store = Store::open(dir, options())?;
+    for i in 0..n {
+        let b = format!("last write, message {i}").into_bytes();
+        let mut batch = store.batch();
+        model.insert(batch.put("q", &b)?, ("q".into(), b));
+        store.commit_lazy(batch, |r| assert!(r.is_ok()))?;
+    }
+    store.close()?;
+    Ok(model)
+}
+
+#[test]
+fn damage_in_the_last_write_of_a_cleanly_closed_store_is_not_a_torn_tail() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let model = one_last_write_of(dir.path(), 30)?;
+    let (number, path, records, _) = last_segment(dir.path());
+    let last_write: Vec<&DiskRecord> =
+        records.iter().filter(|r| r.collection == "q" && r.body.starts_with(b"last")).collect();
+    assert_eq!(last_write.len(), 30);
+    assert!(last_write.iter().all(|r| r.header.epoch == last_write[0].header.epoch), "one write");
+    let mark = records.last().expect("records");
+    assert_eq!((mark.header.kind, mark.header.tx_id), (RecordKind::Commit, 0), "the close mark ends the journal");
+    assert!(mark.header.epoch > last_write[0].header.epoch);
+    let damaged = last_write[0].clone();
+    flip_byte(&path, damaged.offset + RECORD_HEADER_LEN + 3);
+    // The write was synced (the close mark came after): strict refuses ...
+    assert_strict_open_refuses(dir.path(), &path, damaged.offset);
+    // ... and salvage keeps the 29 intact records after the damaged one.
+    let salvage = StoreOptions { recovery: RecoveryMode::Salvage, ..options() };
+    let mut model = model;
+    model.remove(&damaged.header.handle);
+    {
+        let store = Store::open(dir.path(), salvage)?;
+        let report = store.recovery_report();
+        assert!(report.torn_tail.is_none(), "{report:?}");
+        assert_eq!(report.damaged.len(), 1);
+        assert_eq!(report.damaged[0].segment, number);
+        assert_eq!(report.damaged[0].ranges, vec![(damaged.offset as u64, damaged.end() as u64)]);
+        assert_contents(&store, &model);
+    }
+    let store = Store::open(dir.path(), options())?;
+    assert_contents(&store, &model);
+    Ok(())
+}
+
+#[test]
+fn the_same_damage_after_a_crash_is_a_torn_tail() -> TestResult {
+    // Without the close mark (the process died after its last write), the
+    // damaged write may never have been synced: it is cut, as a torn tail.
+    let dir = tempfile::tempdir()?;
+    let mut model = one_last_write_of(dir.path(), 30)?;
+    let (number, path, records, _) = last_segment(dir.path());
+    let mark = records.last().expect("records").clone();
+    assert_eq!((mark.header.kind, mark.header.tx_id), (RecordKind::Commit, 0));
+    // Remove the close mark: what the journal looks like when the process dies.
+    write_at(&path, mark.offset, &vec![0u8; mark.end() - mark.offset + 8]);
+    let last_write: Vec<DiskRecord> = records.iter().filter(|r| r.body.starts_with(b"last")).cloned().collect();
+    flip_byte(&path, last_write[0].offset + RECORD_HEADER_LEN + 3);
+    for r in &last_write {
+        model.remove(&r.header.handle);
+    }
+    assert_torn_tail_is_cut(dir.path(), number, &path, last_write[0].offset, &model)?;
     Ok(())
 }

@@ -33,10 +33,10 @@ impl Record {
     fn sequence(&self) -> u64 {
         self.info.sequence
     }
-    /// "put", "update", "delete" or "commit".
+    /// "put", "update", "delete", "commit" or "close" (the close mark).
     #[getter]
     fn r#type(&self) -> &'static str {
-        self.info.kind.name()
+        self.info.type_name()
     }
     #[getter]
     fn collection(&self) -> &str {
@@ -89,7 +89,7 @@ impl Record {
             i.segment,
             i.offset,
             i.sequence,
-            i.kind.name(),
+            i.type_name(),
             i.collection,
             i.handle,
             i.codec.name(),

@@ -409,6 +409,18 @@ pub fn recovery_dict<'py>(py: Python<'py>, r: &RecoveryReport) -> PyResult<Bound
         damaged.append(s)?;
     }
     d.set_item("damaged", damaged)?;
+    d.set_item("missing_segments", r.missing_segments.clone())?;
+    let set_aside = PyList::empty(py);
+    for seg in &r.set_aside {
+        let s = PyDict::new(py);
+        s.set_item("segment", seg.segment)?;
+        s.set_item("path", seg.path.clone())?;
+        s.set_item("reason", &seg.reason)?;
+        set_aside.append(s)?;
+    }
+    d.set_item("set_aside", set_aside)?;
+    d.set_item("catalog_problem", r.catalog_problem.as_deref())?;
+    d.set_item("unlisted_segments_removed", r.unlisted_segments_removed)?;
     d.set_item("compactions_finished", r.compactions_finished)?;
     d.set_item("scratch_files_removed", r.scratch_files_removed)?;
     d.set_item("seconds", r.duration.as_secs_f64())?;

@@ -4,21 +4,29 @@
 //! 2. Inputs: every sealed segment holding dead bytes (or no records), and
 //!    the journal segments it shares a transaction with (`select_inputs`).
 //!    A segment whose records are all live cannot hold an older version of
-//!    anything, so leaving it out is safe, and dropping the tombstones of
-//!    the inputs is safe because no remaining segment holds a version they
-//!    delete.
+//!    anything, so leaving it out is safe. The inputs are compacted in
+//!    steps of about one segment of live data (`plan_steps`), each finished
+//!    before the next begins, so that compaction needs about one segment of
+//!    free room, not room for all the live data. A step drops the tombstones
+//!    of its inputs unless a later step's inputs still hold a version they
+//!    delete (those are copied along, and dropped by a later compaction).
+//!    Steps 3 to 7 are those of each step.
 //! 3. The live records of the inputs are copied verbatim (verified on the
 //!    way) into new compacted segments, written as `.tmp` files and synced.
-//! 4. They are renamed into place and the directory is synced. A crash from
-//!    here on leaves duplicates, which recovery resolves by sequence number.
-//! 5. A manifest naming the inputs is written (atomically). From here on
-//!    recovery finishes the job: it removes the inputs the manifest names.
+//! 4. They are renamed into place and the directory is synced. The
+//!    catalog does not list them yet: a crash from here on leaves copies
+//!    that recovery either removes (unlisted, numbered below the catalog's
+//!    highest) or reads beside the inputs (duplicates resolved by sequence
+//!    number); the inputs still hold everything either way.
+//! 5. The segment catalog is rewritten (atomically) listing the copies
+//!    instead of the inputs. From here on recovery finishes the job: it
+//!    removes the inputs, which the catalog no longer lists.
 //!    (Under the `disabled` policy the journal is synced first: see there.)
 //! 6. The index is switched to the copies, only for objects that did not
 //!    change meanwhile (the copy of a changed object is dead on arrival).
-//! 7. The inputs are removed, then the manifest.
+//! 7. The inputs are removed (or kept to be recycled).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
@@ -31,7 +39,9 @@ use super::{bump, lock, writer, Completion, Progress, SegmentInfo, Shared, SyncP
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, OpenMode, StorageFile};
 
-/// File-name suffix of compaction manifests.
+/// File-name suffix of compaction manifests, which stores written before
+/// the segment catalog used to finish an interrupted compaction (recovery
+/// still reads them).
 pub const MANIFEST_SUFFIX: &str = ".manifest";
 const MANIFEST_MAGIC: &[u8; 8] = b"JMSCMAN1";
 
@@ -42,11 +52,11 @@ pub enum Step {
     Written,
     /// Output renamed into place.
     Published,
-    /// Manifest written.
-    Manifest,
+    /// The catalog lists the output instead of the inputs.
+    Catalogued,
     /// Index switched (in memory only).
     Swapped,
-    /// Inputs removed, manifest not yet.
+    /// Inputs removed.
     InputsRemoved,
 }
 
@@ -63,6 +73,10 @@ pub struct CompactionReport {
     pub bytes_before: u64,
     /// Record bytes in the output.
     pub bytes_after: u64,
+    /// Steps it took (each finished, its inputs removed, before the next).
+    pub steps: u64,
+    /// Tombstones copied because a later step still held a version they delete.
+    pub tombstones_carried: u64,
     /// How long it took.
     pub duration: Duration,
 }
@@ -137,28 +151,6 @@ pub fn write_segment_atomically(
     Ok(Written { path: paths.into_iter().next().expect("one part"), file: part.file, used: part.used, locations })
 }
 
-fn manifest_path(dir: &Path, id: u64) -> PathBuf {
-    dir.join(format!("compaction-{id:016x}{MANIFEST_SUFFIX}"))
-}
-
-fn write_manifest(fs: &dyn FileSystem, dir: &Path, id: u64, inputs: &[u64]) -> Result<PathBuf> {
-    let mut bytes = MANIFEST_MAGIC.to_vec();
-    bytes.extend_from_slice(&(inputs.len() as u32).to_le_bytes());
-    for n in inputs {
-        bytes.extend_from_slice(&n.to_le_bytes());
-    }
-    let crc = crc32c::crc32c(&bytes);
-    bytes.extend_from_slice(&crc.to_le_bytes());
-    let path = manifest_path(dir, id);
-    let tmp = path.with_extension("manifest.tmp");
-    let file = fs.open(&tmp, OpenMode::CREATE_NEW).map_err(|e| Error::io("creating compaction manifest", &tmp, e))?;
-    file.write_all_at(&bytes, 0).map_err(|e| Error::io("writing compaction manifest", &tmp, e))?;
-    file.sync_data().map_err(|e| Error::io("syncing compaction manifest", &tmp, e))?;
-    fs.rename(&tmp, &path).map_err(|e| Error::io("publishing compaction manifest", &tmp, e))?;
-    fs.sync_dir(dir).map_err(|e| Error::io("syncing store directory", dir, e))?;
-    Ok(path)
-}
-
 /// Reads a manifest: the segment numbers a finished compaction replaced.
 pub fn read_manifest(fs: &dyn FileSystem, path: &Path) -> Result<Vec<u64>> {
     let file = fs.open(path, OpenMode::READ).map_err(|e| Error::io("opening compaction manifest", path, e))?;
@@ -200,13 +192,13 @@ struct Input {
 /// then be discarded as incomplete) or some of its records (the commit would
 /// then count too few), so such a chain is compacted whole, or not at all
 /// while a part of it is still active.
-fn select_inputs(segments: &BTreeMap<u64, SegmentInfo>) -> Vec<u64> {
+fn select_inputs(segments: &BTreeMap<u64, SegmentInfo>) -> Vec<Vec<u64>> {
     let wanted = |s: &SegmentInfo| !s.active && (s.dead_bytes() > 0 || s.used <= SEGMENT_HEADER_LEN as u64);
-    let mut chosen = Vec::new();
-    let take_chain = |chain: &mut Vec<u64>, chosen: &mut Vec<u64>| {
+    let mut chosen: Vec<Vec<u64>> = Vec::new();
+    let take_chain = |chain: &mut Vec<u64>, chosen: &mut Vec<Vec<u64>>| {
         let members = chain.iter().map(|n| &segments[n]);
         if members.clone().all(|s| !s.active) && members.clone().any(wanted) {
-            chosen.extend_from_slice(chain);
+            chosen.push(chain.clone());
         }
         chain.clear();
     };
@@ -214,7 +206,7 @@ fn select_inputs(segments: &BTreeMap<u64, SegmentInfo>) -> Vec<u64> {
     for (&number, s) in segments {
         if s.kind == SegmentKind::Compacted {
             if wanted(s) {
-                chosen.push(number);
+                chosen.push(vec![number]);
             }
             continue;
         }
@@ -226,6 +218,30 @@ fn select_inputs(segments: &BTreeMap<u64, SegmentInfo>) -> Vec<u64> {
     take_chain(&mut chain, &mut chosen);
     chosen.sort_unstable();
     chosen
+}
+
+/// Splits the units `select_inputs` chose into steps: consecutive units
+/// whose live bytes fit in one segment (a unit bigger than that is a step
+/// of its own). Each step is finished (its inputs removed) before the next
+/// begins, so compaction never needs more free room than about one
+/// segment: after a full disk, freeing a little lets it free more.
+fn plan_steps(units: Vec<Vec<u64>>, segments: &BTreeMap<u64, SegmentInfo>, limit: u64) -> Vec<Vec<u64>> {
+    let mut steps: Vec<Vec<u64>> = Vec::new();
+    let mut live_in_step = 0u64;
+    for unit in units {
+        let live: u64 = unit.iter().map(|n| segments[n].live).sum();
+        match steps.last_mut() {
+            Some(step) if live_in_step + live <= limit => {
+                step.extend_from_slice(&unit);
+                live_in_step += live;
+            }
+            _ => {
+                steps.push(unit);
+                live_in_step = live;
+            }
+        }
+    }
+    steps
 }
 
 /// Wakes the background compactor (see `StoreOptions::compaction_threshold`).
@@ -284,10 +300,11 @@ pub(crate) fn run_compactor(shared: &Arc<Shared>) {
     }
 }
 
-/// Runs one compaction (see the module documentation).
+/// Runs one compaction (see the module documentation), in steps (see
+/// `plan_steps`).
 /// With `seal_active`, the active segment is sealed first so that its dead
 /// records can go too (explicit compactions); the background compactor
-/// leaves it alone.
+/// leaves it alone. `stop_after` stops the first step there (crash tests).
 pub(crate) fn compact(
     shared: &Arc<Shared>,
     progress: &mut Progress<'_>,
@@ -301,23 +318,104 @@ pub(crate) fn compact(
     if seal_active {
         let waiter = Arc::new(Waiter::new());
         shared.submit_control(Work::Roll(Completion::waiter(waiter.clone())))?;
-        waiter.wait()?;
+        match waiter.wait() {
+            // No room for a new segment: compact the sealed ones, which is
+            // how room is made.
+            Err(Error::Full(_)) => {}
+            other => other?,
+        }
     }
 
-    let inputs: Vec<Input> = {
+    let limit = shared.options.max_segment_bytes - SEGMENT_HEADER_LEN as u64;
+    let steps = {
         let state = shared.state();
-        select_inputs(&state.segments)
-            .into_iter()
-            .map(|number| {
-                let s = &state.segments[&number];
-                Input { number, kind: s.kind, path: s.path.clone(), file: s.file.clone(), used: s.used }
-            })
-            .collect()
+        plan_steps(select_inputs(&state.segments), &state.segments, limit)
     };
-    if inputs.is_empty() {
-        report.duration = started.elapsed();
-        return Ok(report);
+    let total: u64 = {
+        let state = shared.state();
+        steps.iter().flatten().filter_map(|n| state.segments.get(n)).map(|s| s.used).sum()
+    };
+    // Which step holds the last version (put or update) of each handle, so
+    // that a step drops only tombstones no later step still needs. One
+    // step needs no such pass: no segment outside it holds a superseded
+    // version (those are all inputs).
+    let mut last_version_step: HashMap<u64, usize> = HashMap::new();
+    if steps.len() > 1 {
+        for (k, numbers) in steps.iter().enumerate() {
+            for number in numbers {
+                let input = input_of(shared, *number);
+                for (kind, handle, _) in read_input(&input)?.1 {
+                    if matches!(kind, RecordKind::Put | RecordKind::Update) {
+                        last_version_step.insert(handle, k);
+                    }
+                }
+            }
+        }
     }
+    let mut done = 0u64;
+    for (k, numbers) in steps.into_iter().enumerate() {
+        let carry = |handle: u64| last_version_step.get(&handle).is_some_and(|&last| last > k);
+        let inputs: Vec<Input> = numbers.iter().map(|number| input_of(shared, *number)).collect();
+        let finished = compact_step(
+            shared,
+            &inputs,
+            &carry,
+            &mut report,
+            &mut |step_done, _| progress(done + step_done, total),
+            stop_after,
+        )?;
+        done += inputs.iter().map(|i| i.used).sum::<u64>();
+        progress(done, total);
+        report.steps += 1;
+        if !finished {
+            return Ok(report);
+        }
+    }
+    report.duration = started.elapsed();
+    Ok(report)
+}
+
+/// A sealed segment, to compact.
+fn input_of(shared: &Shared, number: u64) -> Input {
+    let state = shared.state();
+    let s = &state.segments[&number];
+    Input { number, kind: s.kind, path: s.path.clone(), file: s.file.clone(), used: s.used }
+}
+
+/// A record of a segment to compact: kind, handle and location.
+type InputRecord = (RecordKind, u64, Location);
+
+/// A segment's bytes and its records.
+fn read_input(input: &Input) -> Result<(Vec<u8>, Vec<InputRecord>)> {
+    let mut data = vec![0u8; input.used as usize];
+    input.file.read_exact_at(&mut data, 0).map_err(|e| Error::io("reading segment to compact", &input.path, e))?;
+    let mut records = Vec::new();
+    let mut at = SEGMENT_HEADER_LEN;
+    loop {
+        match segment::step(&data, at) {
+            ScanStep::End => break,
+            ScanStep::Damage(why) => return Err(Error::corruption(&input.path, at as u64, why)),
+            ScanStep::Record(rec) => {
+                let len = rec.header.total_len();
+                let loc = Location { segment: input.number, offset: at as u64, len: len as u32 };
+                records.push((rec.header.kind, rec.header.handle, loc));
+                at += len;
+            }
+        }
+    }
+    Ok((data, records))
+}
+
+/// Compacts `inputs` into new segments and removes them. Returns false if
+/// it stopped early at `stop_after`.
+fn compact_step(
+    shared: &Arc<Shared>,
+    inputs: &[Input],
+    carry: &dyn Fn(u64) -> bool,
+    report: &mut CompactionReport,
+    progress: &mut Progress<'_>,
+    stop_after: Option<Step>,
+) -> Result<bool> {
     let id = loop {
         let id = rand::random::<u64>();
         if id != 0 {
@@ -348,6 +446,7 @@ pub(crate) fn compact(
                     epoch: 0,
                     compaction_id: id,
                     recycled: false,
+                    catalogued: true,
                 };
                 let part = write_part(&*shared.fs, &shared.dir, &header, out)?;
                 for (handle, old, at) in pending.drain(..) {
@@ -358,31 +457,29 @@ pub(crate) fn compact(
                 out.clear();
                 Ok(())
             };
-        for input in &inputs {
-            let mut data = vec![0u8; input.used as usize];
-            input
-                .file
-                .read_exact_at(&mut data, 0)
-                .map_err(|e| Error::io("reading segment to compact", &input.path, e))?;
-            let mut candidates = Vec::new();
-            let mut at = SEGMENT_HEADER_LEN;
-            loop {
-                match segment::step(&data, at) {
-                    ScanStep::End => break,
-                    ScanStep::Damage(why) => return Err(Error::corruption(&input.path, at as u64, why)),
-                    ScanStep::Record(rec) => {
-                        let len = rec.header.total_len();
-                        if matches!(rec.header.kind, RecordKind::Put | RecordKind::Update) {
-                            let loc = Location { segment: input.number, offset: at as u64, len: len as u32 };
-                            candidates.push((rec.header.handle, loc));
-                        }
-                        at += len;
-                    }
+        for input in inputs {
+            let (data, records) = read_input(input)?;
+            // Tombstones whose handle still has a version in a later step's
+            // inputs go along: dropped here, a stop before that step would
+            // bring the version back.
+            for (_, _, loc) in records.iter().filter(|(kind, h, _)| *kind == RecordKind::Delete && carry(*h)) {
+                let record = &data[loc.offset as usize..loc.offset as usize + loc.len as usize];
+                if out.len() + record.len() > limit {
+                    flush(&mut out, &mut pending_moves, &mut parts)?;
                 }
+                out.extend_from_slice(record);
+                report.tombstones_carried += 1;
             }
             let live: Vec<(u64, Location)> = {
                 let state = shared.state();
-                candidates.into_iter().filter(|(h, loc)| state.index.get(*h).is_some_and(|(l, _)| l == *loc)).collect()
+                records
+                    .into_iter()
+                    .filter(|(kind, h, loc)| {
+                        matches!(kind, RecordKind::Put | RecordKind::Update)
+                            && state.index.get(*h).is_some_and(|(l, _)| l == *loc)
+                    })
+                    .map(|(_, h, loc)| (h, loc))
+                    .collect()
             };
             for (handle, loc) in live {
                 let record = &data[loc.offset as usize..loc.offset as usize + loc.len as usize];
@@ -405,14 +502,14 @@ pub(crate) fn compact(
         return Err(e);
     }
     if stop_after == Some(Step::Written) {
-        return Ok(report);
+        return Ok(false);
     }
 
     let fs = &*shared.fs;
     let dir = &shared.dir;
     let paths = publish(fs, dir, &parts)?;
     if stop_after == Some(Step::Published) {
-        return Ok(report);
+        return Ok(false);
     }
     if shared.options.sync_policy == SyncPolicy::Disabled {
         // Under `disabled` the index already points at writes not yet synced.
@@ -424,10 +521,12 @@ pub(crate) fn compact(
         shared.submit_control(Work::Sync(Completion::waiter(waiter.clone())))?;
         waiter.wait()?;
     }
+    // The switch: one catalog write lists the copies and unlists the inputs.
     let input_numbers: Vec<u64> = inputs.iter().map(|i| i.number).collect();
-    let manifest = write_manifest(fs, dir, id, &input_numbers)?;
-    if stop_after == Some(Step::Manifest) {
-        return Ok(report);
+    let output_numbers: Vec<u64> = parts.iter().map(|p| p.number).collect();
+    shared.update_catalog(&output_numbers, &input_numbers)?;
+    if stop_after == Some(Step::Catalogued) {
+        return Ok(false);
     }
 
     {
@@ -453,21 +552,25 @@ pub(crate) fn compact(
                 }
             }
         }
-        for input in &inputs {
+        for input in inputs {
             state.segments.remove(&input.number);
         }
     }
-    report.segments_compacted = inputs.len() as u64;
-    report.segments_written = parts.len() as u64;
-    report.bytes_before = inputs.iter().map(|i| i.used - SEGMENT_HEADER_LEN as u64).sum();
-    report.bytes_after = parts.iter().map(|p| p.used - SEGMENT_HEADER_LEN as u64).sum();
-    bump(&shared.counters.compactions, 1);
-    bump(&shared.counters.compaction_bytes_reclaimed, report.bytes_before.saturating_sub(report.bytes_after));
+    let bytes_before: u64 = inputs.iter().map(|i| i.used - SEGMENT_HEADER_LEN as u64).sum();
+    let bytes_after: u64 = parts.iter().map(|p| p.used - SEGMENT_HEADER_LEN as u64).sum();
+    report.segments_compacted += inputs.len() as u64;
+    report.segments_written += parts.len() as u64;
+    report.bytes_before += bytes_before;
+    report.bytes_after += bytes_after;
+    if report.steps == 0 {
+        bump(&shared.counters.compactions, 1);
+    }
+    bump(&shared.counters.compaction_bytes_reclaimed, bytes_before.saturating_sub(bytes_after));
     if stop_after == Some(Step::Swapped) {
-        return Ok(report);
+        return Ok(false);
     }
 
-    for input in &inputs {
+    for input in inputs {
         // An emptied journal segment's file is reused rather than deleted when it can be.
         if input.kind == SegmentKind::Journal
             && writer::keep_for_recycling(shared, input.number, &input.path, &input.file)?
@@ -477,11 +580,5 @@ pub(crate) fn compact(
         fs.remove_file(&input.path).map_err(|e| Error::io("removing compacted segment", &input.path, e))?;
     }
     fs.sync_dir(dir).map_err(|e| Error::io("syncing store directory", dir, e))?;
-    if stop_after == Some(Step::InputsRemoved) {
-        return Ok(report);
-    }
-    fs.remove_file(&manifest).map_err(|e| Error::io("removing compaction manifest", &manifest, e))?;
-    fs.sync_dir(dir).map_err(|e| Error::io("syncing store directory", dir, e))?;
-    report.duration = started.elapsed();
-    Ok(report)
+    Ok(stop_after != Some(Step::InputsRemoved))
 }

@@ -15,7 +15,7 @@
 //! | 48 | 8 | next sequence number when the segment was created |
 //! | 56 | 8 | sync epoch when the segment was created |
 //! | 64 | 8 | compaction id (compacted segments; 0 otherwise) |
-//! | 72 | 4 | reserved (0) |
+//! | 72 | 4 | flags: 1 = the store keeps a segment catalog (see `catalog`) |
 //! | 76 | 4 | CRC-32C of bytes 0..76 |
 //!
 //! Records follow back to back. Every write is followed by an 8-byte end
@@ -126,7 +126,13 @@ pub struct SegmentHeader {
     /// A recycled file: stale records of its earlier life may follow the
     /// end of the written part (format version 2).
     pub recycled: bool,
+    /// Written by a store that keeps a segment catalog: if the catalog is
+    /// gone, it was lost, not never written.
+    pub catalogued: bool,
 }
+
+/// Segment header flag: the store keeps a segment catalog.
+const HEADER_FLAG_CATALOGUED: u32 = 1;
 
 /// Why a segment header could not be read.
 #[derive(Debug, PartialEq, Eq)]
@@ -156,6 +162,8 @@ impl SegmentHeader {
         b[48..56].copy_from_slice(&self.next_sequence.to_le_bytes());
         b[56..64].copy_from_slice(&self.epoch.to_le_bytes());
         b[64..72].copy_from_slice(&self.compaction_id.to_le_bytes());
+        let flags = if self.catalogued { HEADER_FLAG_CATALOGUED } else { 0 };
+        b[72..76].copy_from_slice(&flags.to_le_bytes());
         let crc = crc32c::crc32c(&b[0..76]);
         b[76..80].copy_from_slice(&crc.to_le_bytes());
         b
@@ -199,6 +207,7 @@ impl SegmentHeader {
             epoch: u64_at(56),
             compaction_id: u64_at(64),
             recycled: version >= 2,
+            catalogued: u32::from_le_bytes(b[72..76].try_into().expect("4 bytes")) & HEADER_FLAG_CATALOGUED != 0,
         })
     }
 
@@ -404,6 +413,7 @@ mod tests {
             epoch: 0,
             compaction_id: 0,
             recycled: false,
+            catalogued: false,
         }
     }
 
@@ -418,6 +428,7 @@ mod tests {
             epoch: 3,
             compaction_id: 9,
             recycled: false,
+            catalogued: true,
         };
         let mut b = h.encode();
         assert_eq!(u16::from_le_bytes([b[8], b[9]]), 1);

@@ -22,6 +22,7 @@
 //! last good sync can be trusted and every further write is refused until
 //! the store is reopened and recovered.
 
+pub mod catalog;
 pub mod compaction;
 pub mod format;
 pub mod index;
@@ -507,6 +508,9 @@ pub(crate) struct Shared {
     lock: Mutex<Option<Box<dyn LockGuard>>>,
     /// Synchronous commits still to fail as a full disk fails them (see `Store::inject_full_writes`).
     injected_full_writes: AtomicU64,
+    /// The segments that make up the store, as `segments.catalog` lists them
+    /// (held while the file is rewritten, so writes of it never cross).
+    catalog: Mutex<catalog::Catalog>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -516,6 +520,25 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Shared {
     fn state(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
+    }
+
+    /// Lists the segments `added` (their files durably in place) and unlists
+    /// `removed` (before their files go), rewriting the catalog. On failure
+    /// the catalog in memory is left as it was on disk.
+    fn update_catalog(&self, added: &[u64], removed: &[u64]) -> Result<()> {
+        let mut current = lock(&self.catalog);
+        let mut next = current.clone();
+        for &number in added {
+            next.add(number);
+        }
+        for &number in removed {
+            next.remove(number);
+        }
+        // Numbers handed out meanwhile count as used even when not listed yet.
+        next.highest = next.highest.max(self.next_segment.load(Ordering::Relaxed).saturating_sub(1));
+        catalog::write(&*self.fs, &self.dir, &next)?;
+        *current = next;
+        Ok(())
     }
 
     fn check_open(&self) -> Result<()> {
@@ -874,6 +897,7 @@ impl Store {
             compactor: compaction::Compactor::default(),
             recovery: recovered.report,
             lock: Mutex::new(Some(guard)),
+            catalog: Mutex::new(recovered.catalog),
         });
         let threads = writer::start(&shared, recovered.next_sequence, recovered.epoch, recovered.reusable_tail)?;
         let compactor = if shared.options.compaction_threshold > 0.0 {

@@ -22,6 +22,7 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::catalog::{self, Catalog};
 use super::format::{
     parse_segment_file_name, segment_file_name, HeaderError, RecordKind, SegmentHeader, SegmentKind, FLAG_GROUP_END,
     FLAG_TX, SEGMENT_HEADER_LEN,
@@ -51,6 +52,17 @@ pub struct RecoveryReport {
     pub incomplete_transaction_records: u64,
     /// Segments found damaged (salvage mode), each moved to `attic/`.
     pub damaged: Vec<DamagedSegment>,
+    /// Segments the catalog lists that are gone (salvage mode): objects
+    /// whose newest version was in them are lost, or come back older.
+    pub missing_segments: Vec<u64>,
+    /// Files named like segments that are not segments of this store (from
+    /// another store, renamed, unreadable; salvage mode), moved to `attic/`.
+    pub set_aside: Vec<SetAside>,
+    /// What was wrong with the segment catalog, if anything (salvage mode).
+    pub catalog_problem: Option<String>,
+    /// Segments the catalog no longer listed whose removal a stop had cut
+    /// short (inputs of a finished compaction, an unfinished one's output).
+    pub unlisted_segments_removed: u64,
     /// Interrupted compactions that were completed or rolled back.
     pub compactions_finished: u64,
     /// Scratch files removed (unfinished compaction output, spare segments).
@@ -85,6 +97,17 @@ pub struct DamagedSegment {
     pub live_objects_kept: u64,
     /// Bytes in damaged ranges.
     pub bytes_lost: u64,
+}
+
+/// A file named like a segment that recovery kept out of the store.
+#[derive(Clone, Debug)]
+pub struct SetAside {
+    /// The segment number its name gives.
+    pub segment: u64,
+    /// Where the file is now (in `attic/`), or where it was if read-only.
+    pub path: PathBuf,
+    /// Why it is not part of the store.
+    pub reason: String,
 }
 
 /// A segment as recovery leaves it.
@@ -133,6 +156,8 @@ pub struct Recovered {
     /// The last journal segment, if it ended cleanly (no damage, no torn
     /// tail, its last write complete): the writer may go on appending to it.
     pub reusable_tail: Option<ReusableTail>,
+    /// The segments that make up the store now, as the catalog lists them.
+    pub catalog: Catalog,
     /// What happened.
     pub report: RecoveryReport,
 }
@@ -326,7 +351,9 @@ fn scan_segment(
                 let h = &rec.header;
                 if scan.records.is_empty() && kind == SegmentKind::Journal {
                     // A transaction's id is the sequence number of its first record.
-                    scan.continues_tx = h.kind == RecordKind::Commit || (h.in_tx() && h.sequence != h.tx_id);
+                    // (A commit of transaction 0 is a close mark, not a transaction's end.)
+                    scan.continues_tx =
+                        (h.kind == RecordKind::Commit && h.tx_id != 0) || (h.in_tx() && h.sequence != h.tx_id);
                 }
                 prev_epoch = h.epoch;
                 scan.max_epoch = scan.max_epoch.max(h.epoch);
@@ -451,18 +478,35 @@ pub fn recover(
         fs.sync_dir(dir).map_err(|e| Error::io("syncing store directory", dir, e))?;
     }
 
-    // Headers first: which segment is the last journal, and is the store id consistent.
-    let mut opened: Vec<Opened> = Vec::new();
-    let mut total_bytes = 0u64;
+    // Which segments make up the store: the catalog lists them (see
+    // `catalog`); the headers say which store each file belongs to.
+    let found_catalog = match catalog::read(fs, dir)? {
+        catalog::Found::Valid(found) => Some(found),
+        catalog::Found::Absent => None,
+        catalog::Found::Damaged(why) => {
+            if mode == RecoveryMode::Strict {
+                return Err(Error::corruption(catalog::path(dir), 0, format!("segment catalog: {why}")));
+            }
+            report.catalog_problem = Some(format!("segment catalog damaged ({why}); rebuilt from the segments found"));
+            None
+        }
+    };
+    let mut candidates: Vec<Opened> = Vec::new();
+    let mut refused: Vec<(u64, PathBuf, String)> = Vec::new();
     for (&number, path) in &segment_paths {
+        if fs.is_dir(path) {
+            refused.push((number, path.clone(), "a directory stands in the segment's place".into()));
+            continue;
+        }
         let mode_flags = if read_only { OpenMode::READ } else { OpenMode::WRITE };
         let file = fs.open(path, mode_flags).map_err(|e| Error::io("opening segment", path, e))?;
-        total_bytes += file.len().map_err(|e| Error::io("reading segment size", path, e))?;
         let mut head = [0u8; SEGMENT_HEADER_LEN];
         let header = match file.read_exact_at(&mut head, 0) {
             Ok(()) => match SegmentHeader::decode(&head) {
                 Ok(h) if h.number != number => {
-                    bad_header(mode, path, format!("header says segment {} but the file is named {number}", h.number))?
+                    let why = format!("its header says segment {} but the file is named {number}", h.number);
+                    refused.push((number, path.clone(), why));
+                    continue;
                 }
                 Ok(h) => Some(h),
                 Err(HeaderError::NewerVersion(found)) => {
@@ -476,16 +520,85 @@ pub fn recover(
             },
             Err(_) => bad_header(mode, path, "file is shorter than a segment header".into())?,
         };
-        opened.push(Opened { number, path: path.clone(), file, header });
+        candidates.push(Opened { number, path: path.clone(), file, header });
     }
-    let store_id = match opened.iter().find_map(|o| o.header.as_ref()) {
-        Some(h) => h.store_id,
-        None => rand::random(),
+    let store_id = match &found_catalog {
+        Some(c) => c.store_id,
+        None => majority_store_id(&candidates).unwrap_or_else(rand::random),
     };
-    if mode == RecoveryMode::Strict {
-        if let Some(foreign) = opened.iter().find(|o| o.header.as_ref().is_some_and(|h| h.store_id != store_id)) {
-            return Err(Error::corruption(&foreign.path, 0, "segment belongs to a different store (store id differs)"));
+    if found_catalog.is_none() && report.catalog_problem.is_none() {
+        let catalogued =
+            candidates.iter().any(|o| o.header.as_ref().is_some_and(|h| h.catalogued && h.store_id == store_id));
+        if catalogued {
+            if mode == RecoveryMode::Strict {
+                return Err(Error::corruption(
+                    catalog::path(dir),
+                    0,
+                    "the segment catalog is missing (the store's segments say it keeps one)",
+                ));
+            }
+            report.catalog_problem = Some("segment catalog missing; rebuilt from the segments found".into());
         }
+    }
+    let mut opened: Vec<Opened> = Vec::new();
+    let mut leftovers: Vec<PathBuf> = Vec::new();
+    let mut total_bytes = 0u64;
+    for seg in candidates {
+        let listed = found_catalog.as_ref().map(|c| c.segments.contains(&seg.number));
+        match (&seg.header, listed) {
+            (Some(h), _) if h.store_id != store_id => {
+                refused.push((seg.number, seg.path, "it belongs to a different store (store id differs)".into()));
+                continue;
+            }
+            (Some(_), Some(false)) if found_catalog.as_ref().is_some_and(|c| seg.number <= c.highest) => {
+                // Unlisted before its removal was cut short, or an unfinished
+                // compaction's output: nothing in it is needed.
+                leftovers.push(seg.path);
+                continue;
+            }
+            (None, Some(false)) => {
+                refused.push((
+                    seg.number,
+                    seg.path,
+                    "its header is unreadable and the catalog does not list it".into(),
+                ));
+                continue;
+            }
+            _ => {}
+        }
+        total_bytes += seg.file.len().map_err(|e| Error::io("reading segment size", &seg.path, e))?;
+        opened.push(seg);
+    }
+    if let Some((_, path, why)) = refused.first() {
+        if mode == RecoveryMode::Strict {
+            return Err(Error::corruption(path, 0, format!("not a segment of this store: {why}")));
+        }
+    }
+    let missing: Vec<u64> = match &found_catalog {
+        Some(c) => c.segments.iter().copied().filter(|n| !opened.iter().any(|o| o.number == *n)).collect(),
+        None => Vec::new(),
+    };
+    if let Some(&first) = missing.first() {
+        if mode == RecoveryMode::Strict {
+            let names: Vec<String> = missing.iter().map(|&n| segment_file_name(n)).collect();
+            return Err(Error::corruption(
+                segment_path(dir, first),
+                0,
+                format!("segment files missing: {} (the segment catalog lists them)", names.join(", ")),
+            ));
+        }
+    }
+    report.missing_segments = missing;
+    if !read_only {
+        for path in &leftovers {
+            fs.remove_file(path).map_err(|e| Error::io("removing unlisted segment", path, e))?;
+            report.unlisted_segments_removed += 1;
+        }
+    }
+    refused.sort_by_key(|(number, _, _)| *number);
+    for (number, path, reason) in refused {
+        let moved_to = if read_only { path } else { move_to_attic(fs, dir, &path)? };
+        report.set_aside.push(SetAside { segment: number, path: moved_to, reason });
     }
     let last_journal = opened
         .iter()
@@ -646,7 +759,10 @@ pub fn recover(
         report.incomplete_transaction_records += records.len() as u64;
     }
 
-    let mut next_segment = segments.keys().next_back().map_or(1, |n| n + 1);
+    // Numbers already used stay used: a file of that name may have existed.
+    let highest_seen =
+        segment_paths.keys().next_back().copied().unwrap_or(0).max(found_catalog.as_ref().map_or(0, |c| c.highest));
+    let mut next_segment = segments.keys().next_back().map_or(1, |n| n + 1).max(highest_seen + 1);
 
     // Salvage: rewrite what the damaged segments still hold, then move them aside.
     for damaged in &mut report.damaged {
@@ -680,6 +796,7 @@ pub fn recover(
                 epoch,
                 compaction_id: 0,
                 recycled: false,
+                catalogued: true,
             };
             let locs: Vec<Location> = keep.iter().map(|(_, l)| *l).collect();
             let written = compaction::write_segment_atomically(fs, dir, &header, &source.file, &locs)?;
@@ -710,10 +827,14 @@ pub fn recover(
     let index = Index::build(rebuild.versions.iter().map(|(&h, v)| (h, v.collection, v.loc)), rebuild.collections);
     report.live_objects = index.len() as u64;
     next_segment = next_segment.max(segments.keys().next_back().map_or(1, |n| n + 1));
-    report.duration = started.elapsed();
     if report.damaged.iter().any(|d| Some(d.segment) == reusable_tail.map(|t| t.segment)) {
         reusable_tail = None;
     }
+    let catalog = Catalog { store_id, highest: next_segment - 1, segments: segments.keys().copied().collect() };
+    if !read_only && found_catalog.as_ref() != Some(&catalog) {
+        catalog::write(fs, dir, &catalog)?;
+    }
+    report.duration = started.elapsed();
     Ok(Recovered {
         index,
         segments,
@@ -723,8 +844,23 @@ pub fn recover(
         epoch: epoch + 1,
         next_segment,
         reusable_tail,
+        catalog,
         report,
     })
+}
+
+/// The store id most readable headers carry (ties: the highest-numbered
+/// segment's), for a store without a catalog.
+fn majority_store_id(segments: &[Opened]) -> Option<[u8; 16]> {
+    let mut votes: HashMap<[u8; 16], (usize, u64)> = HashMap::new();
+    for seg in segments {
+        if let Some(h) = &seg.header {
+            let vote = votes.entry(h.store_id).or_insert((0, 0));
+            vote.0 += 1;
+            vote.1 = vote.1.max(seg.number);
+        }
+    }
+    votes.into_iter().max_by_key(|(_, vote)| *vote).map(|(id, _)| id)
 }
 
 fn bad_header(mode: RecoveryMode, path: &Path, reason: String) -> Result<Option<SegmentHeader>> {

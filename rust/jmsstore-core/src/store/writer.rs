@@ -154,6 +154,9 @@ struct Writer {
     last_sync: Duration,
     /// Something was written with the current epoch (see `synced`).
     written_in_epoch: bool,
+    /// Records were written to the active segment since it became active
+    /// (then closing ends it with a close mark).
+    wrote_in_active: bool,
 }
 
 /// Batches whose index changes are applied per hold of the store's lock.
@@ -188,6 +191,7 @@ pub(crate) fn start(
         last_released: 0,
         last_sync: Duration::ZERO,
         written_in_epoch: false,
+        wrote_in_active: false,
     };
     let flusher = crate::background::spawn("jmsstore-flusher", move || writer.run())
         .map_err(|e| Error::io("starting flusher thread", &shared.dir, e))?;
@@ -325,6 +329,7 @@ fn activate(shared: &Shared, spare: Spare, next_sequence: u64, epoch: u64, conti
         epoch,
         compaction_id: 0,
         recycled,
+        catalogued: true,
     };
     let path = shared.dir.join(segment_file_name(number));
     let setup = || -> Result<Arc<dyn StorageFile>> {
@@ -348,6 +353,8 @@ fn activate(shared: &Shared, spare: Spare, next_sequence: u64, epoch: u64, conti
             return Err(e);
         }
     };
+    // Listed before anything is written to it: from here on its absence is a loss.
+    shared.update_catalog(&[number], &[])?;
     let mut state = shared.state();
     for seg in state.segments.values_mut() {
         seg.active = false;
@@ -443,10 +450,35 @@ impl Writer {
             };
             self.process(works);
         }
-        if self.shared.options.sync_policy == SyncPolicy::Disabled && self.shared.state().poisoned.is_none() {
+        if self.shared.state().poisoned.is_some() {
+            return;
+        }
+        if self.shared.options.sync_policy == SyncPolicy::Disabled {
             if let Err(e) = self.active.file.sync_data() {
                 self.poison(&Error::io("final sync", &self.active.path, e));
+                return;
             }
+            advance_epoch(&mut self.epoch, &mut self.written_in_epoch);
+        }
+        if self.wrote_in_active {
+            self.write_close_mark();
+        }
+    }
+
+    /// Ends a cleanly closed store's journal with a close mark: an empty
+    /// commit record (transaction 0) written after the last sync, so its
+    /// epoch is past that of every write before it. Recovery then knows
+    /// the last data write was synced: damage in it is damage, not a torn
+    /// tail (which only a crash leaves). Best effort: everything before it
+    /// is durable already, and a torn mark is cut as a torn tail.
+    fn write_close_mark(&mut self) {
+        if self.group_start + COMMIT_LEN > self.capacity() {
+            return;
+        }
+        let body = 0u32.to_le_bytes();
+        self.append(RecordKind::Commit, CodecId::None, 0, 0, 0, "", &body, 4, crc32c::crc32c(&body));
+        if self.flush_group().is_ok() && self.shared.options.sync_policy == SyncPolicy::Disabled {
+            let _ = self.active.file.sync_data();
         }
     }
 
@@ -655,6 +687,7 @@ impl Writer {
             return Err(Error::Poisoned(err.to_string()));
         }
         self.written_in_epoch = true;
+        self.wrote_in_active = true;
         match self.shared.options.sync_policy {
             SyncPolicy::DirectWrite => {
                 bump(&counters.syncs, 1);
@@ -783,6 +816,7 @@ impl Writer {
             bump(&self.shared.counters.segments_recycled, 1);
         }
         self.active = active;
+        self.wrote_in_active = false;
         self.group_start = self.active.offset;
         self.shared.compactor.poke();
         Ok(())

@@ -4,11 +4,13 @@
 // Each test crate uses its own subset of these helpers.
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use jmsstore_core::codec::CodecId;
+use jmsstore_core::fs::StdFs;
+use jmsstore_core::store::catalog;
 use jmsstore_core::store::format::{
     append_record, parse_segment_file_name, RecordFields, RecordHeader, RecordKind, SegmentHeader, FLAG_GROUP_END,
     SEGMENT_HEADER_LEN,
@@ -188,12 +190,24 @@ pub fn file_names(dir: &Path) -> Vec<String> {
 
 /// Asserts that no scratch or compaction leftovers are in `dir`.
 pub fn assert_no_leftovers(dir: &Path) {
-    for name in file_names(dir) {
+    let names = file_names(dir);
+    for name in &names {
         assert!(
             !(name.ends_with(".tmp") || name.ends_with(".manifest") || name.contains(".manifest.")),
             "leftover file {name} in {}",
             dir.display()
         );
+    }
+    // Every segment on disk is one the catalog lists, and the other way round.
+    let on_disk: BTreeSet<u64> = names.iter().filter_map(|n| parse_segment_file_name(n)).collect();
+    assert_eq!(on_disk, listed(dir), "segments on disk and in the catalog of {}", dir.display());
+}
+
+/// The segment numbers the store's catalog lists.
+pub fn listed(dir: &Path) -> BTreeSet<u64> {
+    match catalog::read(&StdFs, dir).expect("read catalog") {
+        catalog::Found::Valid(c) => c.segments,
+        other => panic!("no valid catalog in {}: {other:?}", dir.display()),
     }
 }
 
