@@ -712,6 +712,21 @@ fn read_body_at<T>(
     Ok(take(verified.body))
 }
 
+/// The lock file in a store directory.
+pub const LOCK_FILE_NAME: &str = "store.lock";
+
+/// Refuses a store path that names no directory: an empty one would put the
+/// store (and its lock file) in the current directory.
+fn check_store_path(dir: &Path) -> Result<()> {
+    if dir.as_os_str().is_empty() {
+        return Err(Error::invalid("the store path is empty"));
+    }
+    if dir.as_os_str().as_encoded_bytes().contains(&0) {
+        return Err(Error::invalid(format!("the store path {dir:?} contains a NUL character")));
+    }
+    Ok(())
+}
+
 fn check_collection(name: &str) -> Result<Arc<str>> {
     if name.is_empty() {
         return Err(Error::invalid("collection name must not be empty"));
@@ -815,16 +830,40 @@ impl Store {
         visitor: Option<&dyn RecoveryVisitor>,
     ) -> Result<Store> {
         options.validate()?;
+        check_store_path(dir)?;
         if fs.exists(dir) && !fs.is_dir(dir) {
             return Err(Error::invalid(format!("{} exists and is not a directory", dir.display())));
         }
+        let created_dir = !fs.exists(dir);
         fs.create_dir_all(dir).map_err(|e| Error::io("creating store directory", dir, e))?;
-        let lock_path = dir.join("store.lock");
-        let guard = fs
-            .try_lock(&lock_path)
-            .map_err(|e| Error::io("opening lock file", &lock_path, e))?
-            .ok_or_else(|| Error::Locked(dir.to_path_buf()))?;
-        let recovered = recovery::recover(&*fs, dir, options.recovery, false, progress, visitor)?;
+        let lock_path = dir.join(LOCK_FILE_NAME);
+        let created_lock = !fs.exists(&lock_path);
+        let guard = match fs.try_lock(&lock_path) {
+            Ok(Some(guard)) => guard,
+            Ok(None) => return Err(Error::Locked(dir.to_path_buf())),
+            Err(e) => {
+                if created_dir {
+                    let _ = fs.remove_dir(dir);
+                }
+                return Err(Error::io("opening lock file", &lock_path, e));
+            }
+        };
+        let recovered = match recovery::recover(&*fs, dir, options.recovery, false, progress, visitor) {
+            Ok(recovered) => recovered,
+            Err(e) => {
+                // A failed open leaves behind nothing it made: the lock file
+                // goes while still locked (so no other opener holds it), then
+                // the directory if it was made here and is empty.
+                if created_lock {
+                    let _ = fs.remove_file(&lock_path);
+                }
+                drop(guard);
+                if created_dir {
+                    let _ = fs.remove_dir(dir);
+                }
+                return Err(e);
+            }
+        };
         let mut segments = BTreeMap::new();
         for (number, seg) in recovered.segments {
             segments.insert(

@@ -36,8 +36,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::format::{
-    append_record, end_word, segment_file_name, set_record_flags, RecordFields, RecordKind, SegmentHeader, SegmentKind,
-    END_WORD_LEN, FLAG_GROUP_END, FLAG_TX, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
+    append_record, end_word, recycle_file_name, segment_file_name, set_record_flags, spare_file_name, RecordFields,
+    RecordKind, SegmentHeader, SegmentKind, END_WORD_LEN, FLAG_GROUP_END, FLAG_TX, RECORD_HEADER_LEN,
+    SEGMENT_HEADER_LEN,
 };
 use super::index::Location;
 use super::recovery::ReusableTail;
@@ -106,7 +107,7 @@ pub(crate) fn keep_for_recycling(
         return Ok(false);
     }
     // A `.prep` name: a crash leaves it to recovery, which removes scratch files.
-    let target = shared.dir.join(format!("recycle-{number:010}.prep"));
+    let target = shared.dir.join(recycle_file_name(number));
     shared.fs.rename(path, &target).map_err(|e| Error::io("keeping emptied segment for recycling", path, e))?;
     recyclable.push(target);
     Ok(true)
@@ -284,7 +285,7 @@ fn prepare_spare(shared: &Shared) -> Result<Spare> {
             }
         }
     }
-    let path = shared.dir.join(format!("spare-{:016x}.prep", rand::random::<u64>()));
+    let path = shared.dir.join(spare_file_name(rand::random()));
     let file = shared.fs.open(&path, OpenMode::CREATE_NEW).map_err(|e| Error::io("creating segment", &path, e))?;
     let stopped = || matches!(*lock(&shared.spare.state), SpareState::Stopped);
     let fill = || -> std::io::Result<()> {
