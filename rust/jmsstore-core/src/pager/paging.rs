@@ -156,6 +156,10 @@ impl PagingFiles {
     /// files but no jmsstore marker is refused rather than emptied: it is
     /// somebody else's.
     pub fn open(dir: &Path, codec: Codec) -> Result<PagingFiles> {
+        if dir.as_os_str().is_empty() {
+            // Not the current directory: that is nobody's scratch.
+            return Err(Error::invalid("the paging directory path is empty"));
+        }
         if dir.exists() && !dir.is_dir() {
             return Err(Error::invalid(format!("paging directory {} is not a directory", dir.display())));
         }
