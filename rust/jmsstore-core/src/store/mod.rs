@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use crate::body::BodyBytes;
 use crate::codec::{self, Codec, CodecId};
 use crate::error::{Error, Result};
-use crate::fs::{FileSystem, LockGuard, StdFs, StorageFile};
+use crate::fs::{FileSystem, LockGuard, PooledFs, StdFs, StorageFile};
 pub use compaction::CompactionReport;
 use format::{RecordKind, SegmentKind, MAX_COLLECTION_NAME, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
 use index::{IdMap, Index, Location};
@@ -127,6 +127,10 @@ pub struct StoreOptions {
     /// sealed segments drops below this ratio and at least a segment's worth
     /// is dead (0 turns automatic compaction off).
     pub compaction_threshold: f64,
+    /// Most segment files holding a descriptor at once. The others are
+    /// closed and reopened when read, so that a store of many segments opens
+    /// under a low descriptor limit (the active segment always stays open).
+    pub max_open_files: usize,
 }
 
 impl Default for StoreOptions {
@@ -140,6 +144,7 @@ impl Default for StoreOptions {
             recovery: RecoveryMode::Strict,
             max_body_bytes: None,
             compaction_threshold: 0.5,
+            max_open_files: crate::fs::pool::DEFAULT_MAX_OPEN_FILES,
         }
     }
 }
@@ -167,6 +172,9 @@ impl StoreOptions {
                 "compaction_threshold is a live ratio in [0, 1), not {}",
                 self.compaction_threshold
             )));
+        }
+        if self.max_open_files == 0 {
+            return Err(Error::invalid("max_open_files must be at least 1"));
         }
         if let Some(max) = self.max_body_bytes {
             if max > self.segment_body_limit() {
@@ -831,6 +839,7 @@ impl Store {
     ) -> Result<Store> {
         options.validate()?;
         check_store_path(dir)?;
+        let fs: Arc<dyn FileSystem> = Arc::new(PooledFs::new(fs, options.max_open_files));
         if fs.exists(dir) && !fs.is_dir(dir) {
             return Err(Error::invalid(format!("{} exists and is not a directory", dir.display())));
         }

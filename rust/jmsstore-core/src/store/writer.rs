@@ -123,6 +123,21 @@ struct Active {
     recycled: bool,
 }
 
+impl Active {
+    /// The segment written to: its descriptor is not closed between writes
+    /// (see `fs::pool`), until it is replaced.
+    fn new(number: u64, file: Arc<dyn StorageFile>, path: PathBuf, offset: u64, recycled: bool) -> Active {
+        file.keep_open(true);
+        Active { number, file, path, offset, recycled }
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.file.keep_open(false);
+    }
+}
+
 /// One completed operation, to apply to the index.
 struct Applied {
     kind: RecordKind,
@@ -223,7 +238,7 @@ fn reopen_active(shared: &Shared, tail: ReusableTail) -> Result<Option<Active>> 
     };
     seg.file = file.clone();
     seg.active = true;
-    Ok(Some(Active { number, file, path: seg.path.clone(), offset: seg.used, recycled: tail.recycled }))
+    Ok(Some(Active::new(number, file, seg.path.clone(), seg.used, tail.recycled)))
 }
 
 /// Stops the threads after the flusher has written everything queued.
@@ -365,7 +380,7 @@ fn activate(shared: &Shared, spare: Spare, next_sequence: u64, epoch: u64, conti
             continues_tx,
         },
     );
-    Ok(Active { number, file, path, offset: SEGMENT_HEADER_LEN as u64, recycled })
+    Ok(Active::new(number, file, path, SEGMENT_HEADER_LEN as u64, recycled))
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
