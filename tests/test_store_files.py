@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -155,3 +157,53 @@ def test_names_with_a_lone_surrogate_are_invalid_arguments(tmp_path: Path) -> No
         assert server.destinations() == []
     finally:
         server.close()
+
+
+# --- descriptors ---------------------------------------------------------------------------------
+
+FD_LIMIT_CHILD = r"""
+import os, resource, sys
+from jmsstore import FileStore
+
+path = sys.argv[1]
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+options = dict(max_segment_bytes=4096, preallocate=False, compaction_threshold=0)
+expected = {}
+with FileStore(path, **options) as store:
+    for first in range(0, 1200, 10):
+        with store.transaction() as tx:
+            for i in range(first, first + 10):
+                body = b"object %d " % i * 20
+                expected[tx.put("q", body)] = body
+segments = sum(name.endswith(".seg") for name in os.listdir(path))
+assert segments > 70, segments
+with FileStore(path, **options) as store:
+    for handle, body in expected.items():
+        assert store.read(handle) == body, handle
+    assert dict(store.scan("q")) == expected
+    assert len(os.listdir("/proc/self/fd")) < 64
+    for handle in list(expected)[::2]:
+        store.delete(handle)
+        del expected[handle]
+    for i in range(100):
+        body = b"more %d" % i
+        expected[store.put("r", body)] = body
+    report = store.compact()
+    assert report["segments_compacted"] > 10, report
+    assert {h: store.read(h) for h in expected} == expected
+with FileStore(path, **options) as store:
+    assert {h: store.read(h) for h in expected} == expected
+print("ok", segments)
+"""
+
+
+def test_a_store_of_more_segments_than_the_descriptor_limit_opens_and_works(tmp_path: Path) -> None:
+    # The limit is the process's: the store runs in a child that lowers it to 64.
+    result = subprocess.run(
+        [sys.executable, "-c", FD_LIMIT_CHILD, str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("ok ")

@@ -31,8 +31,17 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use super::{FileSystem, LockGuard, OpenMode, StorageFile};
 
-/// How many files a store keeps open by default.
-pub const DEFAULT_MAX_OPEN_FILES: usize = 32;
+/// How many files a store keeps open by default: a quarter of the process's
+/// descriptor limit (`RLIMIT_NOFILE` now), between 16 and 1024. A fixed small
+/// number would make random reads over more segments than that reopen a file
+/// for most reads (several times slower); a quarter leaves the rest of the
+/// limit to the application, the paging files and other stores.
+pub fn default_max_open_files() -> usize {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit only writes the struct it is given.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 { limit.rlim_cur } else { 1024 };
+    usize::try_from(soft / 4).unwrap_or(usize::MAX).clamp(16, 1024)
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())

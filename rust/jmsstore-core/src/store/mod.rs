@@ -130,6 +130,8 @@ pub struct StoreOptions {
     /// Most segment files holding a descriptor at once. The others are
     /// closed and reopened when read, so that a store of many segments opens
     /// under a low descriptor limit (the active segment always stays open).
+    /// Defaults to a quarter of the process's limit, 16 to 1024
+    /// ([`crate::fs::pool::default_max_open_files`]).
     pub max_open_files: usize,
 }
 
@@ -144,7 +146,7 @@ impl Default for StoreOptions {
             recovery: RecoveryMode::Strict,
             max_body_bytes: None,
             compaction_threshold: 0.5,
-            max_open_files: crate::fs::pool::DEFAULT_MAX_OPEN_FILES,
+            max_open_files: crate::fs::pool::default_max_open_files(),
         }
     }
 }
