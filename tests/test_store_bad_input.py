@@ -153,6 +153,13 @@ BAD_CALLS: list[tuple[str, Callable[[FileStore, Populated], object], type[BaseEx
     ("put_async empty collection", lambda s, p: s.put_async("", b"x"), InvalidArgumentError, "empty"),
     ("put_async 256-byte collection", lambda s, p: s.put_async("n" * 256, b"x"), InvalidArgumentError, "255"),
     ("tx put empty collection", lambda s, p: s.transaction().put("", b"x"), InvalidArgumentError, "empty"),
+    # a lone surrogate (as surrogateescape decoding leaves) cannot be stored as UTF-8
+    ("put surrogate collection", lambda s, p: s.put("a\udcff", b"x"), InvalidArgumentError, "surrogate"),
+    ("put_async surrogate collection", lambda s, p: s.put_async("\ud800", b"x"), InvalidArgumentError, "surrogate"),
+    ("tx put surrogate", lambda s, p: s.transaction().put("a\udcff", b"x"), InvalidArgumentError, "surrogate"),
+    ("scan surrogate collection", lambda s, p: list(s.scan("a\udcff")), InvalidArgumentError, "surrogate"),
+    ("handles surrogate collection", lambda s, p: list(s.handles("a\udcff")), InvalidArgumentError, "surrogate"),
+    ("count surrogate collection", lambda s, p: s.count("é\udcff"), InvalidArgumentError, "surrogate"),
     # scan batch sizes
     ("scan batch 0", lambda s, p: list(s.scan("a", batch_size=0)), InvalidArgumentError, "batch_size"),
     ("handles batch -1", lambda s, p: list(s.handles("a", batch_size=-1)), InvalidArgumentError, "batch_size"),
@@ -346,6 +353,20 @@ def test_parent_is_a_regular_file(tmp_path: Path) -> None:
     assert str(parent / "store") in str(info.value)
     assert isinstance(info.value, JmsStoreError)
     assert parent.read_bytes() == b"x"
+
+
+def test_empty_path_is_refused_and_creates_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidArgumentError) as info:
+        FileStore("")
+    assert "empty" in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_path_with_a_nul_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgumentError):
+        FileStore(str(tmp_path / "a\0b"))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_path_of_wrong_type() -> None:

@@ -20,6 +20,20 @@ def integer(name: str, value: object, low: int, high: int) -> int:
     return value
 
 
+def utf8(what: str, value: str) -> str:
+    """``value`` if it can be stored as UTF-8 text. A lone surrogate (which
+    ``errors="surrogateescape"`` decoding leaves in a str) cannot:
+    ``InvalidArgumentError`` rather than Python's ``UnicodeEncodeError``."""
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError as e:
+            raise InvalidArgumentError(
+                f"{what} {value!r} is not valid text: it holds a lone surrogate at index {e.start}"
+            ) from None
+    return value
+
+
 def handle(value: object, what: str = "handle") -> int:
     """A store handle or pager key: an int; out of range means it names nothing."""
     if isinstance(value, bool) or not isinstance(value, int):

@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from jmsstore import _native
-from jmsstore._args import U64_MAX, handle, integer
+from jmsstore._args import U64_MAX, handle, integer, utf8
 from jmsstore.errors import InvalidArgumentError
 from jmsstore.store import FileStore
 
@@ -45,8 +45,10 @@ def _flag(name: str, value: object) -> bool:
 
 
 def _text(name: str, value: object) -> str | None:
-    if value is None or isinstance(value, str):
+    if value is None:
         return value
+    if isinstance(value, str):
+        return utf8(name, value)
     raise TypeError(f"{name} is a str or None, not {type(value).__name__}")
 
 
@@ -88,13 +90,13 @@ class Pager:
         ``redelivery_count``, ``id``), ``-`` in front for descending."""
         if not isinstance(name, str) or not isinstance(order, str):
             raise TypeError("name and order are str")
-        return self._native.create_destination(name, order)
+        return self._native.create_destination(utf8("destination name", name), utf8("order", order))
 
     def destination(self, name: str) -> int:
         """The id of destination ``name``."""
         if not isinstance(name, str):
             raise TypeError(f"name is a str, not {type(name).__name__}")
-        return self._native.destination(name)
+        return self._native.destination(utf8("destination name", name))
 
     def _add(self, destination: int, body: bytes | None, body_size: int, header: dict[str, Any]) -> int:
         return self._native.add(

@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import Any
 
 from jmsstore import _native
-from jmsstore._args import U64_MAX, handle
+from jmsstore._args import U64_MAX, handle, utf8
 from jmsstore.errors import InvalidArgumentError
 
 ProgressCallback = Callable[[int, int], None]
@@ -47,7 +47,7 @@ def _body(body: object) -> bytes:
 def _collection(name: object) -> str:
     if not isinstance(name, str):
         raise TypeError(f"a collection name is a str, not {type(name).__name__}")
-    return name
+    return utf8("collection name", name)
 
 
 def _batch_size(size: object) -> int:

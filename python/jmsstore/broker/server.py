@@ -121,6 +121,10 @@ class JMSServer:
         self.expiration_scan_interval = float(expiration_scan_interval)
         if store is None and directory is None:
             raise InvalidArgumentError("a JMSServer needs a directory or a store")
+        for what, path in (("directory", directory), ("paging_directory", paging_directory)):
+            if path is not None and os.fspath(path) in ("", b""):
+                # Not the current directory: nothing is created there.
+                raise InvalidArgumentError(f"{what} is an empty path")
         if store is not None and not isinstance(store, FileStore):
             raise TypeError(f"store is a FileStore, not {type(store).__name__}")
         self._owns_store = store is None

@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use crate::codec::CodecId;
 use crate::error::{Error, Result};
-use crate::fs::{FileSystem, OpenMode, StdFs};
+use crate::fs::pool::default_max_open_files;
+use crate::fs::{FileSystem, OpenMode, PooledFs, StdFs};
 use crate::store::format::{
     parse_segment_file_name, HeaderError, RecordHeader, RecordKind, SegmentHeader, SegmentKind, FORMAT_VERSION,
     RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
@@ -246,6 +247,8 @@ pub fn live(dir: &Path, progress: &mut Progress<'_>) -> Result<LiveView> {
 /// [`live`] on any file system.
 pub fn live_on(fs: Arc<dyn FileSystem>, dir: &Path, progress: &mut Progress<'_>) -> Result<LiveView> {
     segments_on(&*fs, dir)?;
+    // Recovery holds every segment: bound the descriptors as a store does.
+    let fs: Arc<dyn FileSystem> = Arc::new(PooledFs::new(fs, default_max_open_files()));
     let recovered = recovery::recover(&*fs, dir, RecoveryMode::Salvage, true, progress, None)?;
     let mut objects: Vec<(u64, String, u64, u64)> = recovered
         .index

@@ -119,6 +119,7 @@ fn options(
         recovery: RecoveryMode::parse(recovery)?,
         max_body_bytes,
         compaction_threshold,
+        ..StoreOptions::default()
     })
 }
 

@@ -6,6 +6,7 @@
 //! simulate a power loss at any instant (dropping what was not synced and
 //! tearing the last write) and inject failing syncs or a full disk.
 
+pub mod pool;
 pub mod sim;
 mod std_fs;
 
@@ -13,6 +14,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub use pool::PooledFs;
 pub use std_fs::StdFs;
 
 /// How to open a file.
@@ -49,6 +51,11 @@ pub trait StorageFile: Send + Sync {
     fn len(&self) -> io::Result<u64>;
     /// Truncates or extends the file.
     fn set_len(&self, len: u64) -> io::Result<()>;
+
+    /// Asks that the file keep its descriptor while `keep` (a file layer that
+    /// closes idle files, [`PooledFs`], otherwise may): for the file written
+    /// all the time.
+    fn keep_open(&self, _keep: bool) {}
 
     /// True if the file is empty.
     fn is_empty(&self) -> io::Result<bool> {
@@ -93,6 +100,8 @@ pub trait FileSystem: Send + Sync {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Removes a file.
     fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Removes an empty directory (fails if it holds anything).
+    fn remove_dir(&self, path: &Path) -> io::Result<()>;
     /// Makes the directory's entries (creations, renames, removals) durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// True if the path exists.

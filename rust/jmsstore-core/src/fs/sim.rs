@@ -455,6 +455,19 @@ impl FileSystem for SimFs {
         Ok(())
     }
 
+    fn remove_dir(&self, path: &Path) -> io::Result<()> {
+        let mut state = self.tick()?;
+        if !state.dirs.contains(path) {
+            return Err(io::Error::from(io::ErrorKind::NotFound));
+        }
+        let inside = |p: &PathBuf| p.parent() == Some(path);
+        if state.names.keys().any(inside) || state.dirs.iter().any(inside) {
+            return Err(io::Error::from(io::ErrorKind::DirectoryNotEmpty));
+        }
+        state.dirs.remove(path);
+        Ok(())
+    }
+
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         let mut state = self.tick()?;
         if !state.dirs.contains(dir) {

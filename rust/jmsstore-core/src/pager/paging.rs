@@ -40,7 +40,8 @@
 
 use std::borrow::Cow;
 use std::fs::{self, File, OpenOptions};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
@@ -155,10 +156,18 @@ impl PagingFiles {
     /// files but no jmsstore marker is refused rather than emptied: it is
     /// somebody else's.
     pub fn open(dir: &Path, codec: Codec) -> Result<PagingFiles> {
+        if dir.as_os_str().is_empty() {
+            // Not the current directory: that is nobody's scratch.
+            return Err(Error::invalid("the paging directory path is empty"));
+        }
         if dir.exists() && !dir.is_dir() {
             return Err(Error::invalid(format!("paging directory {} is not a directory", dir.display())));
         }
-        fs::create_dir_all(dir)
+        // Owner-only, as the store directory: paged-out bodies are message data.
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
             .map_err(|e| Error::invalid(format!("paging directory {} cannot be created: {e}", dir.display())))?;
         let list = || -> Result<Vec<PathBuf>> {
             fs::read_dir(dir)
@@ -180,7 +189,11 @@ impl PagingFiles {
             }
         }
         if !marker.exists() {
-            fs::write(&marker, b"jmsstore paging directory: scratch, emptied when a pager starts\n").map_err(|e| {
+            let write_marker = || -> std::io::Result<()> {
+                let mut file = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&marker)?;
+                file.write_all(b"jmsstore paging directory: scratch, emptied when a pager starts\n")
+            };
+            write_marker().map_err(|e| {
                 if e.kind() == std::io::ErrorKind::PermissionDenied {
                     Error::invalid(format!("paging directory {} is not writable", dir.display()))
                 } else {
@@ -505,6 +518,25 @@ impl Drop for PagingFiles {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_paging_directory_and_its_files_are_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let parent = tempfile::tempdir().expect("tempdir");
+        let dir = parent.path().join("paging").join("jms1");
+        let p = PagingFiles::open(&dir, Codec::None).expect("open");
+        p.write(b"a paged-out body").expect("write");
+        let mode = |path: &Path| fs::metadata(path).expect("metadata").permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700, "paging directory");
+        assert_eq!(mode(&parent.path().join("paging")), 0o700, "the parent it created");
+        let mut files = 0;
+        for entry in fs::read_dir(&dir).expect("list") {
+            let path = entry.expect("entry").path();
+            assert_eq!(mode(&path), 0o600, "{}", path.display());
+            files += 1;
+        }
+        assert!(files >= 2, "the marker and a paging file");
+    }
 
     #[test]
     fn a_file_emptied_while_written_elsewhere_comes_back_and_is_reused() {

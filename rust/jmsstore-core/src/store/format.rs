@@ -391,11 +391,58 @@ pub fn segment_file_name(number: u64) -> String {
 
 /// Parses a segment file name.
 pub fn parse_segment_file_name(name: &str) -> Option<u64> {
-    let digits = name.strip_suffix(".seg")?;
+    parse_number(name.strip_suffix(".seg")?)
+}
+
+/// A number written as `{:010}`: ten digits or more.
+fn parse_number(digits: &str) -> Option<u64> {
     if digits.len() < 10 || !digits.bytes().all(|c| c.is_ascii_digit()) {
         return None;
     }
     digits.parse().ok()
+}
+
+/// Sixteen lowercase hex digits, as `{:016x}` writes them.
+fn is_hex16(s: &str) -> bool {
+    s.len() == 16 && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Name of a spare journal segment while the preparer makes it ready.
+pub fn spare_file_name(id: u64) -> String {
+    format!("spare-{id:016x}.prep")
+}
+
+/// Name the file of emptied segment `number` waits under to be recycled.
+pub fn recycle_file_name(number: u64) -> String {
+    format!("recycle-{number:010}.prep")
+}
+
+/// True for the scratch files a store makes, which recovery removes: spare
+/// and recycled segments not yet in use ([`spare_file_name`],
+/// [`recycle_file_name`]), compaction output not yet published
+/// (`<segment file name>.<16 hex digits>.tmp`) and a compaction manifest
+/// being written (`compaction-<16 hex digits>.manifest.tmp`).
+///
+/// Exact patterns, not suffixes: the directory may hold the user's own
+/// files (`notes.tmp`), and those are never ours to delete.
+pub fn is_scratch_file_name(name: &str) -> bool {
+    if let Some(stem) = name.strip_suffix(".prep") {
+        return stem.strip_prefix("spare-").is_some_and(is_hex16)
+            || stem.strip_prefix("recycle-").and_then(parse_number).is_some();
+    }
+    let Some(stem) = name.strip_suffix(".tmp") else {
+        return false;
+    };
+    if stem.ends_with(".manifest") {
+        return is_manifest_file_name(stem);
+    }
+    stem.rsplit_once('.').is_some_and(|(segment, id)| is_hex16(id) && parse_segment_file_name(segment).is_some())
+}
+
+/// True for a compaction manifest's name (`compaction-<16 hex digits>.manifest`).
+/// Only these are read as manifests: a manifest names segments to delete.
+pub fn is_manifest_file_name(name: &str) -> bool {
+    name.strip_prefix("compaction-").and_then(|s| s.strip_suffix(".manifest")).is_some_and(is_hex16)
 }
 
 #[cfg(test)]
@@ -508,5 +555,42 @@ mod tests {
         assert_eq!(parse_segment_file_name("0000000003.seg"), Some(3));
         assert_eq!(parse_segment_file_name("3.seg"), None);
         assert_eq!(parse_segment_file_name("0000000003.seg.tmp"), None);
+    }
+
+    #[test]
+    fn only_the_stores_own_scratch_names_are_scratch() {
+        for ours in [
+            spare_file_name(0x1234_5678_9abc_def0),
+            recycle_file_name(7),
+            format!("{}.{:016x}.tmp", segment_file_name(12), 0xc0ff_ee00_0000_0001u64),
+            format!("compaction-{:016x}.manifest.tmp", 3),
+        ] {
+            assert!(is_scratch_file_name(&ours), "{ours}");
+        }
+        for theirs in [
+            "notes.tmp",
+            "data.prep",
+            ".tmp",
+            ".prep",
+            "spare-.prep",
+            "spare-123.prep",
+            "spare-123456789ABCDEF0.prep",
+            "recycle-7.prep",
+            "recycle-000000000x.prep",
+            "0000000012.seg.tmp",
+            "0000000012.seg.c0ffee.tmp",
+            "12.seg.c0ffee0000000001.tmp",
+            "backup.0000000012.seg.c0ffee0000000001.tmp",
+            "compaction-3.manifest.tmp",
+            "build.manifest.tmp",
+            "0000000012.seg",
+            "store.lock",
+        ] {
+            assert!(!is_scratch_file_name(theirs), "{theirs}");
+        }
+        assert!(is_manifest_file_name(&format!("compaction-{:016x}.manifest", 42)));
+        for theirs in ["build.manifest", "compaction-2a.manifest", "compaction-000000000000002A.manifest"] {
+            assert!(!is_manifest_file_name(theirs), "{theirs}");
+        }
     }
 }

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use crate::body::BodyBytes;
 use crate::codec::{self, Codec, CodecId};
 use crate::error::{Error, Result};
-use crate::fs::{FileSystem, LockGuard, StdFs, StorageFile};
+use crate::fs::{FileSystem, LockGuard, PooledFs, StdFs, StorageFile};
 pub use compaction::CompactionReport;
 use format::{RecordKind, SegmentKind, MAX_COLLECTION_NAME, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
 use index::{IdMap, Index, Location};
@@ -128,6 +128,12 @@ pub struct StoreOptions {
     /// sealed segments drops below this ratio and at least a segment's worth
     /// is dead (0 turns automatic compaction off).
     pub compaction_threshold: f64,
+    /// Most segment files holding a descriptor at once. The others are
+    /// closed and reopened when read, so that a store of many segments opens
+    /// under a low descriptor limit (the active segment always stays open).
+    /// Defaults to a quarter of the process's limit, 16 to 1024
+    /// ([`crate::fs::pool::default_max_open_files`]).
+    pub max_open_files: usize,
 }
 
 impl Default for StoreOptions {
@@ -141,6 +147,7 @@ impl Default for StoreOptions {
             recovery: RecoveryMode::Strict,
             max_body_bytes: None,
             compaction_threshold: 0.5,
+            max_open_files: crate::fs::pool::default_max_open_files(),
         }
     }
 }
@@ -168,6 +175,9 @@ impl StoreOptions {
                 "compaction_threshold is a live ratio in [0, 1), not {}",
                 self.compaction_threshold
             )));
+        }
+        if self.max_open_files == 0 {
+            return Err(Error::invalid("max_open_files must be at least 1"));
         }
         if let Some(max) = self.max_body_bytes {
             if max > self.segment_body_limit() {
@@ -735,6 +745,21 @@ fn read_body_at<T>(
     Ok(take(verified.body))
 }
 
+/// The lock file in a store directory.
+pub const LOCK_FILE_NAME: &str = "store.lock";
+
+/// Refuses a store path that names no directory: an empty one would put the
+/// store (and its lock file) in the current directory.
+fn check_store_path(dir: &Path) -> Result<()> {
+    if dir.as_os_str().is_empty() {
+        return Err(Error::invalid("the store path is empty"));
+    }
+    if dir.as_os_str().as_encoded_bytes().contains(&0) {
+        return Err(Error::invalid(format!("the store path {dir:?} contains a NUL character")));
+    }
+    Ok(())
+}
+
 fn check_collection(name: &str) -> Result<Arc<str>> {
     if name.is_empty() {
         return Err(Error::invalid("collection name must not be empty"));
@@ -838,16 +863,41 @@ impl Store {
         visitor: Option<&dyn RecoveryVisitor>,
     ) -> Result<Store> {
         options.validate()?;
+        check_store_path(dir)?;
+        let fs: Arc<dyn FileSystem> = Arc::new(PooledFs::new(fs, options.max_open_files));
         if fs.exists(dir) && !fs.is_dir(dir) {
             return Err(Error::invalid(format!("{} exists and is not a directory", dir.display())));
         }
+        let created_dir = !fs.exists(dir);
         fs.create_dir_all(dir).map_err(|e| Error::io("creating store directory", dir, e))?;
-        let lock_path = dir.join("store.lock");
-        let guard = fs
-            .try_lock(&lock_path)
-            .map_err(|e| Error::io("opening lock file", &lock_path, e))?
-            .ok_or_else(|| Error::Locked(dir.to_path_buf()))?;
-        let recovered = recovery::recover(&*fs, dir, options.recovery, false, progress, visitor)?;
+        let lock_path = dir.join(LOCK_FILE_NAME);
+        let created_lock = !fs.exists(&lock_path);
+        let guard = match fs.try_lock(&lock_path) {
+            Ok(Some(guard)) => guard,
+            Ok(None) => return Err(Error::Locked(dir.to_path_buf())),
+            Err(e) => {
+                if created_dir {
+                    let _ = fs.remove_dir(dir);
+                }
+                return Err(Error::io("opening lock file", &lock_path, e));
+            }
+        };
+        let recovered = match recovery::recover(&*fs, dir, options.recovery, false, progress, visitor) {
+            Ok(recovered) => recovered,
+            Err(e) => {
+                // A failed open leaves behind nothing it made: the lock file
+                // goes while still locked (so no other opener holds it), then
+                // the directory if it was made here and is empty.
+                if created_lock {
+                    let _ = fs.remove_file(&lock_path);
+                }
+                drop(guard);
+                if created_dir {
+                    let _ = fs.remove_dir(dir);
+                }
+                return Err(e);
+            }
+        };
         let mut segments = BTreeMap::new();
         for (number, seg) in recovered.segments {
             segments.insert(

@@ -451,12 +451,12 @@ pub fn recover(
         };
         if let Some(number) = parse_segment_file_name(name) {
             segment_paths.insert(number, path.clone());
-        } else if name.ends_with(".tmp") || name.ends_with(".prep") {
+        } else if super::format::is_scratch_file_name(name) {
             if !read_only {
                 fs.remove_file(path).map_err(|e| Error::io("removing scratch file", path, e))?;
                 report.scratch_files_removed += 1;
             }
-        } else if name.ends_with(compaction::MANIFEST_SUFFIX) {
+        } else if super::format::is_manifest_file_name(name) {
             manifests.push(path.clone());
         }
     }

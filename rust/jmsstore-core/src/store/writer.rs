@@ -36,8 +36,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::format::{
-    append_record, end_word, segment_file_name, set_record_flags, RecordFields, RecordKind, SegmentHeader, SegmentKind,
-    END_WORD_LEN, FLAG_GROUP_END, FLAG_TX, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
+    append_record, end_word, recycle_file_name, segment_file_name, set_record_flags, spare_file_name, RecordFields,
+    RecordKind, SegmentHeader, SegmentKind, END_WORD_LEN, FLAG_GROUP_END, FLAG_TX, RECORD_HEADER_LEN,
+    SEGMENT_HEADER_LEN,
 };
 use super::index::Location;
 use super::recovery::ReusableTail;
@@ -106,7 +107,7 @@ pub(crate) fn keep_for_recycling(
         return Ok(false);
     }
     // A `.prep` name: a crash leaves it to recovery, which removes scratch files.
-    let target = shared.dir.join(format!("recycle-{number:010}.prep"));
+    let target = shared.dir.join(recycle_file_name(number));
     shared.fs.rename(path, &target).map_err(|e| Error::io("keeping emptied segment for recycling", path, e))?;
     recyclable.push(target);
     Ok(true)
@@ -120,6 +121,21 @@ struct Active {
     offset: u64,
     /// A recycled file: its end words are end markers.
     recycled: bool,
+}
+
+impl Active {
+    /// The segment written to: its descriptor is not closed between writes
+    /// (see `fs::pool`), until it is replaced.
+    fn new(number: u64, file: Arc<dyn StorageFile>, path: PathBuf, offset: u64, recycled: bool) -> Active {
+        file.keep_open(true);
+        Active { number, file, path, offset, recycled }
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.file.keep_open(false);
+    }
 }
 
 /// One completed operation, to apply to the index.
@@ -226,7 +242,7 @@ fn reopen_active(shared: &Shared, tail: ReusableTail) -> Result<Option<Active>> 
     };
     seg.file = file.clone();
     seg.active = true;
-    Ok(Some(Active { number, file, path: seg.path.clone(), offset: seg.used, recycled: tail.recycled }))
+    Ok(Some(Active::new(number, file, seg.path.clone(), seg.used, tail.recycled)))
 }
 
 /// Stops the threads after the flusher has written everything queued.
@@ -288,7 +304,7 @@ fn prepare_spare(shared: &Shared) -> Result<Spare> {
             }
         }
     }
-    let path = shared.dir.join(format!("spare-{:016x}.prep", rand::random::<u64>()));
+    let path = shared.dir.join(spare_file_name(rand::random()));
     let file = shared.fs.open(&path, OpenMode::CREATE_NEW).map_err(|e| Error::io("creating segment", &path, e))?;
     let stopped = || matches!(*lock(&shared.spare.state), SpareState::Stopped);
     let fill = || -> std::io::Result<()> {
@@ -371,7 +387,7 @@ fn activate(shared: &Shared, spare: Spare, next_sequence: u64, epoch: u64, conti
             continues_tx,
         },
     );
-    Ok(Active { number, file, path, offset: SEGMENT_HEADER_LEN as u64, recycled })
+    Ok(Active::new(number, file, path, SEGMENT_HEADER_LEN as u64, recycled))
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
