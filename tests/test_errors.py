@@ -181,7 +181,8 @@ def _store_with_records(path: Path) -> list[inspect.Record]:
     with FileStore(path, max_segment_bytes=SEGMENT) as store:
         for i in range(5):
             store.put("orders", b"order %d " % i * 10)
-    return list(inspect.records(path))
+    # The five puts; the close mark that ends a cleanly closed journal is not an object.
+    return [r for r in inspect.records(path) if r.type != "close"]
 
 
 def test_corrupt_record_fails_open_naming_segment_and_offset(store_dir: Path) -> None:

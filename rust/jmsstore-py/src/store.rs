@@ -436,6 +436,8 @@ fn compaction_dict<'py>(py: Python<'py>, r: &CompactionReport) -> PyResult<Bound
     d.set_item("bytes_before", r.bytes_before)?;
     d.set_item("bytes_after", r.bytes_after)?;
     d.set_item("bytes_reclaimed", r.bytes_before.saturating_sub(r.bytes_after))?;
+    d.set_item("steps", r.steps)?;
+    d.set_item("tombstones_carried", r.tombstones_carried)?;
     d.set_item("seconds", r.duration.as_secs_f64())?;
     Ok(d)
 }

@@ -420,8 +420,9 @@ pub fn recycle_file_name(number: u64) -> String {
 /// True for the scratch files a store makes, which recovery removes: spare
 /// and recycled segments not yet in use ([`spare_file_name`],
 /// [`recycle_file_name`]), compaction output not yet published
-/// (`<segment file name>.<16 hex digits>.tmp`) and a compaction manifest
-/// being written (`compaction-<16 hex digits>.manifest.tmp`).
+/// (`<segment file name>.<16 hex digits>.tmp`), a segment catalog being
+/// written (`segments.catalog.tmp`) and a compaction manifest being written
+/// by an older build (`compaction-<16 hex digits>.manifest.tmp`).
 ///
 /// Exact patterns, not suffixes: the directory may hold the user's own
 /// files (`notes.tmp`), and those are never ours to delete.
@@ -429,6 +430,9 @@ pub fn is_scratch_file_name(name: &str) -> bool {
     if let Some(stem) = name.strip_suffix(".prep") {
         return stem.strip_prefix("spare-").is_some_and(is_hex16)
             || stem.strip_prefix("recycle-").and_then(parse_number).is_some();
+    }
+    if name == super::catalog::CATALOG_SCRATCH_FILE {
+        return true;
     }
     let Some(stem) = name.strip_suffix(".tmp") else {
         return false;
@@ -564,6 +568,7 @@ mod tests {
             recycle_file_name(7),
             format!("{}.{:016x}.tmp", segment_file_name(12), 0xc0ff_ee00_0000_0001u64),
             format!("compaction-{:016x}.manifest.tmp", 3),
+            "segments.catalog.tmp".to_string(),
         ] {
             assert!(is_scratch_file_name(&ours), "{ours}");
         }
