@@ -368,6 +368,33 @@ def test_wrong_property_types_change_nothing(server: JMSServer, restart: Any) ->
     assert got.properties == {"n": 1}
 
 
+@pytest.mark.parametrize("field", ["correlation_id", "type"])
+def test_a_lone_surrogate_in_a_header_text_is_refused_and_sends_nothing(
+    server: JMSServer, restart: Any, field: str
+) -> None:
+    """JMSCorrelationID and JMSType are text: a lone surrogate (which a str can hold but
+    UTF-8 cannot) raises InvalidArgumentError, for send, send_async and a transacted
+    send alike, and nothing is sent."""
+    queue = server.create_queue("Q")
+    with connect(server) as connection:
+        for transacted in (False, True):
+            session = connection.create_session(transacted=transacted)
+            producer = session.create_producer(queue)
+            message = TextMessage("bad")
+            setattr(message, field, "x\udcff")
+            with pytest.raises(InvalidArgumentError, match="surrogate"):
+                producer.send(message)
+            with pytest.raises(InvalidArgumentError, match="surrogate"):
+                producer.send_async(message)
+            if transacted:
+                session.commit()
+            producer.send(TextMessage("good"))
+            if transacted:
+                session.commit()
+    server = restart(server)
+    assert texts(receive_all(server, queue)) == ["good", "good"]
+
+
 def test_message_over_the_maximum_size(servers: Any) -> None:
     """JMS 2.0 §4.1.4 (resource overflow is the provider's to define),
     ResourceAllocationException: a message larger than the server's maximum message size

@@ -19,6 +19,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from jmsstore._args import utf8
 from jmsstore._native import NativeBroker, NativeRoutes, Signal
 from jmsstore.broker.layout import message_id, numeric_id
 from jmsstore.broker.limits import FlowControl, ServerLimits
@@ -71,6 +72,13 @@ class PostOffice:
         self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int
     ) -> bytes:
         """Sets the headers a send sets (JMS 2.0 §3.4) and encodes the message."""
+        # JMSCorrelationID and JMSType go to the native header index as
+        # text: a lone surrogate is refused here, before anything is set.
+        correlation_id, message_type = message.correlation_id, message.type
+        if isinstance(correlation_id, str) and not correlation_id.isascii():
+            utf8("JMSCorrelationID", correlation_id)
+        if isinstance(message_type, str) and not message_type.isascii():
+            utf8("JMSType", message_type)
         seq = next(self._sequence)
         now = time.time_ns() // 1_000_000
         # numeric_id and message_id of the layout, inline: this runs per send.
