@@ -277,7 +277,11 @@ def stats(path: str, as_json: bool, show_progress: bool) -> int:
             data = {"stats": store.stats(), "recovery": store.recovery_report, "collections": store.collections()}
     except StoreLockedError:
         bar.close()
-        live, report = inspect.live(path)
+        bar = ProgressBar("reading (the store is open elsewhere)", enabled=show_progress)
+        try:
+            live, report = inspect.live(path, bar)
+        finally:
+            bar.close()
         collections: dict[str, int] = {}
         for _, name, _, _ in live:
             collections[name] = collections.get(name, 0) + 1
