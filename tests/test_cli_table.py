@@ -19,6 +19,9 @@ def test_cells() -> None:
     assert cell([1, "a"]) == "1, a" and cell({"segment": 2, "at": 80}) == "segment=2, at=80"
     assert cell("two\nlines") == "two lines"
     assert cell("abcdefghij", max_width=6) == "abc..."
+    # Identifiers (offsets, handles) without separators.
+    assert cell(1234567, group_digits=False) == "1234567" and cell([80, 65536], group_digits=False) == "80, 65536"
+    assert format_table(["offset"], [[65536]], group_digits=False).splitlines()[-1] == " 65536"
 
 
 def test_table_aligns_numbers_right_and_text_left() -> None:

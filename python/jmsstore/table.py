@@ -16,10 +16,11 @@ from collections.abc import Iterable, Mapping, Sequence
 __all__ = ["cell", "format_fields", "format_table"]
 
 
-def cell(value: object, max_width: int | None = None) -> str:
+def cell(value: object, max_width: int | None = None, *, group_digits: bool = True) -> str:
     """``value`` as table text: ``-`` for None, ``yes``/``no`` for a bool,
-    thousands separated for an int, four significant digits for a float
-    (whole and thousands separated from 10,000),
+    an int thousands separated (plain with ``group_digits=False``, for
+    identifiers such as offsets and handles), a float to four significant
+    digits (whole from 10,000),
     a list or tuple as its items joined by ``, ``, a dict as ``k=v`` pairs.
     Longer than ``max_width``: cut, ending in ``...``."""
     if value is None:
@@ -27,13 +28,16 @@ def cell(value: object, max_width: int | None = None) -> str:
     elif isinstance(value, bool):
         text = "yes" if value else "no"
     elif isinstance(value, int):
-        text = f"{value:,}"
+        text = f"{value:,}" if group_digits else str(value)
     elif isinstance(value, float):
-        text = f"{value:,.0f}" if 1e4 <= abs(value) < 1e15 else f"{value:.4g}"
+        if 1e4 <= abs(value) < 1e15:
+            text = f"{value:,.0f}" if group_digits else f"{value:.0f}"
+        else:
+            text = f"{value:.4g}"
     elif isinstance(value, (list, tuple)):
-        text = ", ".join(cell(v) for v in value)
+        text = ", ".join(cell(v, group_digits=group_digits) for v in value)
     elif isinstance(value, dict):
-        text = ", ".join(f"{k}={cell(v)}" for k, v in value.items())
+        text = ", ".join(f"{k}={cell(v, group_digits=group_digits)}" for k, v in value.items())
     else:
         text = str(value)
     text = " ".join(text.splitlines())  # one line per row, always
@@ -62,12 +66,14 @@ def format_table(
     title: str | None = None,
     max_width: int | None = None,
     notes: Iterable[str] = (),
+    group_digits: bool = True,
 ) -> str:
     """A table: ``title`` (if any), the column names, a rule, one line per
     row, then ``notes`` one per line. Cells go through :func:`cell` (strings
-    stay as they are, up to ``max_width``); a cell that reads as a number is
-    right-aligned, any other left-aligned. Trailing spaces are stripped."""
-    cells = [[cell(v, max_width) for v in row] for row in rows]
+    stay as they are, up to ``max_width``; ``group_digits`` as there); a cell
+    that reads as a number is right-aligned, any other left-aligned.
+    Trailing spaces are stripped."""
+    cells = [[cell(v, max_width, group_digits=group_digits) for v in row] for row in rows]
     for row in cells:
         if len(row) != len(columns):
             raise ValueError(f"a row has {len(row)} cells for {len(columns)} columns: {row!r}")
@@ -85,10 +91,12 @@ def format_table(
     return "\n".join(lines)
 
 
-def format_fields(title: str | None, fields: Mapping[str, object], *, max_width: int | None = None) -> str:
+def format_fields(
+    title: str | None, fields: Mapping[str, object], *, max_width: int | None = None, group_digits: bool = True
+) -> str:
     """``title`` (if any), then one line per field, indented: its name
     padded to the longest name, two spaces, its value as :func:`cell` writes it."""
     width = max((len(k) for k in fields), default=0)
     lines = [] if title is None else [title]
-    lines.extend(f"  {k:<{width}}  {cell(v, max_width)}".rstrip() for k, v in fields.items())
+    lines.extend(f"  {k:<{width}}  {cell(v, max_width, group_digits=group_digits)}".rstrip() for k, v in fields.items())
     return "\n".join(lines)
