@@ -113,7 +113,7 @@ def test_salvage_of_a_store_another_process_holds(
     holder = hold_store(store_dir, 5)
     before = files(store_dir)
     proc = cli("store", "salvage", str(store_dir), "--json", "--no-progress")
-    assert_clean_exit(proc, 2)
+    assert_clean_exit(proc, 1)
     assert proc.stderr.startswith("jmsstore: StoreLockedError: ")
     assert "salvage needs the store to itself" in proc.stderr
     assert proc.stdout == ""
@@ -127,6 +127,6 @@ def test_salvage_of_what_is_not_a_store_creates_nothing(tmp_path: Path, cli: Cli
     if kind == "empty directory":
         path.mkdir()
     proc = cli("store", "salvage", str(path), "--no-progress")
-    assert_clean_exit(proc, 2)
+    assert_clean_exit(proc, 1)
     assert "not a store directory" in proc.stderr
     assert list(tmp_path.rglob("*")) == ([path] if kind == "empty directory" else [])

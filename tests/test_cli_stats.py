@@ -209,7 +209,7 @@ def test_stats_writes_nothing(tmp_path: Path, cli: Cli) -> None:
         (("stats", str(home)), 0),
         (("stats", str(home), "--json"), 0),
         (("stats", str(home), "--name", "demo", "--no-progress"), 0),
-        (("stats", str(home), "--name", "jms1"), 2),
+        (("stats", str(home), "--name", "jms1"), 1),
     ):
         assert_clean_exit(cli(*args), code)
     assert tree(tmp_path) == before
@@ -230,13 +230,13 @@ def test_stats_of_an_absent_server_names_the_servers_found(tmp_path: Path, cli: 
     before = tree(tmp_path)
 
     proc = cli("stats", str(home), "--name", "jms1", "--no-progress")
-    assert_clean_exit(proc, 2)
+    assert_clean_exit(proc, 1)
     assert "ServerNotFoundError" in proc.stderr
     assert "no JMS server 'jms1'" in proc.stderr and "'east', 'west'" in proc.stderr
     assert proc.stdout == ""
     # Several servers and no --name: say which.
     proc = cli("stats", str(home), "--json", "--no-progress")
-    assert_clean_exit(proc, 2)
+    assert_clean_exit(proc, 1)
     assert "2 JMS servers" in proc.stderr and "'east', 'west'" in proc.stderr
     assert tree(tmp_path) == before
 
@@ -254,7 +254,7 @@ def test_stats_of_a_store_without_servers(tmp_path: Path, cli: Cli) -> None:
         store.put("not-a-server", b"x")
     before = tree(tmp_path)
     proc = cli("stats", str(home), "--no-progress")
-    assert_clean_exit(proc, 2)
+    assert_clean_exit(proc, 1)
     assert "holds no JMS server" in proc.stderr
     assert tree(tmp_path) == before
 
@@ -267,7 +267,7 @@ def test_stats_from_a_config_file_reads_the_servers_store(tmp_path: Path, cli: C
     )
     # Never started: there is nothing to read, and nothing is created.
     proc = cli("stats", "--config", str(config), "--no-progress")
-    assert_clean_exit(proc, 2)
+    assert_clean_exit(proc, 1)
     assert "holds no JMS server" in proc.stderr
     assert not (tmp_path / "home").exists()
 

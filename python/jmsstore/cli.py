@@ -1,4 +1,12 @@
-"""The ``jmsstore`` command: store administration (compare ``weblogic.store.Admin``) and the demo."""
+"""The ``jmsstore`` command: store administration (compare
+``weblogic.store.Admin``) and the demo.
+
+Exit status, as sqlite3 and click have it: 0 when the command did its job,
+1 for an error at run time (a path that is not a store, a store another
+process holds, no permission; and damage that ``store verify`` found), 2 for
+a usage error (an unknown command or option, a missing argument). An error
+is one line on stderr, ``jmsstore: <reason>``, never a traceback.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +14,112 @@ import argparse
 import base64
 import json
 import os
+import shutil
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from jmsstore import _native, inspect
+from jmsstore import __version__, _native, inspect
 from jmsstore.broker import config
+from jmsstore.broker.layout import PAGING_DIRECTORY, STORE_DIRECTORY, store_directory
 from jmsstore.broker.limits import Quota
 from jmsstore.broker.snapshot import StoreSnapshot
-from jmsstore.demo import run_demo
-from jmsstore.errors import JmsStoreError, StoreLockedError
+from jmsstore.demo import default_directory, run_demo
+from jmsstore.errors import InvalidArgumentError, JmsStoreError, StoreLockedError
 from jmsstore.progress import ProgressBar, ReadingProgress
 from jmsstore.store import FileStore
+from jmsstore.table import format_fields
+
+DESCRIPTION = """\
+Administer jmsstore stores and JMS servers, and run the demo.
+
+Two kinds of directory: a store directory holds a store's segment files
+(*.seg; FileStore(path)); a JMS server's home directory holds its store in
+SERVER_DIR/store and its paging files in SERVER_DIR/paging
+(JMSServer(directory)). "jmsstore store ..." wants a store directory,
+"jmsstore stats" and "jmsstore demo" a server's home."""
+
+EPILOG = """\
+exit status: 0 done, 1 runtime error (or damage found by "store verify"),
+2 usage error"""
+
+
+class CommandError(Exception):
+    """A command cannot do its job; the message is the one line it prints."""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split("\n")).strip()
+
+
+def _is_store(path: str) -> bool:
+    if not os.path.isdir(path):
+        return False
+    try:
+        inspect.segments(path)
+    except JmsStoreError:
+        return False
+    return True
+
+
+def _without_prefix(error: JmsStoreError) -> str:
+    return str(error).removeprefix("invalid argument: ")
+
+
+def _check_access(path: str, writes: bool) -> None:
+    if not os.access(path, os.R_OK | os.X_OK | (os.W_OK if writes else 0)):
+        raise CommandError(f"{path}: permission denied (the command {'writes to' if writes else 'reads'} it)")
+
+
+def store_path(path: str, *, writes: bool = False) -> str:
+    """``path`` if it is a store directory, or a :class:`CommandError` that
+    says why not, and what was meant where it can tell: given a JMS
+    server's home directory, its store ``DIR/store``. Creates nothing."""
+    if not os.path.exists(path):
+        raise CommandError(f"{path} is not a store directory: it does not exist")
+    if not os.path.isdir(path):
+        raise CommandError(f"{path} is not a store directory: it is a file")
+    _check_access(path, writes)
+    try:
+        inspect.segments(path)
+    except InvalidArgumentError as e:
+        inner = store_directory(path)
+        if _is_store(inner):
+            raise CommandError(
+                f"{path} is not a store directory but a JMS server's home: did you mean {inner}?"
+            ) from None
+        raise CommandError(_without_prefix(e)) from None
+    return path
+
+
+def _store_parent(path: str, otherwise: str) -> str:
+    """What a store directory given for a JMS server's home should have been:
+    its parent if it is named ``store``, else ``otherwise``."""
+    normal = os.path.normpath(path)
+    if os.path.basename(normal) == STORE_DIRECTORY:
+        return f"did you mean {os.path.dirname(normal) or os.curdir}?"
+    return otherwise
+
+
+def server_store_path(directory: str) -> str:
+    """The store of the JMS server whose home is ``directory``, or a
+    :class:`CommandError` that says why there is none (given a store
+    directory: did you mean its parent?). Creates nothing."""
+    if not os.path.exists(directory):
+        raise CommandError(f"{directory} holds no JMS server: it does not exist")
+    if not os.path.isdir(directory):
+        raise CommandError(f"{directory} is not a JMS server's home directory: it is a file")
+    _check_access(directory, False)
+    inner = store_directory(directory)
+    if not os.path.isdir(inner):
+        if _is_store(directory):
+            raise CommandError(
+                f"{directory} is a store directory, not a JMS server's home: "
+                + _store_parent(directory, f"for the store's own statistics: jmsstore store stats {directory}")
+            )
+        raise CommandError(f"{directory} holds no JMS server (no store directory {inner} in it)")
+    return inner
 
 
 def _open(path: str, bar: ProgressBar) -> FileStore:
@@ -32,31 +134,34 @@ def _print_json(data: Any) -> None:
 
 
 def _print_table(title: str, rows: dict[str, Any]) -> None:
-    print(title)
-    width = max((len(k) for k in rows), default=0)
-    for key, value in rows.items():
-        if isinstance(value, float):
-            value = f"{value:.4g}"
-        print(f"  {key:<{width}}  {value}")
+    print(format_fields(title, rows))
+
+
+# Records read between two progress reports of verify (it reads in Python).
+_VERIFY_STEP = 1 << 20
 
 
 def verify(path: str, as_json: bool, show_progress: bool) -> int:
     """Reads every record without changing anything; exit status 1 if damage was found."""
-    segs = inspect.segments(path)
+    segs = inspect.segments(store_path(path))
     total = sum(s["size"] for s in segs)
-    bar = ProgressBar("verify", enabled=show_progress)
+    bar = ProgressBar("verify: reading every record", enabled=show_progress)
     done = 0
     records = 0
     checksum_failures = 0
     by_type: dict[str, int] = {}
     damaged_ranges: list[dict[str, Any]] = []
     for seg in segs:
+        reported = 0
         for item in _native.read_segment(seg["path"]):
             if isinstance(item, inspect.Record):
                 records += 1
                 by_type[item.type] = by_type.get(item.type, 0) + 1
                 if not item.checksum_ok:
                     checksum_failures += 1
+                if item.offset - reported >= _VERIFY_STEP:
+                    reported = item.offset
+                    bar(done + reported, total)
             else:
                 damaged_ranges.append(
                     {"segment": item.segment, "start": item.start, "end": item.end, "reason": item.reason}
@@ -64,7 +169,11 @@ def verify(path: str, as_json: bool, show_progress: bool) -> int:
         done += seg["size"]
         bar(done, total)
     bar.close()
-    live, report = inspect.live(path)
+    bar = ProgressBar("verify: replaying as recovery would", enabled=show_progress)
+    try:
+        live, report = inspect.live(path, bar)
+    finally:
+        bar.close()
     torn = report["torn_tail"]
     torn_key = (torn["segment"], torn["offset"]) if torn else None
     serious = [r for r in damaged_ranges if (r["segment"], r["start"]) != torn_key]
@@ -113,7 +222,7 @@ def verify(path: str, as_json: bool, show_progress: bool) -> int:
 
 def dump(path: str, as_json: bool, collection: str | None, bodies: bool) -> int:
     """Lists every record (live, superseded and deleted)."""
-    for rec in inspect.records(path):
+    for rec in inspect.records(store_path(path)):
         if collection is not None and rec.collection != collection:
             continue
         row: dict[str, Any] = {
@@ -142,7 +251,7 @@ def dump(path: str, as_json: bool, collection: str | None, bodies: bool) -> int:
 
 def compact(path: str, as_json: bool, show_progress: bool) -> int:
     """Opens the store (taking its lock) and compacts it."""
-    inspect.segments(path)  # refuses a path that is not a store instead of creating one
+    store_path(path, writes=True)  # refuses a path that is not a store instead of creating one
     bar = ProgressBar("recover", enabled=show_progress)
     with _open(path, bar) as store:
         bar.close()
@@ -160,7 +269,7 @@ def compact(path: str, as_json: bool, show_progress: bool) -> int:
 
 def stats(path: str, as_json: bool, show_progress: bool) -> int:
     """Statistics of a store: opened if free, read-only if another process holds it."""
-    inspect.segments(path)  # refuses a path that is not a store instead of creating one
+    store_path(path)  # refuses a path that is not a store instead of creating one
     bar = ProgressBar("recover", enabled=show_progress)
     try:
         with _open(path, bar) as store:
@@ -168,7 +277,11 @@ def stats(path: str, as_json: bool, show_progress: bool) -> int:
             data = {"stats": store.stats(), "recovery": store.recovery_report, "collections": store.collections()}
     except StoreLockedError:
         bar.close()
-        live, report = inspect.live(path)
+        bar = ProgressBar("reading (the store is open elsewhere)", enabled=show_progress)
+        try:
+            live, report = inspect.live(path, bar)
+        finally:
+            bar.close()
         collections: dict[str, int] = {}
         for _, name, _, _ in live:
             collections[name] = collections.get(name, 0) + 1
@@ -211,7 +324,7 @@ def salvage(path: str, as_json: bool, show_progress: bool) -> int:
     intact record is kept, the live records of a damaged segment are
     rewritten into a new one and the damaged segment is moved to ``attic/``
     for forensics. Prints the recovery report; exit 0 once the store opened."""
-    inspect.segments(path)  # refuses a path that is not a store instead of creating one
+    store_path(path, writes=True)  # refuses a path that is not a store instead of creating one
     bar = ProgressBar("salvage", enabled=show_progress)
     try:
         with FileStore(path, recovery="salvage", progress=bar, preallocate=False) as store:
@@ -239,11 +352,11 @@ def server_stats(
     directory: str | None, name: str | None, config_path: str | None, as_json: bool, show_progress: bool = True
 ) -> int:
     """A JMS server's statistics, read from its store without opening it
-    (see :mod:`jmsstore.broker.snapshot`): nothing is written, and it works
+    (see ``jmsstore.broker.snapshot``): nothing is written, and it works
     while the server runs in another process."""
     server_quota: Quota | None = None
     if config_path is not None:
-        server, store_path = config.locate(config_path, name)  # name None: the file's only server
+        server, server_store = config.locate(config_path, name)  # name None: the file's only server
         name = server.name
         options = server.options
         server_quota = Quota(
@@ -253,17 +366,16 @@ def server_stats(
             True,
             options.get("blocking_send_policy", "fifo"),
         )
-        missing = f"server {name!r} of {config_path} holds no JMS server yet (no store directory {store_path})"
+        if not os.path.isdir(server_store):
+            raise CommandError(
+                f"server {name!r} of {config_path} holds no JMS server yet (no store directory {server_store})"
+            )
     else:
         assert directory is not None
-        store_path = os.path.join(directory, "store")
-        missing = f"{directory} holds no JMS server (no store directory in it)"
-    if not os.path.isdir(store_path):
-        print(f"jmsstore: {missing}", file=sys.stderr)
-        return 2
+        server_store = server_store_path(directory)
     progress = ReadingProgress(enabled=show_progress)
     try:
-        snapshot = StoreSnapshot.read(store_path, progress)
+        snapshot = StoreSnapshot.read(server_store, progress)
     finally:
         progress.close()
     data = snapshot.statistics(name, server_quota)
@@ -285,21 +397,82 @@ def server_stats(
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="jmsstore", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+def _check_demo_home(path: Path) -> None:
+    """Refuses a demo directory that cannot be a JMS server's home."""
+    if path.exists() and not path.is_dir():
+        raise CommandError(f"{path} is a file: the demo needs a directory for its JMS server's home")
+    if path.is_dir() and not path.joinpath(STORE_DIRECTORY).exists() and _is_store(str(path)):
+        hint = _store_parent(str(path), "give the demo a directory of its own")
+        raise CommandError(f"{path} is a store directory, not a JMS server's home: {hint}")
 
-    store_cmd = commands.add_parser("store", help="inspect and administer a store directory")
-    store_actions = store_cmd.add_subparsers(dest="action", required=True)
+
+def reset_demo_home(path: Path) -> None:
+    """Removes the demo's JMS server home ``path``: only if it holds nothing
+    but a server's store and paging files, and no process has the store open."""
+    if not path.exists():
+        return
+    extra = sorted(set(os.listdir(path)) - {STORE_DIRECTORY, PAGING_DIRECTORY})
+    store = path / STORE_DIRECTORY
+    if extra or (store.exists() and os.listdir(store) and not _is_store(str(store))):
+        what = ", ".join(extra) if extra else f"{store} is not a store"
+        raise CommandError(f"not resetting {path}: it holds more than a JMS server's store and paging files ({what})")
+    if store.exists():
+        try:
+            FileStore(store, preallocate=False).close()
+        except StoreLockedError as e:
+            raise StoreLockedError(f"{e} (stop the demo or server that has it open before --reset)") from None
+        except JmsStoreError:
+            pass  # damaged: removed all the same
+    shutil.rmtree(path)
+    print(f"jmsstore demo: removed {path} (--reset)")
+
+
+def demo(directory: str | None, reset: bool, messages: int, threads: int) -> int:
+    path = Path(directory) if directory else default_directory()
+    _check_demo_home(path)
+    if reset:
+        reset_demo_home(path)
+    return run_demo(path, messages=messages, threads=threads)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
+STORE_DIR_HELP = "a store directory: the one holding the segment files (*.seg); a JMS server's is SERVER_DIR/store"
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line: every command, argument and option, with plain text help."""
+    top = argparse.ArgumentParser(
+        prog="jmsstore", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    top.add_argument("--version", action="version", version=f"jmsstore {__version__}")
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    store_cmd = commands.add_parser(
+        "store",
+        help="inspect and administer a store directory",
+        description="Inspect and administer a store directory (compare weblogic.store.Admin).",
+        epilog=EPILOG,
+    )
+    store_actions = store_cmd.add_subparsers(dest="action", required=True, metavar="ACTION")
     for name, help_text in (
         ("verify", "verify every record without changing anything (exit 1 if damaged)"),
         ("dump", "list every record, including deleted and superseded ones"),
         ("compact", "compact the store (takes its lock)"),
         ("stats", "print statistics and what recovery found"),
-        ("salvage", "open with recovery='salvage': keep every intact record, move damaged segments to attic/"),
+        ("salvage", "open with recovery=salvage: keep every intact record, move damaged segments to attic/"),
     ):
-        p = store_actions.add_parser(name, help=help_text)
-        p.add_argument("path")
+        description = help_text[0].upper() + help_text[1:] + "."
+        p = store_actions.add_parser(name, help=help_text, description=description, epilog=EPILOG)
+        p.add_argument("path", metavar="STORE_DIR", help=STORE_DIR_HELP)
         p.add_argument("--json", action="store_true", help="machine-readable output")
         p.add_argument("--no-progress", action="store_true", help="no progress output on stderr")
         if name == "dump":
@@ -309,41 +482,92 @@ def main(argv: Sequence[str] | None = None) -> int:
     stats_cmd = commands.add_parser(
         "stats",
         help="a JMS server's statistics (destinations, messages, quotas, subscriptions), read without writing",
+        description="A JMS server's statistics, read from its store without writing anything "
+        "(it works while the server runs in another process).",
+        epilog=EPILOG,
     )
-    stats_cmd.add_argument("directory", nargs="?", help="the server's home directory (its store is DIR/store)")
+    stats_cmd.add_argument(
+        "directory",
+        nargs="?",
+        metavar="SERVER_DIR",
+        help="a JMS server's home directory, as given to JMSServer(directory): its store is SERVER_DIR/store",
+    )
     stats_cmd.add_argument("--name", help="the server's name (default: the store's or the file's only server)")
-    stats_cmd.add_argument("--config", help="a TOML configuration file to open the server from instead")
+    stats_cmd.add_argument(
+        "--config", metavar="FILE", help="a TOML configuration file to find the server's store in, instead"
+    )
     stats_cmd.add_argument("--json", action="store_true", help="machine-readable output")
     stats_cmd.add_argument("--no-progress", action="store_true", help="no progress output on stderr while it reads")
 
-    demo_cmd = commands.add_parser("demo", help="write to a store, reopen it, show recovery and statistics")
-    demo_cmd.add_argument("--dir", help="store directory (default: $JMSSTORE_DEMO_DIR or ~/.local/share/jmsstore/demo)")
-    demo_cmd.add_argument("--messages", type=int, default=20000)
-    demo_cmd.add_argument("--threads", type=int, default=16)
+    demo_cmd = commands.add_parser(
+        "demo",
+        help="run a JMS server: send and receive, restart, show recovery and statistics",
+        description="Run a JMS server on a directory: producers and consumers on many threads, a durable "
+        "subscription, a transaction, then a restart that shows what recovery brought back, and the "
+        "statistics. The store is compacted on exit.",
+        epilog=EPILOG,
+    )
+    demo_cmd.add_argument(
+        "--dir",
+        metavar="SERVER_DIR",
+        help="the JMS server's home directory, created if missing (default: $JMSSTORE_DEMO_DIR or "
+        "~/.local/share/jmsstore/demo)",
+    )
+    demo_cmd.add_argument(
+        "--reset", action="store_true", help="remove the server's home first (its store and paging files)"
+    )
+    demo_cmd.add_argument("--messages", type=_positive, default=20000, metavar="N", help="messages to send (20000)")
+    demo_cmd.add_argument("--threads", type=_positive, default=16, metavar="N", help="producer threads (16)")
+    return top
 
-    args = parser.parse_args(argv)
+
+def run(args: argparse.Namespace, top: argparse.ArgumentParser) -> int:
+    """Runs the command ``args`` name."""
+    if args.command == "demo":
+        return demo(args.dir, args.reset, args.messages, args.threads)
+    if args.command == "stats":
+        if (args.directory is None) == (args.config is None):
+            top.error("stats needs a server directory or --config FILE (one of them)")
+        return server_stats(args.directory, args.name, args.config, args.json, not args.no_progress)
+    if args.action == "dump":
+        return dump(args.path, args.json, args.collection, args.bodies)
+    show = not args.no_progress
+    if args.action == "verify":
+        return verify(args.path, args.json, show)
+    if args.action == "compact":
+        return compact(args.path, args.json, show)
+    if args.action == "salvage":
+        return salvage(args.path, args.json, show)
+    return stats(args.path, args.json, show)
+
+
+def _fail(message: str) -> int:
+    sys.stdout.flush()
+    print(f"jmsstore: {_one_line(message)}", file=sys.stderr)
+    return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``jmsstore`` command: its exit status (see the module's documentation)."""
+    top = parser()
+    args = top.parse_args(argv)  # a usage error exits 2 here
     try:
-        if args.command == "demo":
-            return run_demo(args.dir, messages=args.messages, threads=args.threads)
-        if args.command == "stats":
-            if (args.directory is None) == (args.config is None):
-                parser.error("stats needs a server directory or --config FILE (one of them)")
-            return server_stats(args.directory, args.name, args.config, args.json, not args.no_progress)
-        show = not args.no_progress
-        if args.action == "verify":
-            return verify(args.path, args.json, show)
-        if args.action == "dump":
-            return dump(args.path, args.json, args.collection, args.bodies)
-        if args.action == "compact":
-            return compact(args.path, args.json, show)
-        if args.action == "salvage":
-            return salvage(args.path, args.json, show)
-        return stats(args.path, args.json, show)
+        return run(args, top)
+    except CommandError as e:
+        return _fail(str(e))
     except JmsStoreError as e:
-        print(f"jmsstore: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
+        return _fail(f"{type(e).__name__}: {_without_prefix(e)}")
     except BrokenPipeError:
+        # The reader went away (| head): stop quietly, and do not let
+        # Python's flush at exit complain about the closed pipe.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as e:
+        where = f"{e.filename}: " if e.filename is not None else ""
+        return _fail(f"{where}{e.strerror or e}")
+    except KeyboardInterrupt:
+        print("jmsstore: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

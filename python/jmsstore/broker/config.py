@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
 from jmsstore._native import codecs
+from jmsstore.broker.layout import store_directory
 from jmsstore.broker.limits import Quota, Thresholds
 from jmsstore.broker.settings import DestinationSettings
 from jmsstore.client.factory import ConnectionFactory
@@ -403,7 +404,7 @@ def locate(path: str | os.PathLike[str], name: str | None = None) -> tuple[Serve
     config = _select(path, servers, name)
     if config.store is not None:
         return config, str(stores[config.store]["directory"])
-    return config, os.path.join(config.options["directory"], "store")
+    return config, store_directory(config.options["directory"])
 
 
 def server_names(path: str | os.PathLike[str]) -> list[str]:

@@ -33,11 +33,16 @@ checked by the part that uses it.
 
 Message ids: ``ID:<server>-<boot>-<sequence>``, and the numeric id the
 pager orders by, ``boot << 40 | sequence``.
+
+A server's home directory (``JMSServer(directory)``) holds its store in
+``<home>/store`` (:func:`store_directory`) and its paging files in
+``<home>/paging/<server name>`` (:func:`paging_directory`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import struct
 from dataclasses import dataclass
@@ -51,11 +56,13 @@ __all__ = [
     "MAX_BOOT",
     "MAX_SEQUENCE",
     "METADATA",
+    "PAGING_DIRECTORY",
     "PREFIX",
     "QUARANTINE",
     "QUEUE_MESSAGES",
     "QUOTAS",
     "SERVER",
+    "STORE_DIRECTORY",
     "SUBSCRIPTIONS",
     "SUBSCRIPTION_MESSAGES",
     "DestinationRecord",
@@ -69,9 +76,26 @@ __all__ = [
     "message_collection",
     "message_id",
     "numeric_id",
+    "paging_directory",
     "parse_message_id",
     "split_collection",
+    "store_directory",
 ]
+
+# A server's home directory: its store, and its paging files (one directory per server).
+STORE_DIRECTORY = "store"
+PAGING_DIRECTORY = "paging"
+
+
+def store_directory(home: str | os.PathLike[str]) -> str:
+    """The store directory of the JMS server whose home is ``home``."""
+    return os.path.join(home, STORE_DIRECTORY)
+
+
+def paging_directory(home: str | os.PathLike[str], server: str) -> str:
+    """The paging directory of server ``server`` whose home is ``home``."""
+    return os.path.join(home, PAGING_DIRECTORY, server)
+
 
 PREFIX = "jms/"
 SERVER = "server"

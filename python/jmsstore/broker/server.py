@@ -30,7 +30,8 @@ from typing import Any
 from jmsstore._native import HeaderIndex, NativeBroker
 from jmsstore.broker import config
 from jmsstore.broker.expiry import ExpiryReaper
-from jmsstore.broker.layout import ServerLayout, encode_json
+from jmsstore.broker.layout import ServerLayout, encode_json, store_directory
+from jmsstore.broker.layout import paging_directory as layout_paging_directory
 from jmsstore.broker.limits import Quota, ServerLimits, Thresholds
 from jmsstore.broker.pause import PAUSABLE, PauseControl
 from jmsstore.broker.port import ServerPort
@@ -141,7 +142,7 @@ class JMSServer:
             os.makedirs(directory, mode=0o700, exist_ok=True)
             self._header_index = HeaderIndex(self.layout.message_prefixes)
             store = FileStore(
-                os.path.join(directory, "store"),
+                store_directory(directory),
                 sync_policy=sync_policy,
                 codec=store_codec,
                 compression_threshold=compression_threshold,
@@ -154,7 +155,7 @@ class JMSServer:
             if paging_directory is None:
                 # Beside the store, never inside it (the store owns its directory).
                 home = directory if directory is not None else os.path.dirname(os.path.abspath(store.path))
-                paging_directory = os.path.join(home, "paging", self.name)
+                paging_directory = layout_paging_directory(home, self.name)
             self._pager = Pager(
                 store,
                 message_buffer_size=message_buffer_size,

@@ -344,7 +344,7 @@ pub(crate) fn compact(
         for (k, numbers) in steps.iter().enumerate() {
             for number in numbers {
                 let input = input_of(shared, *number);
-                for (kind, handle, _) in read_input(&input)?.1 {
+                for (kind, handle, _) in read_input(&input, &mut |_| {})?.1 {
                     if matches!(kind, RecordKind::Put | RecordKind::Update) {
                         last_version_step.insert(handle, k);
                     }
@@ -385,10 +385,12 @@ fn input_of(shared: &Shared, number: u64) -> Input {
 /// A record of a segment to compact: kind, handle and location.
 type InputRecord = (RecordKind, u64, Location);
 
-/// A segment's bytes and its records.
-fn read_input(input: &Input) -> Result<(Vec<u8>, Vec<InputRecord>)> {
+/// A segment's bytes and its records; `read` is told how many bytes were
+/// read as the read goes on (see [`segment::read_in_steps`]).
+fn read_input(input: &Input, read: &mut dyn FnMut(u64)) -> Result<(Vec<u8>, Vec<InputRecord>)> {
     let mut data = vec![0u8; input.used as usize];
-    input.file.read_exact_at(&mut data, 0).map_err(|e| Error::io("reading segment to compact", &input.path, e))?;
+    segment::read_in_steps(&*input.file, &mut data, read)
+        .map_err(|e| Error::io("reading segment to compact", &input.path, e))?;
     let mut records = Vec::new();
     let mut at = SEGMENT_HEADER_LEN;
     loop {
@@ -458,7 +460,11 @@ fn compact_step(
                 Ok(())
             };
         for input in inputs {
-            let (data, records) = read_input(input)?;
+            let before = done;
+            let (data, records) = read_input(input, &mut |n| {
+                done += n;
+                progress(done, total);
+            })?;
             // Tombstones whose handle still has a version in a later step's
             // inputs go along: dropped here, a stop before that step would
             // bring the version back.
@@ -490,7 +496,7 @@ fn compact_step(
                 out.extend_from_slice(record);
                 report.records_copied += 1;
             }
-            done += input.used;
+            done = before + input.used;
             progress(done, total);
         }
         flush(&mut out, &mut pending_moves, &mut parts)

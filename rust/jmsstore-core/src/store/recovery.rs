@@ -302,16 +302,21 @@ pub trait SegmentVisitor {
     fn visit(&mut self, collection: &str, handle: u64, sequence: u64, body: &[u8]);
 }
 
-/// Reads, verifies and parses one segment.
+/// Reads, verifies and parses one segment. `read` is told how many bytes
+/// were read as the read goes on (see [`segment::read_in_steps`]).
 fn scan_segment(
     seg: &Opened,
     buf: &mut Vec<u8>,
     mode: RecoveryMode,
     last_journal: bool,
     visitor: Option<&dyn RecoveryVisitor>,
+    read: &mut dyn FnMut(u64),
 ) -> Result<SegmentScan> {
     let mut visitor = visitor.map(|v| v.segment());
-    seg.file.read_all_into(buf).map_err(|e| Error::io("reading segment", &seg.path, e))?;
+    let len = seg.file.len().map_err(|e| Error::io("reading segment size", &seg.path, e))?;
+    buf.clear();
+    buf.resize(len as usize, 0);
+    segment::read_in_steps(&*seg.file, buf, read).map_err(|e| Error::io("reading segment", &seg.path, e))?;
     let data = &buf[..];
     let len = data.len();
     let kind = seg.header.as_ref().map_or(SegmentKind::Journal, |h| h.kind);
@@ -424,11 +429,22 @@ fn scan_segment(
     Ok(scan)
 }
 
+/// What a recovery worker thread tells the thread that applies its scans.
+enum FromWorker {
+    /// Bytes of a segment read (progress within a segment).
+    Read(u64),
+    /// Segment `index` scanned; `reported` of its bytes were already told as `Read`.
+    Scanned { index: usize, scan: Result<SegmentScan>, reported: u64 },
+}
+
 /// Recovers the store in `dir`. With `read_only`, nothing on disk is changed
 /// (no truncation, no salvage, no cleanup): what would be done is reported.
 ///
 /// Worker threads read, verify and parse segments in parallel; this thread
-/// applies them strictly in segment order as they arrive.
+/// applies them strictly in segment order as they arrive. `progress(done,
+/// total)` counts bytes of the segments: it moves every
+/// [`segment::PROGRESS_STEP`] bytes read, and reaches `total` when the last
+/// segment is applied.
 pub fn recover(
     fs: &dyn FileSystem,
     dir: &Path,
@@ -623,7 +639,7 @@ pub fn recover(
     let workers = thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, 4).min(opened.len().max(1));
     let next_to_scan = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
-    let (sender, results) = mpsc::channel::<(usize, Result<SegmentScan>)>();
+    let (sender, results) = mpsc::channel::<FromWorker>();
     let outcome = thread::scope(|scope| -> Result<()> {
         for _ in 0..workers {
             let sender = sender.clone();
@@ -636,18 +652,27 @@ pub fn recover(
                         return;
                     }
                     let seg = &opened[i];
-                    let scan = scan_segment(seg, &mut buf, mode, Some(seg.number) == last_journal, visitor);
-                    if sender.send((i, scan)).is_err() {
+                    let mut reported = 0;
+                    let mut read = |n| {
+                        reported += n;
+                        let _ = sender.send(FromWorker::Read(n));
+                    };
+                    let last = Some(seg.number) == last_journal;
+                    let scan = scan_segment(seg, &mut buf, mode, last, visitor, &mut read);
+                    if sender.send(FromWorker::Scanned { index: i, scan, reported }).is_err() {
                         return;
                     }
                 }
             });
         }
         drop(sender);
-        let mut arrived: BTreeMap<usize, Result<SegmentScan>> = BTreeMap::new();
+        let mut arrived: BTreeMap<usize, (Result<SegmentScan>, u64)> = BTreeMap::new();
         let mut want = 0;
-        let mut apply_in_order = |arrived: &mut BTreeMap<usize, Result<SegmentScan>>| -> Result<()> {
-            while let Some(scan) = arrived.remove(&want) {
+        // Applies the segments that are next in order; returns how many bytes
+        // of them were not yet reported as read (None: none was applied).
+        let mut apply_in_order = |arrived: &mut BTreeMap<usize, (Result<SegmentScan>, u64)>| -> Result<Option<u64>> {
+            let mut applied = None;
+            while let Some((scan, reported)) = arrived.remove(&want) {
                 let seg = &opened[want];
                 want += 1;
                 let scan = scan?;
@@ -738,16 +763,27 @@ pub fn recover(
                         continues_tx: scan.continues_tx,
                     },
                 );
-                done_bytes += scan.len;
-                progress(done_bytes, total_bytes);
+                applied = Some(applied.unwrap_or(0) + scan.len - reported);
             }
-            Ok(())
+            Ok(applied)
         };
-        for (i, scan) in results.iter() {
-            arrived.insert(i, scan);
-            if let Err(e) = apply_in_order(&mut arrived) {
-                stop.store(true, Ordering::Relaxed);
-                return Err(e);
+        for message in results.iter() {
+            let done = match message {
+                FromWorker::Read(n) => Some(n),
+                FromWorker::Scanned { index, scan, reported } => {
+                    arrived.insert(index, (scan, reported));
+                    match apply_in_order(&mut arrived) {
+                        Ok(applied) => applied,
+                        Err(e) => {
+                            stop.store(true, Ordering::Relaxed);
+                            return Err(e);
+                        }
+                    }
+                }
+            };
+            if let Some(n) = done {
+                done_bytes += n;
+                progress(done_bytes, total_bytes);
             }
         }
         Ok(())

@@ -2,9 +2,32 @@
 //! and re-synchronisation after damage.
 
 use std::borrow::Cow;
+use std::io;
 
 use super::format::{end_word, record_crc, RecordHeader, END_WORD_LEN, RECORD_HEADER_LEN, RECORD_MAGIC};
 use crate::codec::{self, CodecId};
+use crate::fs::StorageFile;
+
+/// Bytes a long read (recovery, compaction) reads between two progress
+/// reports, so that a progress bar moves within a segment.
+pub const PROGRESS_STEP: usize = 4 << 20;
+
+/// Fills `buf` from the start of `file`, [`PROGRESS_STEP`] bytes at a time,
+/// telling `read` the size of every step but the last (which the caller
+/// reports once it has done with the bytes).
+pub fn read_in_steps(file: &dyn StorageFile, buf: &mut [u8], read: &mut dyn FnMut(u64)) -> io::Result<()> {
+    let len = buf.len();
+    let mut at = 0;
+    while at < len {
+        let end = (at + PROGRESS_STEP).min(len);
+        file.read_exact_at(&mut buf[at..end], at as u64)?;
+        if end < len {
+            read((end - at) as u64);
+        }
+        at = end;
+    }
+    Ok(())
+}
 
 /// Largest uncompressed body the format accepts (a sanity bound so that a
 /// damaged length field cannot make a decoder allocate gigabytes).

@@ -1,0 +1,77 @@
+//! Long operations report progress within a segment, not once per segment:
+//! recovery and compaction tell their callback every
+//! `segment::PROGRESS_STEP` bytes read.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{body, small, TestResult};
+use jmsstore_core::fs::StdFs;
+use jmsstore_core::store::segment::PROGRESS_STEP;
+use jmsstore_core::{Store, StoreOptions, SyncPolicy};
+
+/// One 64 MiB segment holding about 20 MiB of records.
+fn options() -> StoreOptions {
+    StoreOptions { sync_policy: SyncPolicy::Disabled, ..small(64 << 20) }
+}
+
+const RECORDS: usize = 5000;
+const BODY: usize = 4096;
+
+/// The calls are in order, move by at most one step at a time, and end at the total.
+fn check(calls: &[(u64, u64)], expected_total: u64) {
+    let (last_done, total) = *calls.last().expect("progress was reported");
+    assert_eq!(total, expected_total);
+    assert_eq!(last_done, total, "the last call reports the whole");
+    let mut before = 0;
+    for &(done, t) in calls {
+        assert_eq!(t, total);
+        assert!(done >= before, "progress went back: {calls:?}");
+        assert!(done - before <= PROGRESS_STEP as u64, "a jump of {} bytes: {calls:?}", done - before);
+        before = done;
+    }
+}
+
+#[test]
+fn recovery_reports_progress_within_a_segment() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open(dir.path(), options())?;
+    for i in 0..RECORDS {
+        store.put("c", &body(&format!("{i}"), BODY))?;
+    }
+    store.close()?;
+    let segments: Vec<_> = common::segment_files(dir.path());
+    assert_eq!(segments.len(), 1, "one segment: the point is progress inside it");
+    let size = std::fs::metadata(&segments[0].1)?.len();
+    assert!(size > 4 * PROGRESS_STEP as u64);
+
+    let mut calls = Vec::new();
+    let store = Store::open_with(Arc::new(StdFs), dir.path(), options(), &mut |done, total| calls.push((done, total)))?;
+    store.close()?;
+    check(&calls, size);
+    assert!(calls.len() as u64 >= size / PROGRESS_STEP as u64, "{calls:?}");
+    Ok(())
+}
+
+#[test]
+fn compaction_reports_progress_within_a_segment() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open(dir.path(), options())?;
+    let mut handles = Vec::new();
+    for i in 0..RECORDS {
+        handles.push(store.put("c", &body(&format!("{i}"), BODY))?);
+    }
+    for h in handles.iter().step_by(2) {
+        store.delete(*h)?;
+    }
+    let mut calls = Vec::new();
+    let report = store.compact(&mut |done, total| calls.push((done, total)))?;
+    assert!(report.records_copied as usize == RECORDS / 2);
+    let total = calls.last().expect("progress was reported").1;
+    assert!(total > 4 * PROGRESS_STEP as u64);
+    check(&calls, total);
+    assert!(calls.len() as u64 >= total / PROGRESS_STEP as u64, "{calls:?}");
+    store.close()?;
+    Ok(())
+}
