@@ -31,7 +31,7 @@ from typing import Any
 
 from jmsstore import inspect
 
-from jmsstore_spark.datasource import store_paths
+from jmsstore_spark.checks import store_paths
 
 __all__ = ["REPORTS", "format_table", "reports", "write_reports"]
 
