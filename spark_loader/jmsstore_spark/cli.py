@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -63,6 +64,7 @@ __all__ = ["export", "import_messages", "main", "session", "spark_settings"]
 #: 4 always adds the incubating vector module); dropped unless --verbose.
 _JVM_NOISE = (b"WARNING: Using incubator modules:",)
 _MAX_COUNT = 2**31 - 1
+_JAVA_EXCEPTION = re.compile(r"^(?:[a-z_$][\w$]*\.)+[A-Z][\w$]*(?:Exception|Error): ")
 
 
 def _quiet_log4j() -> str:
@@ -308,7 +310,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _first_line(error: BaseException) -> str:
     """The one line that says what went wrong: the data source's own message
     out of a Spark-wrapped error, the last line of a Python worker's
-    traceback, else the error's first line."""
+    traceback, the Java exception's message out of a Py4J error, else the
+    error's first line."""
     text = str(error)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     for line in lines:
@@ -320,18 +323,21 @@ def _first_line(error: BaseException) -> str:
             name = line.split(":", 1)[0]
             if name.isidentifier() and name.endswith(("Error", "Exception")) and ":" in line:
                 return line
+    if len(lines) > 1 and lines[0].startswith("An error occurred while calling") and lines[1].startswith(":"):
+        # Py4J: "An error occurred while calling o38.parquet.", then ": java.class.Name: message"
+        return _JAVA_EXCEPTION.sub("", lines[1][1:].strip(), count=1)
     return lines[0] if lines else type(error).__name__
 
 
 def _report(spark: Any, args: argparse.Namespace) -> None:
-    from jmsstore_spark.reports import format_table, reports, write_reports
+    from jmsstore_spark.reports import NOTES, format_table, reports, write_reports
 
     as_of = int(time.time() * 1000)
     frames = reports(spark, args.stores, redelivered_over=args.redelivered, as_of_ms=as_of)
     for name, frame in frames.items():
         total = frame.count()
         rows = [list(r) for r in frame.limit(args.rows).collect()]
-        print(format_table(name, frame.columns, rows, total))
+        print(format_table(name, frame.columns, rows, total, note=NOTES.get(name)))
         print()
     if args.to:
         meta = {"stores": args.stores, "as_of_ms": as_of, "redelivered_over": args.redelivered}
