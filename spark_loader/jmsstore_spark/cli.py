@@ -58,7 +58,7 @@ from jmsstore.jms.destination import check_name
 
 from jmsstore_spark.checks import check_new_directory, check_parquet, check_target, local_path, store_paths
 
-__all__ = ["export", "import_messages", "main", "session", "spark_settings"]
+__all__ = ["check_arguments", "export", "import_messages", "main", "session", "spark_settings"]
 
 #: What the driver JVM prints on stderr that no log4j setting reaches (Spark
 #: 4 always adds the incubating vector module); dropped unless --verbose.
