@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 from jmsstore import AckMode, FileStore, JMSServer, TextMessage, inspect
-from jmsstore_spark.reports import REPORTS, format_table, reports
+from jmsstore_spark.reports import NOTES, REPORTS, format_table, reports
 from store_helpers import damage_record
 
 _DAY_MS = 86_400_000
@@ -139,6 +139,8 @@ def test_tables_are_printed_with_a_count_and_a_cut() -> None:
     assert lines[3].split() == ["orders", "3"] and "..." in lines[4] and len(lines[4].split()[0]) == 48
     assert lines[-1] == "... 3 more"
     assert format_table("damage", ["store"], [], 0) == "damage: 0 rows"
+    noted = format_table("in_doubt", ["message_id"], [["ID:a-1-1"]], 1, note=NOTES["in_doubt"]).splitlines()
+    assert noted[0] == "in_doubt: 1 row" and noted[1] == f"note: {NOTES['in_doubt']}" and "prefetch" in noted[1]
 
 
 def test_the_report_command_prints_and_writes_parquet_and_json(tmp_path: Path) -> None:
@@ -164,6 +166,8 @@ def test_the_report_command_prints_and_writes_parquet_and_json(tmp_path: Path) -
     assert "damage: 1 row\n" in proc.stdout and "transactions: 0 rows" in proc.stdout
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["rows"] == {name: (1 if name == "damage" else 0) for name in REPORTS}
+    assert summary["notes"] == {"in_doubt": NOTES["in_doubt"]}
+    assert f"in_doubt: 0 rows\nnote: {NOTES['in_doubt']}\n" in proc.stdout  # prefetched counts as handed out
     [damage] = pq.read_table(tmp_path / "out" / "damage.parquet").to_pylist()
     assert damage["reason"] and damage["before_handle"] is not None
     lines = [

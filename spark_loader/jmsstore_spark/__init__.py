@@ -12,8 +12,24 @@ Reports: :func:`jmsstore_spark.reports.reports`; the command line:
 :mod:`jmsstore_spark.cli` (``jmsstore-spark export|import|report``).
 
 Its own package: the core ``jmsstore`` wheel never depends on pyspark.
+Importing the package does not import pyspark either (the names below are
+loaded on first use), so ``jmsstore-spark`` checks its arguments before
+paying for Spark.
 """
 
-from jmsstore_spark.datasource import RECORDS_SCHEMA, JmsStoreDataSource, register
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jmsstore_spark.datasource import RECORDS_SCHEMA, JmsStoreDataSource, register
 
 __all__ = ["RECORDS_SCHEMA", "JmsStoreDataSource", "register"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from jmsstore_spark import datasource
+
+        return getattr(datasource, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

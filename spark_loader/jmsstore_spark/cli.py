@@ -4,7 +4,7 @@
     jmsstore-spark import PARQUET... --to STORE [--server NAME] [--codec C] [--overwrite]
     jmsstore-spark report STORE... [--to DIR] [--redelivered N] [--rows N]
 
-(each also takes ``--master URL`` and ``--conf KEY=VALUE ...``)
+(each also takes ``--master URL``, ``--conf KEY=VALUE ...`` and ``--verbose``)
 
 ``export`` writes the view as Parquet partitioned by store (and, for
 messages, destination) into DIR, which must not exist yet: Spark writes
@@ -19,8 +19,20 @@ complete or not at all.
 ``report`` prints the forensic reports (see :mod:`jmsstore_spark.reports`)
 as tables and, with ``--to``, writes them as Parquet and JSON.
 
+Every path and option is checked before Spark starts (see
+:mod:`jmsstore_spark.checks`): stores exist and are stores, output
+directories do not exist yet, counts are in range. Stores and output
+directories are local paths (or ``file://`` URIs); the Parquet input of
+``import`` may be any URI Spark reads (``hdfs://``, ``s3a://``: checked by
+Spark). Errors are one line on stderr, exit status 2 for arguments and
+input that are refused, 1 for a job that failed; no traceback unless
+``--verbose``.
+
 Spark runs ``local[*]`` unless ``--master`` says otherwise; ``--conf``
-settings pass through unchanged.
+settings pass through unchanged. Spark is quiet unless ``--verbose``: no
+log lines below FATAL (the driver JVM gets a log4j2 configuration of
+ours, unless ``spark.driver.extraJavaOptions`` names one) and no stage
+progress bars.
 """
 
 from __future__ import annotations
@@ -28,32 +40,91 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import shutil
+import subprocess
 import sys
+import threading
 import time
+import traceback
 from collections.abc import Iterator, Sequence
-from typing import Any
+from pathlib import Path
+from typing import IO, Any, NoReturn
 
-from jmsstore import inspect
+from jmsstore import _native, inspect
 from jmsstore.broker.layout import message_collection
 from jmsstore.errors import JmsStoreError
+from jmsstore.jms.destination import check_name
 
-__all__ = ["export", "import_messages", "main"]
+from jmsstore_spark.checks import check_new_directory, check_parquet, check_target, local_path, store_paths
+
+__all__ = ["check_arguments", "export", "import_messages", "main", "session", "spark_settings"]
+
+#: What the driver JVM prints on stderr that no log4j setting reaches (Spark
+#: 4 always adds the incubating vector module); dropped unless --verbose.
+_JVM_NOISE = (b"WARNING: Using incubator modules:",)
+_MAX_COUNT = 2**31 - 1
+_JAVA_EXCEPTION = re.compile(r"^(?:[a-z_$][\w$]*\.)+[A-Z][\w$]*(?:Exception|Error): ")
 
 
-def session(master: str | None, conf: Sequence[str]) -> Any:
+def _quiet_log4j() -> str:
+    """The ``file:`` URI of our log4j2 configuration (FATAL only)."""
+    return Path(__file__).with_name("log4j2-quiet.properties").as_uri()
+
+
+def spark_settings(master: str | None, conf: Sequence[str], *, verbose: bool = False) -> dict[str, str]:
+    """The settings a session of the command starts with: ``--conf``
+    ``KEY=VALUE`` items over our defaults. Unless ``verbose``: no console
+    progress bars, and the driver JVM's log4j2 configuration is ours (FATAL
+    only) unless the driver's Java options already name one."""
+    settings = {"spark.app.name": "jmsstore-spark", "spark.master": master or "local[*]"}
+    given: dict[str, str] = {}
+    for item in conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--conf takes KEY=VALUE, not {item!r}")
+        given[key.strip()] = value
+    if not verbose:
+        settings["spark.ui.showConsoleProgress"] = "false"
+        options = given.get("spark.driver.extraJavaOptions", "")
+        if "log4j2.configurationFile" not in options and "log4j.configurationFile" not in options:
+            quiet = f"-Dlog4j2.configurationFile={_quiet_log4j()}"
+            given["spark.driver.extraJavaOptions"] = f"{quiet} {options}".strip()
+    return {**settings, **given}
+
+
+def _forward(stream: IO[bytes]) -> None:
+    """Copies the JVM's stderr to ours, without the lines of :data:`_JVM_NOISE`."""
+    for line in iter(stream.readline, b""):
+        if not line.startswith(_JVM_NOISE):
+            sys.stderr.write(line.decode(errors="replace"))
+            sys.stderr.flush()
+    stream.close()
+
+
+def session(master: str | None, conf: Sequence[str], *, verbose: bool = False) -> Any:
+    """A Spark session with :func:`spark_settings` and the ``jmsstore``
+    data source registered."""
+    settings = spark_settings(master, conf, verbose=verbose)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
 
     from jmsstore_spark import register
 
-    builder = SparkSession.builder.appName("jmsstore-spark").master(master or "local[*]")
-    for item in conf:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"jmsstore-spark: --conf takes KEY=VALUE, not {item!r}")
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark_conf = SparkConf().setAll(list(settings.items()))
+    gateway = None
+    if not verbose and SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        # Our own start of the JVM (a documented pyspark hook), to read its stderr.
+        gateway = launch_gateway(spark_conf, popen_kwargs={"stderr": subprocess.PIPE})  # type: ignore[no-untyped-call]
+        if gateway.proc is not None and gateway.proc.stderr is not None:
+            threading.Thread(target=_forward, args=(gateway.proc.stderr,), name="jvm-stderr", daemon=True).start()
+    if gateway is None:
+        SparkContext.getOrCreate(spark_conf)
+    else:
+        SparkContext(conf=spark_conf, gateway=gateway)
+    spark = SparkSession.builder.getOrCreate()
     register(spark)
     return spark
 
@@ -122,15 +193,33 @@ def import_messages(
     return {"messages": sum(messages.values()), "collections": len(messages), "seconds": seconds, "to": target}
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line (exit status 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (--help for usage)\n")
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= _MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"a count from 0 to {_MAX_COUNT}, not {text!r}")
+    return value
+
+
 def _spark_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--master", help="Spark master (default local[*])")
     command.add_argument("--conf", action="append", default=[], help="a Spark setting KEY=VALUE (repeatable)")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="jmsstore-spark", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    command.add_argument(
+        "-v", "--verbose", action="store_true", help="Spark's log and progress bars on stderr, tracebacks of errors"
     )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="jmsstore-spark", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     exp = commands.add_parser("export", help="write stores' messages (or records) as Parquet")
     exp.add_argument("stores", nargs="+", help="store directories or globs")
@@ -138,26 +227,53 @@ def main(argv: Sequence[str] | None = None) -> int:
     exp.add_argument("--view", choices=["messages", "records"], default="messages")
     _spark_options(exp)
     imp = commands.add_parser("import", help="load exported messages into a new store")
-    imp.add_argument("parquet", nargs="+", help="Parquet directories written by export")
+    imp.add_argument("parquet", nargs="+", help="Parquet directories written by export (or URIs Spark reads)")
     imp.add_argument("--to", required=True, help="the store directory to create")
     imp.add_argument("--server", default="jms1", help="server name for rows without one (default jms1)")
-    imp.add_argument("--codec", default="none", help="the new store's codec (default none)")
+    imp.add_argument("--codec", default="none", help=f"the new store's codec: {', '.join(_native.codecs())}")
     imp.add_argument("--overwrite", action="store_true", help="replace an existing store at --to")
     _spark_options(imp)
     rep = commands.add_parser("report", help="forensic reports over stores")
     rep.add_argument("stores", nargs="+", help="store directories or globs")
     rep.add_argument("--to", help="write the reports as Parquet and JSON into this new directory")
-    rep.add_argument("--redelivered", type=int, default=1, metavar="N", help="list messages redelivered > N times")
-    rep.add_argument("--rows", type=int, default=20, metavar="N", help="rows printed per report (default 20)")
+    rep.add_argument("--redelivered", type=_count, default=1, metavar="N", help="list messages redelivered > N times")
+    rep.add_argument("--rows", type=_count, default=20, metavar="N", help="rows printed per report (default 20)")
     _spark_options(rep)
-    args = parser.parse_args(argv)
-    if args.command in ("export", "report") and args.to and os.path.exists(args.to):
-        # before starting Spark for nothing
-        target = os.path.abspath(args.to)
-        print(f"jmsstore-spark: {target} exists: {args.command} writes a new directory", file=sys.stderr)
-        return 2
-    spark = session(args.master, args.conf)
+    return parser
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Everything about the command line that needs no Spark, checked before
+    it starts: ``ValueError`` (or ``JmsStoreError``) naming what is wrong.
+    Store arguments become absolute local paths, as do output directories."""
+    spark_settings(args.master, args.conf, verbose=args.verbose)
+    if args.command in ("export", "report"):
+        args.stores = [path for spec in args.stores for path in store_paths(spec)]
+        if args.to is not None:
+            args.to = check_new_directory(args.to, args.command)
+    else:
+        for path in args.parquet:
+            check_parquet(path)
+        target = local_path(args.to)
+        if target is None:
+            raise ValueError(f"{args.to}: an import writes a store on the local file system (a path or a file:// URI)")
+        args.to = os.path.abspath(target)
+        check_target(args.to, args.overwrite)
+        check_name("server", args.server)
+        if args.codec not in _native.codecs():
+            raise ValueError(f"--codec is one of {', '.join(_native.codecs())}, not {args.codec!r}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     try:
+        check_arguments(args)  # before Spark starts: a typo costs a line, not a minute
+    except (ValueError, OSError, JmsStoreError) as e:
+        print(f"jmsstore-spark: {e}", file=sys.stderr)
+        return 2
+    spark = None
+    try:
+        spark = session(args.master, args.conf, verbose=args.verbose)
         if args.command == "export":
             result = export(spark, args.stores, args.to, args.view)
             print(f"exported {result['rows']} rows to {result['to']} in {result['seconds']:.1f} s")
@@ -172,38 +288,56 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         else:
             _report(spark, args)
-    except (ValueError, FileExistsError, JmsStoreError) as e:
-        print(f"jmsstore-spark: {_first_line(e)}", file=sys.stderr)
-        return 2
-    except Exception as e:  # Spark wraps the data source's own errors
-        if "StoreImportError" in str(e) or "is not a readable jmsstore store" in str(e):
-            print(f"jmsstore-spark: {_first_line(e)}", file=sys.stderr)
-            return 2
-        raise
+    except KeyboardInterrupt:
+        print("jmsstore-spark: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if args.verbose:
+            traceback.print_exc()
+        # The data source refuses input with these (Spark wraps them in its own errors).
+        refused = isinstance(e, (ValueError, FileExistsError, JmsStoreError)) or any(
+            marker in str(e) for marker in ("StoreImportError: ", "is not a readable jmsstore store")
+        )
+        hint = "" if refused or args.verbose else " (--verbose for Spark's log)"
+        print(f"jmsstore-spark: {_first_line(e)}{hint}", file=sys.stderr)
+        return 2 if refused else 1
     finally:
-        spark.stop()
+        if spark is not None:
+            spark.stop()
     return 0
 
 
 def _first_line(error: BaseException) -> str:
-    """The data source's own message out of a Spark-wrapped error."""
+    """The one line that says what went wrong: the data source's own message
+    out of a Spark-wrapped error, the last line of a Python worker's
+    traceback, the Java exception's message out of a Py4J error, else the
+    error's first line."""
     text = str(error)
-    for line in text.splitlines():
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in lines:
         for marker in ("StoreImportError: ", "ValueError: "):
             if marker in line:
                 return line.split(marker, 1)[1]
-    return text.splitlines()[0] if text else type(error).__name__
+    if "Traceback (most recent call last)" in text:
+        for line in reversed(lines):
+            name = line.split(":", 1)[0]
+            if name.isidentifier() and name.endswith(("Error", "Exception")) and ":" in line:
+                return line
+    if len(lines) > 1 and lines[0].startswith("An error occurred while calling") and lines[1].startswith(":"):
+        # Py4J: "An error occurred while calling o38.parquet.", then ": java.class.Name: message"
+        return _JAVA_EXCEPTION.sub("", lines[1][1:].strip(), count=1)
+    return lines[0] if lines else type(error).__name__
 
 
 def _report(spark: Any, args: argparse.Namespace) -> None:
-    from jmsstore_spark.reports import format_table, reports, write_reports
+    from jmsstore_spark.reports import NOTES, format_table, reports, write_reports
 
     as_of = int(time.time() * 1000)
     frames = reports(spark, args.stores, redelivered_over=args.redelivered, as_of_ms=as_of)
     for name, frame in frames.items():
         total = frame.count()
         rows = [list(r) for r in frame.limit(args.rows).collect()]
-        print(format_table(name, frame.columns, rows, total))
+        print(format_table(name, frame.columns, rows, total, note=NOTES.get(name)))
         print()
     if args.to:
         meta = {"stores": args.stores, "as_of_ms": as_of, "redelivered_over": args.redelivered}

@@ -15,19 +15,18 @@ of a damaged store reports what is broken instead of failing.
 
 from __future__ import annotations
 
-import glob
 import os
 from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 from jmsstore import _native, inspect
-from jmsstore.errors import JmsStoreError
 from jmsstore.jms.destination import check_name
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter, InputPartition
 from pyspark.sql.types import StructType
 
-from jmsstore_spark.imports import StoreWriter, check_columns, check_target
+from jmsstore_spark.checks import check_target, store_paths
+from jmsstore_spark.imports import StoreWriter, check_columns
 from jmsstore_spark.messages import MESSAGES_SCHEMA, MessagesReader
 
 __all__ = ["RECORDS_SCHEMA", "JmsStoreDataSource", "register"]
@@ -66,27 +65,6 @@ BATCH_ROWS = 4096
 def register(spark: Any) -> None:
     """Registers the data source with a Spark session (format ``jmsstore``)."""
     spark.dataSource.register(JmsStoreDataSource)
-
-
-def store_paths(spec: str) -> list[str]:
-    """The store directories ``spec`` names: paths or globs, comma separated.
-    A path that is not a store is an error naming it (nothing is read)."""
-    found: list[str] = []
-    for part in (p.strip() for p in spec.split(",")):
-        if not part:
-            continue
-        matches = sorted(glob.glob(part)) if glob.has_magic(part) else [part]
-        if not matches:
-            raise ValueError(f"no store directory matches {part!r}")
-        for path in matches:
-            try:
-                inspect.segments(path)  # refuses what is not a store (and a newer format)
-            except JmsStoreError as e:
-                raise ValueError(f"{path} is not a readable jmsstore store: {e}") from e
-            found.append(os.path.abspath(path))
-    if not found:
-        raise ValueError("no store directory given (load(path) or option('path', ...))")
-    return found
 
 
 class SegmentGroup(InputPartition):

@@ -47,7 +47,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from jmsstore import FileStore, inspect
+from jmsstore import FileStore
 from jmsstore.broker.layout import (
     MAX_BOOT,
     ServerLayout,
@@ -73,6 +73,7 @@ from jmsstore.jms.message import (
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from jmsstore_spark.checks import StoreImportError, check_target, is_store
 from jmsstore_spark.messages import stored_boots
 
 __all__ = ["COLUMNS", "StoreImportError", "StoreWriter", "check_columns", "check_target"]
@@ -153,10 +154,6 @@ _IN_FLIGHT = 8
 _PROGRESS_SECONDS = 5.0
 
 
-class StoreImportError(ValueError):
-    """A row or a target an import cannot take (nothing is written)."""
-
-
 def check_columns(schema: StructType) -> list[str]:
     """The import columns ``schema`` has; a clear error if one it needs is
     missing or one it has is of the wrong type."""
@@ -173,33 +170,6 @@ def check_columns(schema: StructType) -> list[str]:
     if problems:
         raise StoreImportError("cannot import this DataFrame: " + "; ".join(problems))
     return [name for name in present if name in COLUMNS]
-
-
-def _is_store(path: str) -> bool:
-    try:
-        inspect.segments(path)
-    except JmsStoreError:
-        return False
-    return True
-
-
-def check_target(target: str, overwrite: bool) -> None:
-    """Refuses a target the import may not write (before any task runs)."""
-    if not os.path.exists(target):
-        parent = os.path.dirname(target) or "."
-        if os.path.exists(parent) and not os.path.isdir(parent):
-            raise StoreImportError(f"{parent} is not a directory")
-        return
-    if not os.path.isdir(target):
-        raise StoreImportError(f"{target} exists and is not a directory")
-    if not os.listdir(target):
-        return
-    if not overwrite:
-        raise StoreImportError(
-            f"{target} is not empty: an import writes a new store (mode 'overwrite' replaces a store)"
-        )
-    if not _is_store(target):
-        raise StoreImportError(f"{target} is not empty and not a jmsstore store: overwrite refuses to replace it")
 
 
 class StagedPart(WriterCommitMessage):
@@ -430,7 +400,7 @@ class StoreWriter(DataSourceArrowWriter):
             store_dir = os.path.join(self.staging, "store")
             # A store being replaced may have given out ids the import has not
             # seen (consumed messages): its servers' boot counters count too.
-            replaced = stored_boots(self.target) if self.overwrite and _is_store(self.target) else {}
+            replaced = stored_boots(self.target) if self.overwrite and is_store(self.target) else {}
             _load(store_dir, parts, self.codec, replaced)
             _publish(store_dir, self.target, self.overwrite, self.staging)
         finally:

@@ -10,14 +10,17 @@ Each report is a Spark DataFrame built from the ``records`` and
   records were written but their commit record is missing, or commits a
   different number of records than were found.
 - ``in_doubt``: messages that had been handed to a consumer and were not
-  acknowledged when the server stopped (they come back redelivered).
+  acknowledged when the server stopped (they come back redelivered). A
+  message a consumer had prefetched counts as handed to it, even if the
+  application never received it (see :data:`NOTES`).
 - ``damage``: every damaged byte range with the valid records just before
   and after it (their collection, handle and sequence).
 - ``duplicates``: message ids found in more than one store.
 - ``redelivered``: messages redelivered more than N times.
 
 ``write_reports`` writes each as Parquet and as JSON lines, plus
-``summary.json`` (row counts, stores, time of the report), all or nothing.
+``summary.json`` (row counts, notes, stores, time of the report), all or
+nothing.
 """
 
 from __future__ import annotations
@@ -31,11 +34,21 @@ from typing import Any
 
 from jmsstore import inspect
 
-from jmsstore_spark.datasource import store_paths
+from jmsstore_spark.checks import store_paths
 
-__all__ = ["REPORTS", "format_table", "reports", "write_reports"]
+__all__ = ["NOTES", "REPORTS", "format_table", "reports", "write_reports"]
 
 REPORTS = ("backlog", "transactions", "in_doubt", "damage", "duplicates", "redelivered")
+
+#: What a reader of a report must know to read it right (printed under its
+#: title, written into summary.json).
+NOTES = {
+    "in_doubt": (
+        "a message counts as handed to a consumer once the consumer fetched it, prefetched ones "
+        "included: some may have waited in a prefetch buffer, never received by the application "
+        "(a consumer closed cleanly gives its prefetched messages back)"
+    ),
+}
 
 _MINUTE_MS, _HOUR_MS, _DAY_MS = 60_000, 3_600_000, 86_400_000
 
@@ -257,11 +270,16 @@ def _cell(value: object, width: int = 48) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def format_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], total: int) -> str:
-    """A plain text table of ``rows`` (``total`` says how many there are in all)."""
+def format_table(
+    title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], total: int, *, note: str | None = None
+) -> str:
+    """A plain text table of ``rows`` (``total`` says how many there are in
+    all), with ``note`` on a line under the title."""
     cells = [[_cell(v) for v in row] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     lines = [f"{title}: {total} row{'s' if total != 1 else ''}"]
+    if note:
+        lines.append(f"note: {note}")
     if rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
         lines.append("  ".join("-" * w for w in widths))
@@ -289,7 +307,8 @@ def write_reports(frames: dict[str, Any], to: str, *, meta: dict[str, Any]) -> d
             data.write.json(os.path.join(staging, f"{name}.json"))
             counts[name] = frame.count()
         with open(os.path.join(staging, "summary.json"), "w") as out:
-            json.dump({**meta, "rows": counts}, out, indent=2)
+            notes = {name: NOTES[name] for name in frames if name in NOTES}
+            json.dump({**meta, "rows": counts, "notes": notes}, out, indent=2)
         os.rename(staging, target)  # visible at once, or not at all
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
