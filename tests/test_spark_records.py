@@ -85,7 +85,6 @@ def test_a_store_damaged_in_the_middle_is_read_with_the_damage_reported(spark: A
     records = df.where("type NOT IN ('damage', 'close')").collect()
     bad = [r for r in records if not r.checksum_ok]
     assert [r.handle for r in bad] == [handles[5]] and bad[0].body is None
-    assert "close" in {r.type for r in records}  # the clean close's mark (handle 0)
     puts = [r for r in records if r.type == "put"]
     assert sorted(r.handle for r in puts if r.checksum_ok) == sorted(h for h in handles if h != handles[5])
 
