@@ -32,7 +32,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from jmsstore import inspect
+from jmsstore import inspect, table
 
 from jmsstore_spark.checks import store_paths
 
@@ -265,28 +265,20 @@ def reports(
     }
 
 
-def _cell(value: object, width: int = 48) -> str:
-    text = "" if value is None else (", ".join(map(str, value)) if isinstance(value, list) else str(value))
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
 def format_table(
     title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], total: int, *, note: str | None = None
 ) -> str:
     """A plain text table of ``rows`` (``total`` says how many there are in
-    all), with ``note`` on a line under the title."""
-    cells = [[_cell(v) for v in row] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    lines = [f"{title}: {total} row{'s' if total != 1 else ''}"]
+    all), with ``note`` on a line under the title; printed by the table
+    printer the ``jmsstore`` command uses (cells cut at 48 characters,
+    identifiers such as offsets and handles without digit grouping)."""
+    head = f"{title}: {total} row{'s' if total != 1 else ''}"
     if note:
-        lines.append(f"note: {note}")
-    if rows:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
-        lines.append("  ".join("-" * w for w in widths))
-        lines.extend("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells)
-    if total > len(rows):
-        lines.append(f"... {total - len(rows)} more")
-    return "\n".join(lines)
+        head += f"\nnote: {note}"
+    if not rows:
+        return head
+    more = [f"... {total - len(rows)} more"] if total > len(rows) else []
+    return table.format_table(columns, rows, title=head, max_width=48, group_digits=False, notes=more)
 
 
 def write_reports(frames: dict[str, Any], to: str, *, meta: dict[str, Any]) -> dict[str, int]:
