@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 from bench_helpers import run_quick
-
-from bench.matrix import PEERS, scenarios
+from jmsstore.bench.matrix import PEERS, scenarios
 
 SCALE = "0.25"  # 100 messages of 1 KiB per scenario
 

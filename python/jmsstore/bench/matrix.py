@@ -33,13 +33,12 @@ from array import array
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from jmsstore.bench import bodies, plots
+from jmsstore.bench.broker import drive, open_system
+from jmsstore.bench.harness import Context, ratio
+from jmsstore.bench.peers import persist_queue, raw_disk
+from jmsstore.bench.store import settle
 from jmsstore.broker import AckMode, DeliveryMode, JMSServer
-
-from bench import bodies, plots
-from bench.broker import drive, open_system
-from bench.harness import Context, ratio
-from bench.peers import persist_queue, raw_disk
-from bench.store import settle
 
 QUEUE, TOPIC = "bench", "bench.topic"
 MESSAGES_MAXIMUM = 128
