@@ -75,7 +75,9 @@ SUITES: dict[str, tuple[str, Runner]] = {
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="jmsstore-bench", description=__doc__)
     parser.add_argument("suite", choices=sorted(SUITES), help="; ".join(f"{k}: {v[0]}" for k, v in SUITES.items()))
-    parser.add_argument("--quick", action="store_true", help="small sizes (CI; well under a minute)")
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes, short runs (the matrix: the same rounds of 0.3 s runs)"
+    )
     parser.add_argument(
         "--out",
         metavar="DIR",
@@ -104,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         metavar="NAME,...",
         help="run only these benchmarks of the suite (store: put,recovery,codecs; pager: memory,drain,sorted; "
-        "broker: the systems non-persistent,persistent,async,sqlite,sqlite-batch,pq-sqlite,pq-file)",
+        "broker: the systems non-persistent,persistent,async,sqlite,sqlite-batch,pq-sqlite,pq-file; matrix: groups "
+        "or scenarios, e.g. delivery,size,threads)",
     )
     parser.add_argument(
         "--pin-python",

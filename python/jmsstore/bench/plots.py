@@ -102,10 +102,12 @@ def matrix_plots(
                         f"{y:,.0f}",
                         (x, y),
                         textcoords="offset points",
-                        xytext=(0, 9),
-                        ha="center",
-                        fontsize=8,
+                        xytext=(9, -14),
+                        ha="left",
+                        fontsize=8.5,
                         color=STYLES[OURS]["color"],
+                        bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.85},
+                        zorder=6,
                     )
         ax.set_xscale("log")
         ax.set_yscale("log")
