@@ -3,7 +3,8 @@ the configurations users compare, and the peers where they can take part.
 
 Every row is a system (jmsstore or a peer) in a scenario. P producer threads
 send messages (a ``sent_ns`` property carries the send time) for a fixed
-time (0.3 s quick, 2 s full; at most N messages) while consumer threads
+time (0.3 s quick, 2 s full, and at least 0.1 s per producer thread; at most
+N messages) while consumer threads
 receive them (a topic's messages once per subscription); a run ends at the
 last receive of what was sent. The rows of a group are measured in rounds
 (3, quick and full alike): each round runs every row once, in an order
@@ -54,6 +55,9 @@ OURS = "jmsstore"  # the system column of our rows
 QUEUE, TOPIC = "bench", "bench.topic"
 ROUNDS = 3  # quick and full alike: only the length of a run differs
 QUICK_SECONDS, FULL_SECONDS = 0.3, 2.0  # producers stop sending after this long (a run ends at the last receive)
+# ... and not before this many seconds per producer thread: 16 threads starting together collide (sqlite3's
+# busy handler sleeps up to 100 ms), which weighs on a 0.3 s run (quick mode only: 16 x 0.1 s < FULL_SECONDS)
+SECONDS_PER_PRODUCER = 0.1
 QUICK_MESSAGES, FULL_MESSAGES = 20_000, 200_000  # at most, per run, of 1 KiB (the time box ends most runs first)
 QUICK_BACKLOG, FULL_BACKLOG = 500, 10_000  # the paging group's backlog of 1 KiB messages, all sent
 BACKLOG_CAP_S = 60.0  # ... unless building it takes longer than this
@@ -509,7 +513,7 @@ def _row(entry: _Entry, ratios: list[float | None], ratio_key: str) -> dict[str,
 
 
 def run_group(
-    ctx: Context, group: list[Scenario], n: int, seconds: float, rounds: int, backlog_n: int
+    ctx: Context, group: list[Scenario], n: int, seconds: float, rounds: int, backlog_n: int, per_producer: float
 ) -> list[dict[str, Any]]:
     """Every row of a group (jmsstore in each scenario, the peers where they
     can), once per round; each round runs them in an order rotated by one, so
@@ -530,7 +534,7 @@ def run_group(
         for entry in entries[shift:] + entries[:shift]:
             count = _count(entry.sc, backlog_n if entry.sc.backlog else n)
             ctx.step(f"{entry.sc.group}: {entry.sc.name}, {entry.system}, round {r + 1} of {rounds}")
-            entry.rounds.append(_one(ctx, entry, count, seconds))
+            entry.rounds.append(_one(ctx, entry, count, max(seconds, per_producer * entry.sc.threads)))
     ours = {e.sc.name: e for e in entries if e.system == OURS}
     first = ours[group[0].name]
     rows: list[dict[str, Any]] = []
@@ -565,11 +569,13 @@ def run(ctx: Context) -> None:
     n = ctx.n(QUICK_MESSAGES, FULL_MESSAGES, minimum=16)
     backlog_n = ctx.n(QUICK_BACKLOG, FULL_BACKLOG, minimum=16)
     seconds = (QUICK_SECONDS if ctx.quick else FULL_SECONDS) * min(1.0, ctx.scale)
+    per_producer = SECONDS_PER_PRODUCER * min(1.0, ctx.scale)
     mode = "quick" if ctx.quick else "full"
     ctx.settings["matrix"] = {
         "mode": mode,
         "rounds": ROUNDS,
         "seconds_per_run": seconds,
+        "seconds_per_producer_at_least": per_producer,
         "messages_per_run_at_most": n,
         "messages_rule": "at most n of 1 KiB per run, as many bytes for larger bodies (n / 20 at least); "
         "producers stop sending after seconds_per_run, the run ends at the last receive",
@@ -591,12 +597,14 @@ def run(ctx: Context) -> None:
         groups.setdefault(sc.group, []).append(sc)
     rows: list[dict[str, Any]] = []
     for group in groups.values():
-        rows += run_group(ctx, group, n, seconds, ROUNDS, backlog_n)
+        rows += run_group(ctx, group, n, seconds, ROUNDS, backlog_n, per_producer)
     ctx.results["matrix"] = {"rows": rows}
     m = ctx.machine
     load = m.get("loadavg_start")
     where = f"{m['cores']} cores, {m['filesystem']}" + (f", load {load[0]:g}" if load else "")
-    caption = f"{mode} mode: {ROUNDS} rounds of {seconds:g} s per row; {where}"
+    most = max((sc.threads for sc in chosen), default=1)
+    longer = f" ({per_producer:g} s per producer at least)" if per_producer * most > seconds else ""
+    caption = f"{mode} mode: {ROUNDS} rounds of {seconds:g} s per row{longer}; {where}"
     ctx.results["matrix"]["caption"] = caption
     ctx.table(
         f"Scenario matrix ({caption})",
