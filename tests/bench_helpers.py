@@ -19,14 +19,26 @@ def positive(value: Any) -> bool:
 
 
 def run_quick(suite: str, tmp: Path, scale: str, timeout: float = 600) -> tuple[dict[str, Any], str, str]:
-    """``python -m bench SUITE --quick --scale SCALE`` with its report and
+    """``python -m jmsstore.bench SUITE --quick --scale SCALE`` with its report and
     scratch space in ``tmp``; the report, stdout and stderr. It must succeed
     and leave no scratch directory behind."""
     out = tmp / f"{suite}.json"
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", suite, "--quick", "--scale", scale, "--json", str(out), "--dir", str(tmp)],
+        [
+            sys.executable,
+            "-m",
+            "jmsstore.bench",
+            suite,
+            "--quick",
+            "--scale",
+            scale,
+            "--json",
+            str(out),
+            "--dir",
+            str(tmp),
+        ],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from bench import floor
-from bench.broker import drive
+from jmsstore.bench import floor
+from jmsstore.bench.broker import drive
 
 REPO = Path(__file__).resolve().parent.parent
 SCALE = "0.25"  # 500 messages per run (496 with 16 producers)
@@ -37,7 +36,19 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "broker", "--quick", "--scale", SCALE, "--json", str(out), "--dir", str(tmp)],
+        [
+            sys.executable,
+            "-m",
+            "jmsstore.bench",
+            "broker",
+            "--quick",
+            "--scale",
+            SCALE,
+            "--json",
+            str(out),
+            "--dir",
+            str(tmp),
+        ],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -297,7 +308,7 @@ def test_pinned_run_reports_its_goal_ratios_without_counting_them(tmp_path: Path
     command = [
         sys.executable,
         "-m",
-        "bench",
+        "jmsstore.bench",
         "broker",
         "--quick",
         "--scale",
@@ -325,7 +336,7 @@ def test_pin_python_refuses_bad_cpus_and_other_suites(tmp_path: Path) -> None:
     cpu = str(min(os.sched_getaffinity(0)))
     for suite, bad in (("broker", "x"), ("broker", str(max(os.sched_getaffinity(0)) + 1000)), ("store", cpu)):
         proc = subprocess.run(
-            [sys.executable, "-m", "bench", suite, "--quick", "--pin-python", bad, "--dir", str(tmp_path)],
+            [sys.executable, "-m", "jmsstore.bench", suite, "--quick", "--pin-python", bad, "--dir", str(tmp_path)],
             cwd=REPO,
             env=env,
             capture_output=True,

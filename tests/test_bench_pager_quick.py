@@ -41,7 +41,19 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "pager", "--quick", "--scale", SCALE, "--json", str(out), "--dir", str(tmp)],
+        [
+            sys.executable,
+            "-m",
+            "jmsstore.bench",
+            "pager",
+            "--quick",
+            "--scale",
+            SCALE,
+            "--json",
+            str(out),
+            "--dir",
+            str(tmp),
+        ],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -34,7 +34,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         [
             sys.executable,
             "-m",
-            "bench",
+            "jmsstore.bench",
             "store",
             "--quick",
             "--json",

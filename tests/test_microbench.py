@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 from jmsstore import FileStore, _native
+from jmsstore.bench import bodies
 from jmsstore.jms.message import MapMessage, TextMessage, decode, encode
 from jmsstore.selector import Selector
-
-from bench import bodies
 
 BODY = 1024
 

@@ -18,7 +18,7 @@ def test_quick_start_has_exactly_two_commands() -> None:
     commands = quick_start_commands()
     assert len(commands) == 2, commands
     assert "jmsstore demo" in commands[0]
-    assert commands[0].endswith("python -m bench matrix --quick")  # the main job ends with the quick benchmark
+    assert commands[0].endswith("jmsstore-bench matrix --quick")  # the main job ends with the quick benchmark
     assert "pytest" in commands[1] and "cargo test" in commands[1]
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.peers import age_ns, stamped
+from jmsstore.bench.peers import age_ns, stamped
 
 try:
     import persistqueue

@@ -82,11 +82,10 @@ from pathlib import Path
 from typing import Any
 
 from jmsstore import _native
+from jmsstore.bench.harness import StartLine, cpu_seconds
+from jmsstore.bench.store import settle
 from jmsstore.broker import BytesMessage, DeliveryMode
 from jmsstore.jms.message import decode, encode
-
-from bench.harness import StartLine, cpu_seconds
-from bench.store import settle
 
 SCENARIOS = ("non-persistent", "persistent", "async")
 WINDOW = 128  # the broker suite's send_async window per producer

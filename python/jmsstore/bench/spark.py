@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from jmsstore import FileStore, inspect
+from jmsstore.bench.harness import Context, ratio
 from jmsstore.jms.message import TextMessage, encode
-
-from bench.harness import Context, ratio
 
 QUEUES = 8
 TEXT_CHARS = 200
@@ -75,8 +74,9 @@ def loop_export(store: str, out: Path) -> int:
     same rows as the messages view, Parquet by destination with pyarrow."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from jmsstore import _native
     from jmsstore_spark.messages import ARROW_MESSAGES, MessageSegment, message_row, targets_and_counts
+
+    from jmsstore import _native
 
     by_segment, targets, counts, _ = targets_and_counts(store)
     paths = {s["number"]: str(s["path"]) for s in inspect.segments(store)}

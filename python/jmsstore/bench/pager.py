@@ -8,7 +8,7 @@ made one right after the other:
   10,000,000 with ``--scale 10``); the process's resident memory growth
   beyond the budget, per message, non-persistent and persistent (bodies in a
   FileStore, whose index memory is reported separately). Each backlog is
-  built in a fresh child process (``python -m bench.pager --memory-child``)
+  built in a fresh child process (``python -m jmsstore.bench.pager --memory-child``)
   so that memory freed by an earlier measurement cannot hide growth;
 - drain: that paged backlog drained in order with take + remove, against the
   same backlog held fully in memory (ratio), with read-ahead off to show what
@@ -31,10 +31,10 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+import jmsstore
 from jmsstore import FileStore, Pager
-
-from bench import bodies
-from bench.harness import REPO_DIR, Context, goal_cell, median
+from jmsstore.bench import bodies
+from jmsstore.bench.harness import Context, goal_cell, median
 
 BODY_BYTES = 1024
 FULL_BUDGET = 64 << 20
@@ -194,10 +194,10 @@ def memory_child(kind: str, n: int, budget: int, directory: Path) -> dict[str, A
 def _run_child(ctx: Context, kind: str, n: int, budget: int) -> dict[str, Any]:
     args = {"kind": kind, "messages": n, "budget": budget, "dir": str(ctx.scratch / f"memory-{kind}")}
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_DIR), env.get("PYTHONPATH")) if p)
+    package_root = Path(jmsstore.__file__).resolve().parents[1]  # the child imports this very jmsstore
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(package_root), env.get("PYTHONPATH")) if p)
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.pager", "--memory-child", json.dumps(args)],
-        cwd=REPO_DIR,
+        [sys.executable, "-m", "jmsstore.bench.pager", "--memory-child", json.dumps(args)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=None,  # progress lines go straight through
@@ -404,11 +404,10 @@ def bench_drain(ctx: Context) -> None:
             runs: dict[str, dict[str, Any]] = {}
             for c in _rotated(configs, r):
                 ctx.step(f"drain: round {r + 1}/{rounds}: {c['name']}: add {n:,}, then take + remove")
-                runs[c["name"]] = drain_run(c, n, ctx.scratch / f"drain-paging-{r}", store, handles)
+                runs[str(c["name"])] = drain_run(c, n, ctx.scratch / f"drain-paging-{r}", store, handles)
             base = runs["in-memory"]["rate"]
-            rounds_out.append(
-                {"runs": [runs[c["name"]] for c in configs], "ratios": {k: v["rate"] / base for k, v in runs.items()}}
-            )
+            ordered = [runs[str(c["name"])] for c in configs]
+            rounds_out.append({"runs": ordered, "ratios": {k: v["rate"] / base for k, v in runs.items()}})
     finally:
         store.close()
     rows = []
@@ -639,7 +638,9 @@ def run(ctx: Context) -> None:
 
 def _child_main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] != "--memory-child":
-        print("usage: python -m bench.pager --memory-child JSON (run by `python -m bench pager`)", file=sys.stderr)
+        print(
+            "usage: python -m jmsstore.bench.pager --memory-child JSON (run by `jmsstore-bench pager`)", file=sys.stderr
+        )
         return 2
     args = json.loads(argv[1])
     result = memory_child(args["kind"], int(args["messages"]), int(args["budget"]), Path(args["dir"]))

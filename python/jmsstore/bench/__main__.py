@@ -1,5 +1,6 @@
-"""Command line: ``python -m bench <suite> [--quick] [--json PATH]`` (suites: store, pager, broker, open, matrix,
-spark)."""
+"""Command line: ``jmsstore-bench <suite> [--quick] [--out DIR]`` (also ``python -m jmsstore.bench``, and
+``python -m bench`` from a checkout); suites: store, pager, broker, open, matrix, spark. The JSON report and
+plots go to ``--out`` (default: the current directory)."""
 
 from __future__ import annotations
 
@@ -9,21 +10,21 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import harness
+from jmsstore.bench import harness
 
 # name -> (one-line help, runner(ctx) -> None). New suites (issue 7) add an entry.
 Runner = Callable[[harness.Context], None]
 
 
 def _store(ctx: harness.Context) -> None:
-    from bench import store
+    from jmsstore.bench import store
 
     store.run(ctx)
 
 
 def _pager(ctx: harness.Context) -> None:
     try:
-        from bench import pager
+        from jmsstore.bench import pager
     except ImportError as e:  # the paging engine (issue 3) is not in this build
         raise SystemExit(f"the pager suite needs jmsstore.Pager: {e}") from e
 
@@ -31,14 +32,14 @@ def _pager(ctx: harness.Context) -> None:
 
 
 def _broker(ctx: harness.Context) -> None:
-    from bench import broker
+    from jmsstore.bench import broker
 
     broker.run(ctx)
 
 
 def _spark(ctx: harness.Context) -> None:
     try:
-        from bench import spark
+        from jmsstore.bench import spark
     except ImportError as e:  # the Spark loader is its own package
         raise SystemExit(f"the spark suite needs the jmsstore-spark package (pip install ./spark_loader): {e}") from e
 
@@ -46,13 +47,13 @@ def _spark(ctx: harness.Context) -> None:
 
 
 def _open(ctx: harness.Context) -> None:
-    from bench import server_open
+    from jmsstore.bench import server_open
 
     server_open.run(ctx)
 
 
 def _matrix(ctx: harness.Context) -> None:
-    from bench import matrix
+    from jmsstore.bench import matrix
 
     matrix.run(ctx)
 
@@ -72,12 +73,18 @@ SUITES: dict[str, tuple[str, Runner]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="jmsstore-bench", description=__doc__)
     parser.add_argument("suite", choices=sorted(SUITES), help="; ".join(f"{k}: {v[0]}" for k, v in SUITES.items()))
-    parser.add_argument("--quick", action="store_true", help="small sizes (CI; well under a minute)")
     parser.add_argument(
-        "--json", metavar="PATH", help="where to write the report (default bench/results/<suite>-<time>.json)"
+        "--quick", action="store_true", help="small sizes, short runs (the matrix: the same rounds of 0.3 s runs)"
     )
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        default=".",
+        help="the directory the JSON report and plots go to, <suite>-<time>.json (default: the current directory)",
+    )
+    parser.add_argument("--json", metavar="PATH", help="the report's exact path instead (plots go beside it)")
     parser.add_argument(
         "--scale",
         type=float,
@@ -88,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         "--dir",
         metavar="DIR",
         default=os.environ.get("JMSSTORE_BENCH_DIR"),
-        help="parent of the scratch directory (default bench/results/tmp, i.e. the file system of the checkout)",
+        help="parent of the scratch directory (default $JMSSTORE_BENCH_DIR, else --out: the file system measured)",
     )
     parser.add_argument(
         "--threads",
@@ -99,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         metavar="NAME,...",
         help="run only these benchmarks of the suite (store: put,recovery,codecs; pager: memory,drain,sorted; "
-        "broker: the systems non-persistent,persistent,async,sqlite,sqlite-batch,pq-sqlite,pq-file)",
+        "broker: the systems non-persistent,persistent,async,sqlite,sqlite-batch,pq-sqlite,pq-file; matrix: groups "
+        "or scenarios, e.g. delivery,size,threads)",
     )
     parser.add_argument(
         "--pin-python",
@@ -128,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         scale=args.scale,
         json_path=Path(args.json) if args.json else None,
         scratch_parent=Path(args.dir) if args.dir else None,
+        out_dir=Path(args.out),
         options={
             "threads": [int(t) for t in args.threads.split(",")] if args.threads else None,
             "engine": not args.no_engine,

@@ -26,12 +26,20 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from bench import machine
+from jmsstore.bench import machine
 
-BENCH_DIR = Path(__file__).resolve().parent
-RESULTS_DIR = BENCH_DIR / "results"
-REPO_DIR = BENCH_DIR.parent
 SCHEMA = 1
+
+
+def _source_checkout() -> Path | None:
+    """The repository this harness runs from (``python/jmsstore/bench`` in it),
+    or None when it is installed from a wheel: only a checkout can build the
+    Rust examples."""
+    root = Path(__file__).resolve().parents[3]
+    return root if (root / "Cargo.toml").is_file() and (root / "rust" / "jmsstore-core").is_dir() else None
+
+
+REPO_DIR = _source_checkout()
 
 
 def cpu_seconds() -> float:
@@ -112,6 +120,7 @@ class Context:
     scale: float = 1.0
     json_path: Path | None = None
     scratch_parent: Path | None = None
+    out_dir: Path = field(default_factory=Path.cwd)
     options: dict[str, Any] = field(default_factory=dict)
     results: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
@@ -123,7 +132,7 @@ class Context:
     def __enter__(self) -> Context:
         self._t0 = time.perf_counter()
         self._started = _dt.datetime.now(_dt.UTC)
-        parent = self.scratch_parent or (RESULTS_DIR / "tmp")
+        parent = self.scratch_parent or self.out_dir
         parent.mkdir(parents=True, exist_ok=True)
         self.scratch = Path(tempfile.mkdtemp(prefix=f"{self.suite}-", dir=parent))
         self.machine = machine.describe(self.scratch)
@@ -176,10 +185,11 @@ class Context:
         sys.stdout.flush()
 
     def report_path(self) -> Path:
-        """Where the JSON report goes (plots are written beside it)."""
+        """Where the JSON report goes (plots are written beside it): ``--json``,
+        else ``<suite>-<time>.json`` in ``--out`` (the current directory)."""
         if self.json_path is not None:
             return self.json_path
-        return RESULTS_DIR / f"{self.suite}-{self._started.strftime('%Y%m%d-%H%M%S')}.json"
+        return self.out_dir / f"{self.suite}-{self._started.strftime('%Y%m%d-%H%M%S')}.json"
 
     # ---- helpers for suites ---------------------------------------------
     def n(self, quick: int, full: int, minimum: int = 1) -> int:

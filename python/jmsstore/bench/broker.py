@@ -64,12 +64,11 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from jmsstore.bench import bodies, floor
+from jmsstore.bench.harness import Context, StartLine, cpu_seconds, fmt, goal_cell, median, ratio
+from jmsstore.bench.peers import persist_queue, raw_disk, sqlite_queue
+from jmsstore.bench.store import settle
 from jmsstore.broker import AckMode, DeliveryMode, JMSServer, Message
-
-from bench import bodies, floor
-from bench.harness import Context, StartLine, cpu_seconds, fmt, goal_cell, median, ratio
-from bench.peers import persist_queue, raw_disk, sqlite_queue
-from bench.store import settle
 
 BODY_BYTES = 1024
 THREAD_COUNTS = [1, 4, 16]

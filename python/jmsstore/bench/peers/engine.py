@@ -31,8 +31,12 @@ def binary(repo: Path) -> Path:
     return repo / "target" / "release" / "examples" / EXAMPLE
 
 
-def build(repo: Path, timeout: float) -> dict[str, Any]:
-    """Builds the example; returns {"status": "ok"|"stale"|"unavailable", ...}."""
+def build(repo: Path | None, timeout: float) -> dict[str, Any]:
+    """Builds the example; returns {"status": "ok"|"stale"|"unavailable", ...}.
+    ``repo`` None: the harness is installed, not run from a checkout, so there
+    is nothing to build."""
+    if repo is None:
+        return {"status": "unavailable", "binary": None, "build_seconds": None, "build_error": "not a source checkout"}
     exe = binary(repo)
     cargo = shutil.which("cargo")
     info: dict[str, Any] = {"binary": str(exe), "build_seconds": None, "build_error": None}

@@ -30,10 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from jmsstore import FileStore, _native
-
-from bench import bodies
-from bench.harness import REPO_DIR, Context, StartLine, goal_cell, median, ratio
-from bench.peers import engine, raw_disk, sqlite_queue
+from jmsstore.bench import bodies
+from jmsstore.bench.harness import REPO_DIR, Context, StartLine, goal_cell, median, ratio
+from jmsstore.bench.peers import engine, raw_disk, sqlite_queue
 
 COLLECTION = "q"
 BODY_BYTES = 1024
@@ -308,7 +307,7 @@ def bench_put(ctx: Context) -> None:
         if eng["status"] != "ok":
             ctx.note(f"engine example: {eng['status']} ({eng.get('build_error')})")
     run_engine = eng["status"] in ("ok", "stale")
-    exe = Path(eng.get("binary", "."))
+    exe = Path(eng.get("binary") or ".")
 
     rows: list[dict[str, Any]] = []
     for threads in counts:

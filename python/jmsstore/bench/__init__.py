@@ -1,4 +1,4 @@
-"""jmsstore benchmarks: ``python -m bench <suite> [--quick] [--json PATH]``.
+"""jmsstore benchmarks: ``jmsstore-bench <suite> [--quick] [--out DIR]`` (``python -m jmsstore.bench``).
 
 Every figure that is compared against a goal is a *ratio* of two
 measurements taken in the same run on the same file system (ours against

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness import StartLine
-from bench.peers import age_ns, stamped
+from jmsstore.bench.harness import StartLine
+from jmsstore.bench.peers import age_ns, stamped
 
 BUSY_TIMEOUT_MS = 60_000
 

@@ -26,11 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from jmsstore import FileStore, JMSServer, TextMessage
+from jmsstore.bench.harness import Context, goal_cell
+from jmsstore.bench.store import drop_page_cache, read_segments
 from jmsstore.broker.layout import ServerLayout, message_id, numeric_id
 from jmsstore.jms.message import encode
-
-from bench.harness import Context, goal_cell
-from bench.store import drop_page_cache, read_segments
 
 GOAL_OPEN_VS_STORE = 1.5
 TEXT_CHARS = 900
