@@ -51,6 +51,12 @@ def _open(ctx: harness.Context) -> None:
     server_open.run(ctx)
 
 
+def _brokers(ctx: harness.Context) -> None:
+    from bench import brokers
+
+    brokers.run(ctx)
+
+
 def _matrix(ctx: harness.Context) -> None:
     from bench import matrix
 
@@ -67,6 +73,7 @@ SUITES: dict[str, tuple[str, Runner]] = {
         "threads; with the peers",
         _matrix,
     ),
+    "brokers": ("jmsstore vs RabbitMQ and ActiveMQ Classic, started for the run (--install: apt-get them)", _brokers),
     "spark": ("Spark loader: export of a store to Parquet vs a single-process loop; import vs put_async", _spark),
 }
 
@@ -107,6 +114,12 @@ def main(argv: list[str] | None = None) -> int:
         help="broker: run every producer and consumer thread (ours and the peers') on these CPUs only; a tuning "
         "experiment, its goal ratios are reported but not counted",
     )
+    parser.add_argument(
+        "--install",
+        action="store_true",
+        help="brokers (and matrix --brokers): apt-get RabbitMQ and ActiveMQ when they are missing (root)",
+    )
+    parser.add_argument("--brokers", action="store_true", help="matrix: add rows of RabbitMQ and ActiveMQ")
     parser.add_argument("--no-engine", action="store_true", help="skip building/running the native-thread example")
     args = parser.parse_args(argv)
     if args.scale <= 0:
@@ -133,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
             "engine": not args.no_engine,
             "only": [n.strip() for n in args.only.split(",")] if args.only else None,
             "pin_python": pin_python,
+            "install": args.install,
+            "brokers": args.brokers,
         },
     )
     with ctx:
