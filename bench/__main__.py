@@ -1,5 +1,5 @@
-"""Command line: ``python -m bench <suite> [--quick] [--json PATH]`` (suites: store, pager, broker, open, matrix,
-spark)."""
+"""Command line: ``python -m bench <suite> [--quick] [--json PATH]`` (suites: store, pager, broker, brokers, open,
+matrix, spark)."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from jmsstore.broker import AckMode, DeliveryMode, JMSServer
 
-from bench import bodies, plots
+from bench import bodies, brokers, plots
 from bench.broker import drive, open_system
 from bench.harness import Context, ratio
 from bench.peers import persist_queue, raw_disk
@@ -361,6 +361,11 @@ def run_peer(ctx: Context, peer: str, sc: Scenario, n: int, cap: float) -> dict[
 
 
 def run(ctx: Context) -> None:
+    with brokers.matrix_peers(ctx) as real:  # --brokers: rows of RabbitMQ and ActiveMQ (bench/brokers.py)
+        _run(ctx, real)
+
+
+def _run(ctx: Context, real: brokers.MatrixPeers | None = None) -> None:
     only = ctx.options.get("only")
     chosen = [sc for sc in scenarios() if not only or sc.group in only or sc.name in only]
     n = ctx.n(400, 10_000, minimum=16)
@@ -420,6 +425,8 @@ def run(ctx: Context) -> None:
                     **figures,
                 }
             )
+        if real is not None:
+            rows += real.rows(sc, count, cap, ours)
     ctx.results["matrix"] = {"rows": rows}
     ctx.table(
         "Scenario matrix",
