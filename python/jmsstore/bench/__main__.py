@@ -1,5 +1,5 @@
 """Command line: ``jmsstore-bench <suite> [--quick] [--out DIR]`` (also ``python -m jmsstore.bench``, and
-``python -m bench`` from a checkout); suites: store, pager, broker, open, matrix, spark. The JSON report and
+``python -m bench`` from a checkout); suites: store, pager, broker, brokers, open, matrix, spark. The JSON report and
 plots go to ``--out`` (default: the current directory)."""
 
 from __future__ import annotations
@@ -52,6 +52,12 @@ def _open(ctx: harness.Context) -> None:
     server_open.run(ctx)
 
 
+def _brokers(ctx: harness.Context) -> None:
+    from jmsstore.bench import brokers
+
+    brokers.run(ctx)
+
+
 def _matrix(ctx: harness.Context) -> None:
     from jmsstore.bench import matrix
 
@@ -68,6 +74,7 @@ SUITES: dict[str, tuple[str, Runner]] = {
         "threads; with the peers",
         _matrix,
     ),
+    "brokers": ("jmsstore vs RabbitMQ and ActiveMQ Classic, started for the run (--install: apt-get them)", _brokers),
     "spark": ("Spark loader: export of a store to Parquet vs a single-process loop; import vs put_async", _spark),
 }
 
@@ -115,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
         help="broker: run every producer and consumer thread (ours and the peers') on these CPUs only; a tuning "
         "experiment, its goal ratios are reported but not counted",
     )
+    parser.add_argument(
+        "--install",
+        action="store_true",
+        help="brokers: apt-get RabbitMQ and ActiveMQ when they are missing (root)",
+    )
     parser.add_argument("--no-engine", action="store_true", help="skip building/running the native-thread example")
     args = parser.parse_args(argv)
     if args.scale <= 0:
@@ -142,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             "engine": not args.no_engine,
             "only": [n.strip() for n in args.only.split(",")] if args.only else None,
             "pin_python": pin_python,
+            "install": args.install,
         },
     )
     with ctx:
