@@ -27,6 +27,7 @@ from types import TracebackType
 from typing import Any
 
 from jmsstore.bench import machine
+from jmsstore.table import format_table
 
 SCHEMA = 1
 
@@ -210,35 +211,11 @@ class Context:
         self.notes.append(text)
 
     def table(self, title: str, header: list[str], rows: list[list[Any]], footer: str | None = None) -> None:
-        cells = [[fmt(c) for c in row] for row in rows]
-        widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(header)]
-
-        def line(values: list[str]) -> str:
-            out = []
-            for i, v in enumerate(values):
-                # numbers right-aligned, text left-aligned
-                out.append(v.rjust(widths[i]) if _numeric(v) else v.ljust(widths[i]))
-            return "  ".join(out).rstrip()
-
+        """Prints a table with the printer the ``jmsstore`` command uses."""
+        notes = [f"   {text}" for text in (footer or "").splitlines()]
         print()
-        print(f"== {title}")
-        print(line(header))
-        print("  ".join("-" * w for w in widths))
-        for r in cells:
-            print(line(r))
-        if footer:
-            for text in footer.splitlines():
-                print(f"   {text}")
+        print(format_table(header, [[fmt(c) for c in row] for row in rows], title=f"== {title}", notes=notes))
         sys.stdout.flush()
-
-
-def _numeric(text: str) -> bool:
-    t = text.replace(",", "").replace("x", "").replace("%", "").strip()
-    try:
-        float(t)
-    except ValueError:
-        return False
-    return True
 
 
 def fmt(v: Any) -> str:
