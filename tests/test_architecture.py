@@ -118,9 +118,17 @@ def test_the_package_imports_form_no_cycle() -> None:
     assert _cycles(edges) == []
 
 
+# The benchmark tool imports a suite, and the optional dependencies only
+# that suite needs (matplotlib, pyspark, pika, stomp.py, persist-queue),
+# when the suite runs; the library itself defers no import.
+OPTIONAL_DEPENDENCY_USERS = "jmsstore.bench"
+
+
 def test_no_import_is_deferred_into_a_function() -> None:
     _, deferred, _ = _graph()
-    assert deferred == []
+    library = [d for d in deferred if not d.startswith(OPTIONAL_DEPENDENCY_USERS + ".")]
+    assert library == []
+    assert deferred, "the benchmark tool's deferred imports were read (the check sees deferred imports)"
 
 
 def test_no_module_imports_another_modules_private_names() -> None:

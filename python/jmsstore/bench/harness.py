@@ -33,11 +33,19 @@ SCHEMA = 1
 
 
 def _source_checkout() -> Path | None:
-    """The repository this harness runs from (``python/jmsstore/bench`` in it),
-    or None when it is installed from a wheel: only a checkout can build the
-    Rust examples."""
-    root = Path(__file__).resolve().parents[3]
-    return root if (root / "Cargo.toml").is_file() and (root / "rust" / "jmsstore-core").is_dir() else None
+    """The repository this harness runs from (``python/jmsstore/bench`` in
+    it), or else the checkout the current directory is in (the harness
+    installed from a wheel, run inside the repository: as the tests run it),
+    or None: only a checkout can build the Rust examples."""
+
+    def is_checkout(root: Path) -> bool:
+        return (root / "Cargo.toml").is_file() and (root / "rust" / "jmsstore-core").is_dir()
+
+    here = Path(__file__).resolve().parents[3]
+    if is_checkout(here):
+        return here
+    cwd = Path.cwd().resolve()
+    return next((d for d in (cwd, *cwd.parents) if is_checkout(d)), None)
 
 
 REPO_DIR = _source_checkout()
