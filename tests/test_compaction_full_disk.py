@@ -10,41 +10,15 @@ all the live data first would need about 1.7 MiB free and fail.
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-HERE = Path(__file__).parent
-
-
-def _namespaces_allowed() -> bool:
-    unshare = shutil.which("unshare")
-    if unshare is None:
-        return False
-    probe = subprocess.run([unshare, "-Urm", "true"], capture_output=True, check=False)
-    return probe.returncode == 0
+from namespace_helpers import run_child_in_namespace
 
 
 @pytest.fixture(scope="module")
 def seen(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    if not _namespaces_allowed():
-        pytest.skip("this kernel refuses user namespaces (unshare -Urm), needed to mount a small tmpfs")
-    point = tmp_path_factory.mktemp("full")
-    run = subprocess.run(
-        ["unshare", "-Urm", sys.executable, str(HERE / "compaction_full_disk_child.py"), str(point)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr[-4000:]
-    result: dict[str, Any] = json.loads(run.stdout.splitlines()[-1])
-    return result
+    return run_child_in_namespace("compaction_full_disk_child.py", tmp_path_factory.mktemp("full"))
 
 
 def test_the_disk_was_full_and_only_a_little_was_freed(seen: dict[str, Any]) -> None:

@@ -179,6 +179,25 @@ fn assert_strict_open_refuses(dir: &Path, path: &Path, offset: usize) {
     assert_eq!(snapshot(dir), before, "a refused open must not change anything");
 }
 
+/// Salvage keeps everything but the damaged record, reports its range in
+/// segment `number` (no torn tail), and a strict open then agrees.
+fn assert_salvage_keeps_all_but(dir: &Path, number: u64, damaged: &DiskRecord, mut model: Contents) -> TestResult {
+    let salvage = StoreOptions { recovery: RecoveryMode::Salvage, ..options() };
+    model.remove(&damaged.header.handle);
+    {
+        let store = Store::open(dir, salvage)?;
+        let report = store.recovery_report();
+        assert!(report.torn_tail.is_none(), "{report:?}");
+        assert_eq!(report.damaged.len(), 1);
+        assert_eq!(report.damaged[0].segment, number);
+        assert_eq!(report.damaged[0].ranges, vec![(damaged.offset as u64, damaged.end() as u64)]);
+        assert_contents(&store, &model);
+    }
+    let store = Store::open(dir, options())?;
+    assert_contents(&store, &model);
+    Ok(())
+}
+
 #[test]
 fn damage_followed_by_a_record_of_a_later_sync_is_not_a_torn_tail() -> TestResult {
     let dir = tempfile::tempdir()?;
@@ -191,21 +210,7 @@ fn damage_followed_by_a_record_of_a_later_sync_is_not_a_torn_tail() -> TestResul
     assert_strict_open_refuses(dir.path(), &path, damaged.offset);
 
     // Salvage keeps everything else and moves the segment aside.
-    let salvage = StoreOptions { recovery: RecoveryMode::Salvage, ..options() };
-    let mut model = model;
-    model.remove(&damaged.header.handle);
-    {
-        let store = Store::open(dir.path(), salvage)?;
-        let report = store.recovery_report();
-        assert!(report.torn_tail.is_none());
-        assert_eq!(report.damaged.len(), 1);
-        assert_eq!(report.damaged[0].segment, number);
-        assert_eq!(report.damaged[0].ranges, vec![(damaged.offset as u64, damaged.end() as u64)]);
-        assert_contents(&store, &model);
-    }
-    let store = Store::open(dir.path(), options())?;
-    assert_contents(&store, &model);
-    Ok(())
+    assert_salvage_keeps_all_but(dir.path(), number, &damaged, model)
 }
 
 #[test]
@@ -315,21 +320,7 @@ fn damage_in_the_last_write_of_a_cleanly_closed_store_is_not_a_torn_tail() -> Te
     // The write was synced (the close mark came after): strict refuses ...
     assert_strict_open_refuses(dir.path(), &path, damaged.offset);
     // ... and salvage keeps the 29 intact records after the damaged one.
-    let salvage = StoreOptions { recovery: RecoveryMode::Salvage, ..options() };
-    let mut model = model;
-    model.remove(&damaged.header.handle);
-    {
-        let store = Store::open(dir.path(), salvage)?;
-        let report = store.recovery_report();
-        assert!(report.torn_tail.is_none(), "{report:?}");
-        assert_eq!(report.damaged.len(), 1);
-        assert_eq!(report.damaged[0].segment, number);
-        assert_eq!(report.damaged[0].ranges, vec![(damaged.offset as u64, damaged.end() as u64)]);
-        assert_contents(&store, &model);
-    }
-    let store = Store::open(dir.path(), options())?;
-    assert_contents(&store, &model);
-    Ok(())
+    assert_salvage_keeps_all_but(dir.path(), number, &damaged, model)
 }
 
 #[test]
