@@ -811,6 +811,12 @@ impl Writer {
         }
         let taken = {
             let mut spare = lock(&self.shared.spare.state);
+            // A spare being made is waited for, not made a second time
+            // beside it: on a nearly full disk only one of the two fits,
+            // and the write would fail for lack of space that is there.
+            while let SpareState::Empty = *spare {
+                spare = self.shared.spare.cv.wait(spare).unwrap_or_else(|p| p.into_inner());
+            }
             let taken = std::mem::replace(&mut *spare, SpareState::Idle);
             if let SpareState::Stopped = taken {
                 *spare = SpareState::Stopped;
