@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jmsstore import FileStore, InvalidArgumentError, StoreLockedError, inspect
+from jmsstore import FileStore, InvalidArgumentError, StoreLockedError, _native, inspect
 
 SEGMENT = 8192
 ALL_CODECS = ["none", "gzip", "gzip-best", "gzip-speed", "lzf", "zstd"]
@@ -227,3 +227,17 @@ def test_not_a_store(tmp_path: Path, kind: str) -> None:
             call(path)
     if kind == "missing":
         assert not path.exists()
+
+
+def test_reading_a_segment_reports_progress_within_it(store_dir: Path) -> None:
+    """``jmsstore store verify`` moves its bar while a segment is read, not once per segment."""
+    with FileStore(store_dir, max_segment_bytes=64 << 20, sync_policy="disabled") as store:
+        for i in range(3000):
+            store.put("c", i.to_bytes(4, "little") * 1024)
+    (segment,) = inspect.segments(store_dir)
+    calls: list[tuple[int, int]] = []
+    items = _native.read_segment(segment["path"], lambda done, total: calls.append((done, total)))
+    assert calls[0][0] < segment["size"], calls  # the first report comes from inside the segment
+    assert calls[-1] == (segment["size"], segment["size"])
+    assert [done for done, _ in calls] == sorted(done for done, _ in calls)
+    assert sum(isinstance(item, inspect.Record) and item.type == "put" for item in items) == 3000

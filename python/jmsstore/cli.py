@@ -137,10 +137,6 @@ def _print_table(title: str, rows: dict[str, Any]) -> None:
     print(format_fields(title, rows))
 
 
-# Records read between two progress reports of verify (it reads in Python).
-_VERIFY_STEP = 1 << 20
-
-
 def verify(path: str, as_json: bool, show_progress: bool) -> int:
     """Reads every record without changing anything; exit status 1 if damage was found."""
     segs = inspect.segments(store_path(path))
@@ -152,16 +148,16 @@ def verify(path: str, as_json: bool, show_progress: bool) -> int:
     by_type: dict[str, int] = {}
     damaged_ranges: list[dict[str, Any]] = []
     for seg in segs:
-        reported = 0
-        for item in _native.read_segment(seg["path"]):
+
+        def within_segment(read: int, _size: int, start: int = done) -> None:
+            bar(start + read, total)
+
+        for item in _native.read_segment(seg["path"], within_segment):
             if isinstance(item, inspect.Record):
                 records += 1
                 by_type[item.type] = by_type.get(item.type, 0) + 1
                 if not item.checksum_ok:
                     checksum_failures += 1
-                if item.offset - reported >= _VERIFY_STEP:
-                    reported = item.offset
-                    bar(done + reported, total)
             else:
                 damaged_ranges.append(
                     {"segment": item.segment, "start": item.start, "end": item.end, "reason": item.reason}

@@ -176,47 +176,62 @@ fn record_info(data: &[u8], at: usize, segment: u64, h: &RecordHeader, body: Vec
 
 /// Reads every record and damaged range of one segment file.
 pub fn read_segment(path: &Path) -> Result<Vec<Item>> {
-    read_segment_on(&StdFs, path)
+    read_segment_on(&StdFs, path, &mut |_, _| {})
 }
 
-/// [`read_segment`] on any file system.
-pub fn read_segment_on(fs: &dyn FileSystem, path: &Path) -> Result<Vec<Item>> {
+/// [`read_segment`] on any file system, telling `progress` the bytes of
+/// the segment read so far every [`segment::PROGRESS_STEP`] bytes, and the
+/// whole once its records are decoded.
+pub fn read_segment_on(fs: &dyn FileSystem, path: &Path, progress: &mut Progress<'_>) -> Result<Vec<Item>> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     let number = parse_segment_file_name(name)
         .ok_or_else(|| Error::invalid(format!("{} is not a segment file name", path.display())))?;
     let file = fs.open(path, OpenMode::READ).map_err(|e| Error::io("opening segment", path, e))?;
-    let mut data = Vec::new();
-    file.read_all_into(&mut data).map_err(|e| Error::io("reading segment", path, e))?;
+    let size = file.len().map_err(|e| Error::io("reading segment", path, e))? as usize;
+    let mut data = vec![0; size];
+    let mut read = 0;
+    segment::read_in_steps(&*file, &mut data, &mut |step| {
+        read += step;
+        progress(read, size as u64);
+    })
+    .map_err(|e| Error::io("reading segment", path, e))?;
+    let items = scan_segment(&data, number);
+    progress(size as u64, size as u64);
+    Ok(items)
+}
+
+/// The records and damaged ranges of segment `number`, whose bytes are `data`.
+fn scan_segment(data: &[u8], number: u64) -> Vec<Item> {
     let size = data.len();
     let mut items = Vec::new();
     let mut at = SEGMENT_HEADER_LEN.min(size);
-    let header = SegmentHeader::decode(&data);
+    let header = SegmentHeader::decode(data);
     if let Err(HeaderError::Bad(reason)) = &header {
         items.push(Item::Damage { segment: number, start: 0, end: at as u64, reason: reason.clone() });
     }
     let stale_below = header.ok().and_then(|h| h.stale_below());
     let mut next = stale_below.unwrap_or(0);
     loop {
-        match segment::step_in(&data, at, stale_below, next) {
+        match segment::step_in(data, at, stale_below, next) {
             Step::End => break,
             Step::Record(rec) => {
                 let h = &rec.header;
-                let body = segment::verify(&data, at, h).map(|v| v.body.into_owned()).unwrap_or_default();
-                items.push(Item::Record(record_info(&data, at, number, h, body, true)));
+                let body = segment::verify(data, at, h).map(|v| v.body.into_owned()).unwrap_or_default();
+                items.push(Item::Record(record_info(data, at, number, h, body, true)));
                 next = h.sequence + 1;
                 at += h.total_len();
             }
             Step::Damage(reason) => {
                 // A record whose header is intact but whose checksum fails is
                 // still shown (flagged), then the scan re-synchronises.
-                if let Some(h) = segment::decode_header(&data, at) {
+                if let Some(h) = segment::decode_header(data, at) {
                     // `decode_header` checked that the record lies within the segment.
                     let stored_at = at + RECORD_HEADER_LEN + h.name_len;
                     let stored = &data[stored_at..stored_at + h.stored_len];
                     let body = crate::codec::decode(h.codec, stored, h.raw_len).unwrap_or_default();
-                    items.push(Item::Record(record_info(&data, at, number, &h, body, false)));
+                    items.push(Item::Record(record_info(data, at, number, &h, body, false)));
                 }
-                let next = segment::resync_live(&data, at + 1, stale_below);
+                let next = segment::resync_live(data, at + 1, stale_below);
                 let end = next.unwrap_or_else(|| data.iter().rposition(|&b| b != 0).map_or(at, |p| p + 1).max(at));
                 items.push(Item::Damage { segment: number, start: at as u64, end: end as u64, reason });
                 match next {
@@ -226,7 +241,7 @@ pub fn read_segment_on(fs: &dyn FileSystem, path: &Path) -> Result<Vec<Item>> {
             }
         }
     }
-    Ok(items)
+    items
 }
 
 /// The live objects of a store as recovery would see them, computed without

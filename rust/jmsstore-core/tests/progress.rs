@@ -1,6 +1,6 @@
 //! Long operations report progress within a segment, not once per segment:
-//! recovery and compaction tell their callback every
-//! `segment::PROGRESS_STEP` bytes read.
+//! recovery, compaction and the inspection reader (`jmsstore store verify`)
+//! tell their callback every `segment::PROGRESS_STEP` bytes read.
 
 mod common;
 
@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 use common::{body, small, TestResult};
 use jmsstore_core::fs::StdFs;
+use jmsstore_core::inspect::{self, Item};
+use jmsstore_core::store::format::RecordKind;
 use jmsstore_core::store::segment::PROGRESS_STEP;
 use jmsstore_core::{Store, StoreOptions, SyncPolicy};
 
@@ -73,5 +75,27 @@ fn compaction_reports_progress_within_a_segment() -> TestResult {
     check(&calls, total);
     assert!(calls.len() as u64 >= total / PROGRESS_STEP as u64, "{calls:?}");
     store.close()?;
+    Ok(())
+}
+
+#[test]
+fn reading_a_segment_for_inspection_reports_progress_within_it() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open(dir.path(), options())?;
+    for i in 0..RECORDS {
+        store.put("c", &body(&format!("{i}"), BODY))?;
+    }
+    store.close()?;
+    let segments: Vec<_> = common::segment_files(dir.path());
+    let path = &segments[0].1;
+    let size = std::fs::metadata(path)?.len();
+    let mut calls = Vec::new();
+    let items = inspect::read_segment_on(&StdFs, path, &mut |done, total| calls.push((done, total)))?;
+    check(&calls, size);
+    assert!(calls.len() as u64 >= size / PROGRESS_STEP as u64, "{calls:?}");
+    // The same records as without a progress callback.
+    let puts = items.iter().filter(|item| matches!(item, Item::Record(r) if r.kind == RecordKind::Put)).count();
+    assert_eq!(puts, RECORDS);
+    assert_eq!(inspect::read_segment(path)?.len(), items.len());
     Ok(())
 }

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use jmsstore_core::fs::StdFs;
 use jmsstore_core::inspect::{self, Item, RecordInfo};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
@@ -135,10 +136,17 @@ pub fn segments<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyLi
     Ok(out)
 }
 
-/// Every record and damaged range of one segment file, in file order.
+/// Every record and damaged range of one segment file, in file order;
+/// `progress(done, total)` in bytes of the segment.
 #[pyfunction]
-pub fn read_segment<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyList>> {
-    let items = py.detach(|| inspect::read_segment(&path)).map_err(crate::errors::PyStoreError)?;
+#[pyo3(signature = (path, progress=None))]
+pub fn read_segment<'py>(py: Python<'py>, path: PathBuf, progress: Option<Py<PyAny>>) -> PyResult<Bound<'py, PyList>> {
+    let items = py
+        .detach(|| {
+            let mut report = python_progress(progress);
+            inspect::read_segment_on(&StdFs, &path, &mut report)
+        })
+        .map_err(crate::errors::PyStoreError)?;
     let out = PyList::empty(py);
     for item in items {
         match item {
