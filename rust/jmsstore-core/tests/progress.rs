@@ -1,6 +1,7 @@
 //! Long operations report progress within a segment, not once per segment:
-//! recovery, compaction and the inspection reader (`jmsstore store verify`)
-//! tell their callback every `segment::PROGRESS_STEP` bytes read.
+//! recovery, compaction (both passes of one in several steps) and the
+//! inspection reader (`jmsstore store verify`) tell their callback every
+//! `segment::PROGRESS_STEP` bytes read.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use common::{body, small, TestResult};
 use jmsstore_core::fs::StdFs;
 use jmsstore_core::inspect::{self, Item};
-use jmsstore_core::store::format::RecordKind;
+use jmsstore_core::store::format::{RecordKind, SEGMENT_HEADER_LEN};
 use jmsstore_core::store::segment::PROGRESS_STEP;
 use jmsstore_core::{Store, StoreOptions, SyncPolicy};
 
@@ -97,5 +98,34 @@ fn reading_a_segment_for_inspection_reports_progress_within_it() -> TestResult {
     let puts = items.iter().filter(|item| matches!(item, Item::Record(r) if r.kind == RecordKind::Put)).count();
     assert_eq!(puts, RECORDS);
     assert_eq!(inspect::read_segment(path)?.len(), items.len());
+    Ok(())
+}
+
+#[test]
+fn a_compaction_in_several_steps_reports_progress_in_its_first_pass_too() -> TestResult {
+    // 8 MiB segments, 60% of each live after the deletes: the inputs take several steps, which a
+    // first pass over every input plans (what each step may drop); the total counts both passes.
+    let options = StoreOptions { sync_policy: SyncPolicy::Disabled, ..small(8 << 20) };
+    let dir = tempfile::tempdir()?;
+    let store = Store::open(dir.path(), options)?;
+    let mut handles = Vec::new();
+    for i in 0..10_000 {
+        handles.push(store.put("c", &body(&format!("{i}"), BODY))?);
+    }
+    for (i, h) in handles.iter().enumerate() {
+        if i % 5 < 2 {
+            store.delete(*h)?;
+        }
+    }
+    let mut calls = Vec::new();
+    let report = store.compact(&mut |done, total| calls.push((done, total)))?;
+    assert!(report.steps > 1, "{report:?}");
+    let total = calls.last().expect("progress was reported").1;
+    check(&calls, total);
+    let read_once = report.bytes_before + report.segments_compacted * SEGMENT_HEADER_LEN as u64;
+    assert_eq!(total, 2 * read_once, "both passes are counted");
+    let first_pass = calls.iter().filter(|(done, _)| *done <= total / 2).count() as u64;
+    assert!(first_pass >= total / 2 / PROGRESS_STEP as u64, "{calls:?}");
+    store.close()?;
     Ok(())
 }

@@ -339,20 +339,30 @@ pub(crate) fn compact(
     // that a step drops only tombstones no later step still needs. One
     // step needs no such pass: no segment outside it holds a superseded
     // version (those are all inputs).
+    // That pass reads every input once more, and the progress total counts it.
+    let passes = if steps.len() > 1 { 2 } else { 1 };
+    let total = total * passes;
+    let mut done = 0u64;
     let mut last_version_step: HashMap<u64, usize> = HashMap::new();
-    if steps.len() > 1 {
+    if passes > 1 {
         for (k, numbers) in steps.iter().enumerate() {
             for number in numbers {
                 let input = input_of(shared, *number);
-                for (kind, handle, _) in read_input(&input, &mut |_| {})?.1 {
+                let mut read = 0;
+                let (_, records) = read_input(&input, &mut |step| {
+                    read += step;
+                    progress(done + read, total);
+                })?;
+                for (kind, handle, _) in records {
                     if matches!(kind, RecordKind::Put | RecordKind::Update) {
                         last_version_step.insert(handle, k);
                     }
                 }
+                done += input.used;
+                progress(done, total);
             }
         }
     }
-    let mut done = 0u64;
     for (k, numbers) in steps.into_iter().enumerate() {
         let carry = |handle: u64| last_version_step.get(&handle).is_some_and(|&last| last > k);
         let inputs: Vec<Input> = numbers.iter().map(|number| input_of(shared, *number)).collect();
