@@ -421,3 +421,13 @@ def test_selector_is_reported_by_the_consumer(server: JMSServer) -> None:
         session = connection.create_session()
         assert session.create_consumer(queue, "a = 1").selector == "a = 1"
         assert session.create_consumer(queue).selector is None
+
+
+def test_java_literal_syntax_selects_in_the_broker(server: JMSServer) -> None:
+    # §3.8.1.1: exact literals in Java's integer syntax (hexadecimal, octal, an L suffix), approximate
+    # ones in its floating-point syntax (f, d): the broker core evaluates them as the parser reads them.
+    queue = server.create_queue("Q")
+    _send(server, queue, [_msg("m29", n=29, x=1.5), _msg("m35", n=35, x=0.1), _msg("m-1", n=-1, x=2.0)])
+    assert _select(server, queue, "n = 035 AND x = 1.5f") == ["m29"]
+    assert _select(server, queue, "n = 0xFFFFFFFFFFFFFFFFL OR x = 0.1f") == ["m-1"]  # 0.1f is not 0.1
+    assert _select(server, queue, "n = 35L AND x = 0.1d") == ["m35"]

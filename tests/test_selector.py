@@ -96,6 +96,73 @@ def test_numeric_literals(literal: str, value: float) -> None:
     assert not sel(f"n <> {literal}", n=value)
 
 
+@pytest.mark.parametrize(
+    ("literal", "value"),
+    [
+        # §3.8.1.1: "Exact numeric literals use the Java integer literal syntax" (a long: with L or without)
+        ("57L", 57),
+        ("57l", 57),
+        ("-957L", -957),
+        ("0x1D", 29),
+        ("0X1d", 29),
+        ("0x1dL", 29),
+        ("-0x10", -16),
+        ("0x7FFFFFFFFFFFFFFF", 2**63 - 1),
+        ("0xFFFFFFFFFFFFFFFFL", -1),  # a 64-bit pattern, as a Java long literal
+        ("0x8000000000000000", -(2**63)),
+        ("035", 29),  # octal, as in Java: not 35
+        ("0777L", 511),
+        ("00", 0),
+        ("01777777777777777777777", -1),
+        ("-9223372036854775808L", -(2**63)),
+        # "approximate literals use the Java floating-point literal syntax"
+        ("1.5f", 1.5),
+        ("1.5F", 1.5),
+        ("1.5D", 1.5),
+        ("1.5d", 1.5),
+        ("2f", 2.0),
+        ("2d", 2.0),
+        ("1e3f", 1000.0),
+        (".25D", 0.25),
+        ("0.1d", 0.1),
+        ("0.1f", 0.10000000149011612),  # rounded to a Java float, then widened: not 0.1
+        ("08.5", 8.5),  # a leading zero makes no octal floating-point literal
+    ],
+)
+def test_numeric_literals_in_java_syntax(literal: str, value: float) -> None:
+    assert sel(f"n = {literal}", n=value)
+    assert not sel(f"n <> {literal}", n=value)
+    assert Selector(f"n = {literal}").native() is not None  # the broker core evaluates the same literal
+
+
+def test_a_float_literal_is_not_the_double_of_the_same_digits() -> None:
+    # Java: 0.1f == 0.1 is false; 0.5f == 0.5 is true (exact in both).
+    assert not sel("n = 0.1f", n=0.1)
+    assert sel("n = 0.5f", n=0.5)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("n = 08", "malformed octal literal '08'"),
+        ("n = 0779", "malformed octal literal '0779'"),
+        ("n = 1.5L", "L marks an exact"),
+        ("n = 1e3L", "L marks an exact"),
+        ("n = 0x", "malformed numeric literal"),
+        ("n = 0x1G", "malformed numeric literal"),
+        ("n = 12LL", "malformed numeric literal"),
+        ("n = 1.5fd", "malformed numeric literal"),
+        ("n = 0x10000000000000000", "wider than a Java long"),
+        ("n = 02000000000000000000000", "wider than a Java long"),
+        ("n = 9223372036854775808L", "outside the range of a Java long"),
+        ("n = 1e39f", "out of range"),
+    ],
+)
+def test_malformed_java_literals_are_invalid_selectors(text: str, message: str) -> None:
+    with pytest.raises(InvalidSelectorError, match=re.escape(message)):
+        Selector(text)
+
+
 @pytest.mark.parametrize("text", ["TRUE", "true", "True", "tRuE"])
 def test_boolean_literal_keywords_case_insensitive(text: str) -> None:
     # TRUE / FALSE are case-insensitive keywords

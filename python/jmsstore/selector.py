@@ -12,6 +12,9 @@ Evaluation follows SQL three-valued logic: ``None`` stands for both NULL and
 UNKNOWN, and a message is selected only when the result is ``True``.
 Integer arithmetic is exact in the range of a Java long; a result outside it
 becomes the nearest float (it never wraps around, nor grows without bound).
+Numeric literals are read in Java's syntax (section 3.8.1.1): hexadecimal
+``0x1D`` and octal ``035`` exact literals, an ``L`` suffix, ``f``/``d`` on
+approximate ones (``f`` rounds to a Java float).
 
 The parser also builds the same expression as a tree of plain tuples
 (:attr:`Selector.tree`), which the Rust core evaluates on encoded messages
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import math
 import re
+import struct
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import TypeAlias
@@ -106,7 +110,56 @@ def _is_ident_part(ch: str) -> bool:
     return ch.isalnum() or ch in "_$"
 
 
-_NUMBER = re.compile(r"(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+# Java's literal syntax (JMS 2.0 §3.8.1.1): exact literals in decimal, hexadecimal (0x1D) or octal (035),
+# with an optional L; approximate literals with an optional f (rounded to a Java float) or d.
+_NUMBER = re.compile(r"(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?([lLfFdD])?")
+_HEX_NUMBER = re.compile(r"0[xX]([0-9a-fA-F]+)([lL])?")
+_HEX_DIGITS, _OCTAL_DIGITS = 16, 22  # of a 64-bit pattern
+_FLOAT32 = struct.Struct("<f")
+
+
+def _number(text: str, i: int, fail: Callable[[str, int], InvalidSelectorError]) -> tuple[_Token, int]:
+    """The numeric literal at ``text[i]`` and where it ends, in Java's syntax:
+    a hexadecimal or octal literal is a 64-bit pattern, as a Java long's
+    (``0xFFFFFFFFFFFFFFFFL`` is -1); ``f`` rounds to a Java float."""
+    hexadecimal = _HEX_NUMBER.match(text, i)
+    if hexadecimal is not None:
+        digits = hexadecimal.group(1).lstrip("0") or "0"
+        if len(digits) > _HEX_DIGITS:
+            raise fail(f"hexadecimal literal {hexadecimal.group(0)} is wider than a Java long", i)
+        return _Token("int", _as_long(int(digits, 16)), i), hexadecimal.end()
+    m = _NUMBER.match(text, i)
+    assert m is not None
+    number, exponent, suffix = m.group(1), m.group(2), (m.group(3) or "").lower()
+    literal = m.group(0)
+    if "." in number or exponent or suffix in ("f", "d"):
+        if suffix == "l":
+            raise fail(f"malformed numeric literal {literal!r}: L marks an exact (integer) literal", i)
+        value = float(literal.rstrip("fFdD"))
+        if suffix == "f":
+            try:
+                value = _FLOAT32.unpack(_FLOAT32.pack(value))[0]
+            except OverflowError:
+                value = float("inf")
+        if value in (float("inf"), float("-inf")):
+            raise fail(f"approximate numeric literal {literal} out of range", i)
+        return _Token("float", value, i), m.end()
+    if len(number) > 1 and number.startswith("0"):
+        if not all(d in "01234567" for d in number):
+            raise fail(f"malformed octal literal {literal!r} (a leading 0 makes an octal literal)", i)
+        significant = number.lstrip("0") or "0"
+        if len(significant) > _OCTAL_DIGITS or int(significant, 8) >= 1 << 64:
+            raise fail(f"octal literal {literal} is wider than a Java long", i)
+        return _Token("int", _as_long(int(significant, 8)), i), m.end()
+    # Refused before int(), which raises ValueError past 4300 digits.
+    if len(number) > _LONG_DIGITS:
+        raise fail(f"exact numeric literal of {len(number)} digits is outside the range of a Java long", i)
+    return _Token("int", int(number), i), m.end()
+
+
+def _as_long(pattern: int) -> int:
+    """A 64-bit pattern as the Java long it is."""
+    return pattern - (1 << 64) if pattern > _LONG_MAX else pattern
 
 
 def _tokenize(text: str) -> list[_Token]:
@@ -134,25 +187,10 @@ def _tokenize(text: str) -> list[_Token]:
                     break
             tokens.append(_Token("str", "".join(parts), start))
         elif ch.isdigit() or (ch == "." and i + 1 < n and text[i + 1].isdigit()):
-            m = _NUMBER.match(text, i)
-            assert m is not None
-            literal = m.group(0)
-            end = m.end()
+            token, end = _number(text, i, fail)
             if end < n and (_is_ident_part(text[end]) or text[end] == "."):
                 raise fail(f"malformed numeric literal {text[i : end + 1]!r}", i)
-            if "." in literal or m.group(2):
-                value = float(literal)
-                if value in (float("inf"), float("-inf")):
-                    raise fail(f"approximate numeric literal {literal} out of range", i)
-                tokens.append(_Token("float", value, i))
-            else:
-                # Refused before int(), which raises ValueError past 4300 digits.
-                significant = literal.lstrip("0") or "0"
-                if len(significant) > _LONG_DIGITS:
-                    raise fail(
-                        f"exact numeric literal of {len(significant)} digits is outside the range of a Java long", i
-                    )
-                tokens.append(_Token("int", int(significant), i))
+            tokens.append(token)
             i = end
         elif _is_ident_start(ch):
             start = i
