@@ -401,3 +401,22 @@ def test_a_closing_consumer_returns_what_it_prefetched_meanwhile(server: JMSServ
     assert sorted(texts(back)) == sorted(f"m{i}" for i in range(50))
     handed_out = set(texts(got))
     assert {m.text for m in back if isinstance(m, TextMessage) and m.redelivered} == handed_out
+
+
+def test_a_consumer_never_holds_more_than_messages_maximum_prefetched(server: JMSServer) -> None:
+    # WebLogic's MessagesMaximum: the most messages that may be pushed to a consumer ahead of its
+    # receives. Refilling half-way (pipelining) once took a maximum of 10 to 14.
+    queue = server.create_queue("Q")
+    factory = server.connection_factory(messages_maximum=10)
+    with factory.create_connection() as connection:
+        producer = connection.create_session().create_producer(queue)
+        for i in range(40):
+            producer.send(TextMessage(f"m{i}"))
+        connection.start()
+        consumer = connection.create_session(ack_mode=AckMode.CLIENT).create_consumer(queue)
+        for received in range(1, 31):
+            message = consumer.receive(5)
+            assert message is not None and message.text == f"m{received - 1}"
+            pending = server.statistics()["queues"]["Q"]["messages_pending"]
+            assert pending - received <= 10, (received, pending)  # handed out + reserved ahead
+        assert server.statistics()["queues"]["Q"]["messages_pending"] == 40  # 30 held, 10 ahead

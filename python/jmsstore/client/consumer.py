@@ -97,8 +97,13 @@ class MessageConsumer:
     # ------------------------------------------------------------ delivery
 
     def _fill(self) -> bool:
-        """Reserves up to ``messages_maximum`` messages (their delivery record is written ahead)."""
-        deliveries = self.port.fetch(self._limit, self._wake)
+        """Reserves messages until ``messages_maximum`` are reserved and not
+        yet received (WebLogic's MessagesMaximum is a bound, never passed);
+        their delivery record is written ahead."""
+        room = self._limit - len(self._buffer)
+        if room <= 0:
+            return False
+        deliveries = self.port.fetch(room, self._wake)
         if not deliveries:
             return False
         with self._buffer_lock:
