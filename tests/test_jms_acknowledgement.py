@@ -141,6 +141,39 @@ def test_auto_listener_exception_redelivers_the_message(server: JMSServer, caplo
     assert server.message_count(queue) == 0
 
 
+def test_a_message_whose_listener_raised_comes_back_before_those_prefetched_behind_it(server: JMSServer) -> None:
+    """JMS 2.0 §8.7 redelivers it "immediately": the consumer's prefetched messages go back
+    with it, so it is not overtaken by the messages that were reserved after it."""
+    queue = server.create_queue("Q")
+    send_texts(server, queue, [f"m{i}" for i in range(6)])
+    seen: list[tuple[str | None, bool]] = []
+    done = threading.Event()
+
+    def listener(message: Message) -> None:
+        seen.append((_text(message), message.redelivered))
+        if len(seen) == 3:  # m2, on its first delivery
+            raise RuntimeError("listener failure (expected by the test)")
+        if len(seen) == 7:
+            done.set()
+
+    with server.connection_factory(messages_maximum=10).create_connection() as connection:
+        consumer = connection.create_session(False, AckMode.AUTO).create_consumer(queue)
+        consumer.set_message_listener(listener)
+        connection.start()
+        assert done.wait(SOON)
+        consumer.set_message_listener(None)
+    assert seen == [
+        ("m0", False),
+        ("m1", False),
+        ("m2", False),
+        ("m2", True),
+        ("m3", False),
+        ("m4", False),
+        ("m5", False),
+    ]
+    assert server.message_count(queue) == 0
+
+
 def test_auto_listener_message_is_acknowledged_when_close_waits(server: JMSServer) -> None:
     """JMS 2.0 §6.1.8: close waits for a running listener; in AUTO_ACKNOWLEDGE mode its
     message is still acknowledged when the listener completes (not redelivered)."""

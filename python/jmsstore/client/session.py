@@ -511,6 +511,9 @@ class Session:
                 with self._lock:
                     if d in self._delivered:
                         self._delivered.remove(d)
+                # The messages prefetched behind it go back too, so that it is
+                # redelivered before them (unless its redelivery delay holds it).
+                consumer.return_prefetched()
                 try:
                     self.release([d], redelivered=True)
                 except JmsStoreError:
