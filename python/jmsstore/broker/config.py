@@ -127,6 +127,8 @@ FACTORY_KEYS = {
     "flow_minimum": int,
     "flow_interval": int,
     "flow_steps": int,
+    "send_async_window": int,
+    "send_async_window_bytes": int,
 }
 SETTING_KEYS = {f.name for f in fields(DestinationSettings)}
 

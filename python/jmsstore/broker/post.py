@@ -214,7 +214,7 @@ class ProducerLink:
         delay: int,
         durable: Signal | None,
         completed: Completed | None,
-    ) -> bool:
+    ) -> int:
         state, data = self._prepare(message, destination, mode, priority, ttl, delay)
         persistent = mode == DeliveryMode.PERSISTENT
         header = _header(message)
@@ -222,14 +222,14 @@ class ProducerLink:
             state.native, data, header, persistent, self._connection, self._client_id, completed, durable
         )
         if status == _ADMITTED:
-            return True
+            return len(data)
         assert routes is not None
         if not self._post.admit_after_wait(state, routes, len(data), persistent, status, self._timeout):
-            return False
+            return 0
         self._native.send_async(
             state.native, data, header, persistent, callback=completed, durable=durable, routes=routes, admitted=True
         )
-        return True
+        return len(data)
 
     def stage(self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int) -> Any:
         state, data = self._prepare(message, destination, mode, priority, ttl, delay)

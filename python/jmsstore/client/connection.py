@@ -7,6 +7,7 @@ import threading
 import time
 
 from jmsstore.client.port import BrokerPort, SendOptions
+from jmsstore.client.producer import AsyncSendWindow
 from jmsstore.client.session import AckMode, Session
 from jmsstore.errors import IllegalStateError, InvalidArgumentError
 from jmsstore.jms.destination import TemporaryQueue, check_name
@@ -18,10 +19,18 @@ class Connection:
     """A client's connection (JMS ``Connection``): owns sessions and
     temporary queues; delivers only while started."""
 
-    def __init__(self, port: BrokerPort, client_id: str | None, messages_maximum: int, send: SendOptions) -> None:
+    def __init__(
+        self,
+        port: BrokerPort,
+        client_id: str | None,
+        messages_maximum: int,
+        send: SendOptions,
+        async_window: AsyncSendWindow,
+    ) -> None:
         self.port = port
         self.messages_maximum = messages_maximum
         self.send_options = send
+        self.async_send_window = async_window
         self._client_id: str | None = None
         self._started = False
         self._closed = False

@@ -5,6 +5,7 @@ from __future__ import annotations
 from jmsstore._args import integer
 from jmsstore.client.connection import Connection
 from jmsstore.client.port import BrokerPort, Clock, SendOptions
+from jmsstore.client.producer import AsyncSendWindow
 from jmsstore.errors import InvalidArgumentError
 from jmsstore.jms.destination import check_name
 
@@ -35,6 +36,8 @@ class ConnectionFactory:
         flow_minimum: int = 50,
         flow_interval: int = 60,
         flow_steps: int = 10,
+        send_async_window: int = 1024,
+        send_async_window_bytes: int = 64 << 20,
         clock: Clock | None = None,
     ) -> None:
         self.port = port
@@ -56,6 +59,8 @@ class ConnectionFactory:
             raise InvalidArgumentError(f"flow_minimum ({flow_minimum}) must not be above flow_maximum ({flow_maximum})")
         self.flow_interval = integer("flow_interval (s)", flow_interval, 1, 1 << 31)
         self.flow_steps = integer("flow_steps", flow_steps, 1, 1 << 20)
+        self.send_async_window = integer("send_async_window", send_async_window, 1, 1 << 31)
+        self.send_async_window_bytes = integer("send_async_window_bytes", send_async_window_bytes, 1, 1 << 50)
         self.clock = clock
         self.client_id = client_id
         self.messages_maximum = messages_maximum
@@ -79,4 +84,5 @@ class ConnectionFactory:
             client_id if client_id is not None else self.client_id,
             self.messages_maximum,
             self.send_options(),
+            AsyncSendWindow(self.send_async_window, self.send_async_window_bytes),
         )

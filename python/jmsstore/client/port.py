@@ -106,10 +106,11 @@ class ProducerPort(Protocol):
         delay: int,
         durable: Signal | None,
         completed: Callable[[int | None, BaseException | None], None] | None,
-    ) -> bool:
+    ) -> int:
         """As :meth:`send` without waiting: ``durable`` is set (or
         ``completed(handle, error)`` called) once durable and visible.
-        False: dropped at once (nothing will be told)."""
+        Returns the encoded message's size in bytes; 0: dropped at once
+        (nothing will be told)."""
 
     def stage(
         self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int

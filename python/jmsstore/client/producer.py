@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from concurrent.futures import Future
 from typing import Protocol
 
@@ -16,7 +17,7 @@ from jmsstore.errors import IllegalStateError, InvalidArgumentError, InvalidDest
 from jmsstore.jms.destination import Destination
 from jmsstore.jms.message import DELIVERY_MODES, DeliveryMode, Message
 
-__all__ = ["MessageProducer", "SendFuture"]
+__all__ = ["AsyncSendWindow", "MessageProducer", "SendFuture"]
 
 log = logging.getLogger("jmsstore.broker")
 
@@ -59,6 +60,7 @@ class SendFuture(Future[Message]):
         self.set_running_or_notify_cancel()  # sent already: it cannot be cancelled
         self.message = message
         self.on_completion = on_completion
+        self.finished = False
 
     def result(self, timeout: float | None = None) -> Message:
         return super().result(checked_timeout(timeout, negative_is_zero=True))
@@ -79,6 +81,20 @@ class SendFuture(Future[Message]):
             self.set_result(self.message)
         else:
             self.set_exception(error)
+        self.finished = True  # read by the producer's window without the future's lock
+
+
+class AsyncSendWindow:
+    """How much a producer may have sent with ``send_async`` and not yet
+    seen completed: past ``max_messages`` sends or ``max_bytes`` (encoded), the
+    next ``send_async`` blocks until completions bring it back under
+    (the internal flow control of WebLogic's asynchronous sends)."""
+
+    __slots__ = ("max_bytes", "max_messages")
+
+    def __init__(self, max_messages: int, max_bytes: int) -> None:
+        self.max_messages = max_messages
+        self.max_bytes = max_bytes
 
 
 def _complete_soon(future: SendFuture) -> None:
@@ -93,10 +109,17 @@ class MessageProducer:
     """Sends messages (JMS ``MessageProducer``). The attributes are the
     defaults for sends that do not give their own."""
 
-    def __init__(self, session: _Session, destination: Destination | None, port: ProducerPort) -> None:
+    def __init__(
+        self, session: _Session, destination: Destination | None, port: ProducerPort, window: AsyncSendWindow
+    ) -> None:
         self._session = session
         self.destination = destination
         self.port = port
+        self._window = window
+        # Asynchronous sends not known to be complete, oldest first, with their sizes; only the
+        # sending thread changes them (a session, and so its producers, is used by one thread).
+        self._outstanding: deque[tuple[SendFuture, int]] = deque()
+        self._outstanding_bytes = 0
         self.delivery_mode = DeliveryMode.PERSISTENT
         self.priority = 4
         self.time_to_live = 0
@@ -211,15 +234,47 @@ class MessageProducer:
                 self._session.completing(future)
                 _complete_soon(future)
             return future
-        if not self.port.send_async(message, target, mode, prio, ttl, delay, None, future.completed):
+        size = self.port.send_async(message, target, mode, prio, ttl, delay, None, future.completed)
+        if not size:
             _complete_soon(future)  # dropped (non-persistent, over the broker-wide limits)
+            return future
+        outstanding = self._outstanding
+        outstanding.append((future, size))
+        self._outstanding_bytes += size
+        while outstanding[0][0].finished:  # completions come in send order
+            self._outstanding_bytes -= outstanding.popleft()[1]
+            if not outstanding:
+                break
+        window = self._window
+        if len(outstanding) > window.max_messages or self._outstanding_bytes > window.max_bytes:
+            self._wait_for_window()
         return future
 
+    def _wait_for_window(self) -> None:
+        """Blocks until the oldest sends complete, back under the window. Not
+        on the callback thread: a completion listener sending would wait for
+        itself (its own completions run after it returns)."""
+        if on_callback_thread():
+            return
+        outstanding, window = self._outstanding, self._window
+        while outstanding and (len(outstanding) > window.max_messages or self._outstanding_bytes > window.max_bytes):
+            oldest, size = outstanding.popleft()
+            oldest.exception()  # waits; the outcome is the send's own
+            self._outstanding_bytes -= size
+
     def close(self) -> None:
+        """Closes the producer once its asynchronous sends have completed
+        and their completion listeners returned (JMS 2.0); from a completion
+        listener, without waiting (they run on its thread)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+        if not on_callback_thread():
+            for future, _ in self._outstanding:
+                future.exception()
+        self._outstanding.clear()
+        self._outstanding_bytes = 0
         self.port.close()
 
     @property
