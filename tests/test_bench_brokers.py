@@ -1,8 +1,9 @@
 """The brokers suite (``python -m bench brokers``) against real RabbitMQ and
 ActiveMQ: its quick mode starts whichever broker is installed, moves every
 message through it, checks that a durable queue survives ``kill -9``, and
-stops it so that nothing is left running or listening. Never a timing
-assertion.
+stops it so that nothing is left running or listening; ``matrix --brokers``
+has rows of both brokers with their ratios, and stops them too. Never a
+timing assertion.
 
 Installing is asked for, never done silently: with
 ``JMSSTORE_TEST_BROKERS=install`` (as root, with network) the run gets
@@ -19,6 +20,7 @@ import json
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -28,8 +30,8 @@ from typing import Any
 
 import pytest
 from bench_helpers import REPO, positive
-from jmsstore.bench import brokers, harness
-from jmsstore.bench.peers import rabbitmq, servers
+from jmsstore.bench import brokers, harness, matrix
+from jmsstore.bench.peers import activemq, rabbitmq, servers
 
 MODE = os.environ.get("JMSSTORE_TEST_BROKERS", "auto")
 SCALE = "0.5"  # 200 messages per run, 4 producers + 4 consumers; 10 for the durability check
@@ -73,13 +75,18 @@ def _bench(suite: str, tmp: Path, *options: str, timeout: float = 1200) -> tuple
     return json.loads(out.read_text()), proc.stdout
 
 
+def _install_option() -> list[str]:
+    """``--install`` where the test may install the brokers from Debian's packages (root, apt-get), as a user
+    of the harness would."""
+    install = MODE == "install" or (MODE == "auto" and os.geteuid() == 0 and shutil.which("apt-get") is not None)
+    return ["--install"] if install else []
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, Path]:
     """``python -m bench brokers --quick`` (with ``--install`` when asked), the way a user runs it."""
     tmp = tmp_path_factory.mktemp("brokers")
-    # Installed from Debian's packages where the test may (root, apt-get), as a user of the harness would.
-    install = MODE == "install" or (MODE == "auto" and os.geteuid() == 0 and shutil.which("apt-get") is not None)
-    report, stdout = _bench("brokers", tmp, *(["--install"] if install else []))
+    report, stdout = _bench("brokers", tmp, *_install_option())
     return report, stdout, tmp
 
 
@@ -198,6 +205,71 @@ def test_a_broker_that_cannot_be_had_gets_rows_with_the_reason(tmp_path: Path, m
     assert ours["system"] == "jmsstore" and ours["status"] == "ok" and ours["rounds"][0]["received"] == 40
     assert peer["system"] == "rabbitmq" and peer["status"] == f"cannot: {reason}" and peer["rate"] is None
     assert result["durability"] == [{"system": "rabbitmq", "cannot": reason}]
+
+
+def test_matrix_with_brokers_has_their_rows_and_stops_them(tmp_path: Path) -> None:
+    """``matrix --brokers --only 1+1``: the scenario's rows are jmsstore's, the usual peers' and both
+    brokers'; a broker that ran has a rate, latencies and the jmsstore/peer ratio in every round, and is
+    stopped with nothing left listening; one that cannot be had says why in its row."""
+    report, stdout = _bench("matrix", tmp_path, "--brokers", "--only", "1+1", *_install_option(), timeout=600)
+    assert report["complete"] is True and report["error"] is None
+    rows = report["benchmarks"]["matrix"]["rows"]
+    systems = [matrix.OURS, *matrix.PEERS, *matrix.BROKERS]
+    assert [(r["scenario"], r["system"]) for r in rows] == [("1+1", s) for s in systems]
+    assert set(matrix.BROKERS) <= set(report["settings"]["matrix"]["peers"])
+    ours = next(r for r in rows if r["system"] == matrix.OURS)
+    status = report["benchmarks"]["matrix"]["servers"]
+    assert sorted(status) == sorted(matrix.BROKERS)
+    ran = 0
+    for name in matrix.BROKERS:
+        row = next(r for r in rows if r["system"] == name)
+        st = status[name]
+        if not st["available"]:
+            assert row["status"] == f"cannot: {st['reason']}"
+            continue
+        ran += 1
+        assert row["status"] == "ok", row["status"]
+        assert len(row["rounds"]) == matrix.ROUNDS and positive(row["rate"])
+        for f in row["rounds"]:
+            assert f["received"] == f["messages"] > 0 and positive(f["rate"])
+            assert 0 <= f["p50_ms"] <= f["p99_ms"]  # the bodies carried their send time
+        quotients = [a["rate"] / b["rate"] for a, b in zip(ours["rounds"], row["rounds"], strict=True)]
+        assert row["jmsstore_over_peer_rounds"] == pytest.approx(quotients, rel=1e-9)
+        assert positive(row["jmsstore_over_peer"]) and row["jmsstore_over_peer"] == pytest.approx(
+            statistics.median(quotients), rel=1e-9
+        )
+        assert st["loopback_only"] is True and st["listen"]
+        stop = st["stop"]
+        assert stop["stopped"] is True and stop["left"] == [] and stop["listening_after"] == []
+        assert stop["ports"] and servers.listening(stop["ports"]) == []
+    assert _processes_mentioning(str(tmp_path)) == []  # no process of the run's brokers left
+    assert "== Real brokers" in stdout
+    if not ran:
+        pytest.skip(f"no broker could be had here: {[status[n]['reason'] for n in matrix.BROKERS]}")
+
+
+def test_matrix_rows_say_why_a_broker_cannot_be_had(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for module in (rabbitmq, activemq):
+        monkeypatch.setattr(module, "missing", lambda: "pretend: not installed")
+        monkeypatch.setattr(module, "IMPORT_ERROR", None)
+    ctx = harness.Context(
+        suite="matrix",
+        quick=True,
+        scale=0.05,
+        json_path=tmp_path / "r.json",
+        scratch_parent=tmp_path,
+        options={"only": ["selector"], "brokers": True, "install": False},
+    )
+    with ctx:
+        matrix.run(ctx)
+    result = ctx.results["matrix"]
+    reason = "pretend: not installed; run with --install (as root) to apt-get it"
+    assert {name: st["reason"] for name, st in result["servers"].items()} == dict.fromkeys(matrix.BROKERS, reason)
+    assert ctx.settings["matrix"]["warm_up"][0] == matrix.OURS
+    assert not set(ctx.settings["matrix"]["warm_up"]) & set(matrix.BROKERS)
+    for name in matrix.BROKERS:
+        (row,) = [r for r in result["rows"] if r["system"] == name]
+        assert row["scenario"] == "selector" and row["status"] == f"cannot: {reason}"
 
 
 def test_stop_kills_a_broker_that_ignores_sigterm(tmp_path: Path) -> None:

@@ -63,3 +63,14 @@ def test_python_m_bench_still_works_from_a_checkout() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: jmsstore-bench")
+
+
+def test_brokers_and_install_options_are_checked() -> None:
+    for argv, message in (
+        (["store", "--brokers"], "--brokers is an option of the matrix"),
+        (["matrix", "--install"], "--install with the matrix needs --brokers"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "jmsstore.bench", *argv], capture_output=True, text=True, timeout=60
+        )
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr

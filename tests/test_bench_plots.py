@@ -60,6 +60,12 @@ def figures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Figure
     return saved
 
 
+def _legend(ax: Any) -> list[str]:
+    legend = ax.get_legend()
+    assert legend is not None
+    return [t.get_text() for t in legend.get_texts()]
+
+
 def _ticks(axis: Any) -> list[str]:
     return [t.get_text() for t in axis.get_ticklabels() if t.get_text()]
 
@@ -74,12 +80,12 @@ def test_throughput_plots_label_every_point_and_name_jmsstore(figures: dict[str,
         assert _ticks(ax.xaxis) == ticks
         assert ax.get_xaxis().get_scale() == "log" and ax.get_yaxis().get_scale() == "log"
         assert scenario in ax.get_title() and CAPTION in ax.get_title()
-        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        legend = _legend(ax)
         assert legend[0] == OURS and "ours" not in legend
         styles = [(line.get_color(), line.get_marker()) for line in ax.get_lines()]
         assert len(set(styles)) == len(styles)  # one colour and marker per system
     (ax,) = figures["m-vs-producers.png"].axes
-    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    legend = _legend(ax)
     assert f"pq-file: {PEER_LABELS['pq-file']}" in legend
 
 
@@ -92,3 +98,9 @@ def test_latency_plot_is_a_labelled_cdf_in_distinct_colours(figures: dict[str, F
     for ax in fig.axes:
         colours = [line.get_color() for line in ax.get_lines()]
         assert len(set(colours)) == len(colours) > 0
+
+
+def test_every_system_and_spare_has_its_own_style() -> None:
+    styles = [(s["color"], s["marker"]) for s in [*plots.STYLES.values(), *plots.SPARE_STYLES]]
+    assert len(set(styles)) == len(styles)
+    assert {"rabbitmq", "activemq"} <= set(plots.STYLES) and set(PEER_LABELS) <= set(plots.STYLES)

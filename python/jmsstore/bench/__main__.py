@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME,...",
         help="run only these benchmarks of the suite (store: put,recovery,codecs; pager: memory,drain,sorted; "
         "broker: the systems non-persistent,persistent,async,sqlite,sqlite-batch,pq-sqlite,pq-file; matrix: groups "
-        "or scenarios, e.g. delivery,size,threads)",
+        "or scenarios, e.g. delivery,size,threads,1+1)",
     )
     parser.add_argument(
         "--pin-python",
@@ -123,14 +123,24 @@ def main(argv: list[str] | None = None) -> int:
         "experiment, its goal ratios are reported but not counted",
     )
     parser.add_argument(
+        "--brokers",
+        action="store_true",
+        help="matrix: RabbitMQ and ActiveMQ Classic as peers too, started for the run on 127.0.0.1 and stopped at "
+        "its end (the rows of a broker that cannot be had say why)",
+    )
+    parser.add_argument(
         "--install",
         action="store_true",
-        help="brokers: apt-get RabbitMQ and ActiveMQ when they are missing (root)",
+        help="brokers, matrix --brokers: apt-get RabbitMQ and ActiveMQ when they are missing (root)",
     )
     parser.add_argument("--no-engine", action="store_true", help="skip building/running the native-thread example")
     args = parser.parse_args(argv)
     if args.scale <= 0:
         parser.error("--scale must be positive")
+    if args.brokers and args.suite != "matrix":
+        parser.error("--brokers is an option of the matrix (the brokers suite always runs them)")
+    if args.install and args.suite == "matrix" and not args.brokers:
+        parser.error("--install with the matrix needs --brokers")
     pin_python = None
     if args.pin_python:
         if args.suite != "broker":
@@ -155,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             "only": [n.strip() for n in args.only.split(",")] if args.only else None,
             "pin_python": pin_python,
             "install": args.install,
+            "brokers": args.brokers,
         },
     )
     with ctx:

@@ -54,6 +54,7 @@ from jmsstore.bench import bodies
 from jmsstore.bench.broker import drive, open_system
 from jmsstore.bench.harness import Context, median, ratio
 from jmsstore.bench.peers import activemq, debian, rabbitmq, servers
+from jmsstore.table import cell
 
 BODY_BYTES = 1024
 MODES = ["persistent", "batched", "non-persistent"]
@@ -67,6 +68,7 @@ LABELS = {
     **{("rabbitmq", m): label for m, label in rabbitmq.MODES.items()},
     **{("activemq", m): label for m, label in activemq.MODES.items()},
 }
+REASON_WIDTH = 110  # a table cell is cut here (a start-up error carries the log's tail); the JSON has it all
 THREAD_COUNTS = [16]
 QUICK_THREADS = [4]
 
@@ -410,9 +412,9 @@ def _range(low: Any, high: Any, digits: int = 0) -> str:
     return f"{low:,.{digits}f}-{high:,.{digits}f}"
 
 
-def _report(
-    ctx: Context, rows: list[dict[str, Any]], peers: Peers, durability: list[dict[str, Any]], rounds_n: int
-) -> None:
+def servers_table(ctx: Context, peers: Peers) -> None:
+    """The brokers of a run: version, whether they ran (or why not), where
+    they listened and how they stopped (shown once they have stopped)."""
     servers_rows = []
     for name, st in peers.status.items():
         stop = st.get("stop") or {}
@@ -420,7 +422,7 @@ def _report(
             [
                 name,
                 (st.get("settings") or {}).get("version") or "-",
-                "ran" if st["available"] else f"cannot: {st['reason']}",
+                "ran" if st["available"] else cell(f"cannot: {st['reason']}", REASON_WIDTH),
                 st.get("start_s"),
                 ", ".join(st.get("listen") or []) or "-",
                 stop.get("stopped"),
@@ -433,6 +435,12 @@ def _report(
             ["broker", "version", "status", "start s", "listening on", "stopped", "listening after"],
             servers_rows,
         )
+
+
+def _report(
+    ctx: Context, rows: list[dict[str, Any]], peers: Peers, durability: list[dict[str, Any]], rounds_n: int
+) -> None:
+    servers_table(ctx, peers)
     ctx.table(
         "Against RabbitMQ and ActiveMQ: 1 KiB, durable queue, P producers + P consumers, every message acknowledged",
         [
@@ -460,7 +468,7 @@ def _report(
                 _range(r.get("cpu_us_per_message_min"), r.get("cpu_us_per_message_max")),
                 r.get("client_cpu_us_per_message"),
                 r.get("broker_cpu_us_per_message"),
-                r["label"] if r["status"] == "ok" else r["status"],
+                r["label"] if r["status"] == "ok" else cell(r["status"], REASON_WIDTH),
             ]
             for r in rows
         ],

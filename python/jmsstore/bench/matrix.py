@@ -30,6 +30,20 @@ queue) and the raw disk limit (one pwrite + fdatasync per message). A peer
 that cannot do a scenario has a row saying so. The peers' bodies carry
 their send time too; their fsyncs are not counted (nor the raw disk's
 latency: it only writes).
+
+With ``--brokers`` (``--install``: apt-get the missing ones, as root),
+RabbitMQ and ActiveMQ Classic are peers too: started once for the whole run
+by :class:`bench.brokers.Peers` (bound to 127.0.0.1, always stopped at the
+end, also on an error or Ctrl-C) and measured in the same rounds as the
+other peers, each run on a fresh queue through the brokers suite's clients
+(a connection per producer and per consumer thread, every message
+acknowledged). Persistent: a publisher confirm (RabbitMQ) or a receipt
+(ActiveMQ) per message, as each of jmsstore's sends is durable on return;
+non-persistent: ``delivery_mode`` 1 / ``persistent:false``. Topics,
+selectors and the paging backlog are not mapped onto them (their rows say
+so), nor is a broker that could not be started (its rows give the reason).
+Their peak memory is the client process's only. Without ``--brokers`` the
+matrix has no broker rows at all.
 """
 
 from __future__ import annotations
@@ -42,7 +56,7 @@ import time
 from array import array
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jmsstore.bench import bodies, plots
 from jmsstore.bench.broker import drive, open_system
@@ -50,6 +64,10 @@ from jmsstore.bench.harness import Context, median, ratio
 from jmsstore.bench.peers import persist_queue, raw_disk
 from jmsstore.bench.store import settle
 from jmsstore.broker import AckMode, DeliveryMode, JMSServer
+from jmsstore.table import cell
+
+if TYPE_CHECKING:  # the brokers' client libraries are imported only for a run with --brokers
+    from jmsstore.bench.brokers import Peers
 
 OURS = "jmsstore"  # the system column of our rows
 QUEUE, TOPIC = "bench", "bench.topic"
@@ -66,12 +84,15 @@ RAW_PROBE_WRITES = 20  # the raw-disk row's first writes, which size its run to 
 MESSAGES_MAXIMUM = 128
 RECEIVE_TIMEOUT = 0.05
 PEERS = ["sqlite", "sqlite-batch", "pq-sqlite", "pq-file", "raw-disk"]
+BROKERS = ["rabbitmq", "activemq"]  # peers with --brokers only: real servers, started for the run
 PEER_LABELS = {
     "sqlite": "sqlite3, commit per message",
     "sqlite-batch": "sqlite3, batches of 128",
     "pq-sqlite": "persist-queue SQLiteQueue",
     "pq-file": "persist-queue file Queue (an fsync per 100 puts, not per message)",
     "raw-disk": "the disk's limit: pwrite + fdatasync per message, one writer, no receive",
+    "rabbitmq": "RabbitMQ (pika, a connection per thread): a publisher confirm per persistent message",
+    "activemq": "ActiveMQ Classic (STOMP, a connection per thread): a receipt per persistent SEND",
 }
 # What the rows of a plotted group share, for the plots' titles.
 PLOT_SCENARIOS = {
@@ -79,6 +100,7 @@ PLOT_SCENARIOS = {
     "size": "persistent messages, one queue, 1 producer + 1 consumer, a synchronous send each (direct-write)",
     "latency": "1 KiB messages on a queue unless named, 1 producer, synchronous sends (direct-write)",
 }
+STATUS_WIDTH = 110  # a status cell is cut here (a broker's start-up error carries its log); the JSON has it all
 RECORD_OVERHEAD = 53  # bytes a store record adds to a body (the raw-disk row writes body + this)
 
 
@@ -360,8 +382,11 @@ def run_ours(ctx: Context, sc: Scenario, n: int, seconds: float) -> dict[str, An
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def peer_reason(peer: str, sc: Scenario) -> str | None:
-    """Why ``peer`` cannot do ``sc`` (None: it can)."""
+def peer_reason(peer: str, sc: Scenario, real: Peers | None = None) -> str | None:
+    """Why ``peer`` cannot do ``sc`` (None: it can); ``real``: the brokers of a
+    run with ``--brokers``."""
+    if peer in BROKERS:
+        return _broker_reason(peer, sc, real)
     if sc.topic:
         return "no topics"
     if not sc.persistent:
@@ -377,8 +402,57 @@ def peer_reason(peer: str, sc: Scenario) -> str | None:
     return None
 
 
-def run_peer(ctx: Context, peer: str, sc: Scenario, n: int, seconds: float) -> dict[str, Any]:
+def _broker_reason(peer: str, sc: Scenario, real: Peers | None) -> str | None:
+    if real is None or not real.available(peer):
+        return real.reason(peer) if real is not None else "not started (run the matrix with --brokers)"
+    if sc.topic:
+        return "topics not mapped in this harness (its broker clients drive one queue)"
+    if sc.selector:
+        # ActiveMQ has STOMP's selector header, but not over the sent_ns property (a STOMP header is a string)
+        return "no selectors in AMQP 0-9-1" if peer == "rabbitmq" else "selectors not mapped in this harness"
+    if sc.backlog and sc.paging:
+        return "paging not mapped: the broker's memory limit is not set to the scenario's budget"
+    if sc.ack != "AUTO" or sc.codec != "none":
+        return "not mapped in this harness: one acknowledge per message, no store codecs"
+    return None
+
+
+def _peers(real: Peers | None) -> list[str]:
+    """The peers of a run: the brokers too with ``--brokers``."""
+    return PEERS + BROKERS if real is not None else list(PEERS)
+
+
+def run_broker(real: Peers, broker: str, sc: Scenario, n: int, seconds: float) -> dict[str, Any]:
+    """One run of a real broker in scenario ``sc`` on a fresh queue, driven
+    like the other peers; its bodies carry their send time (latency)."""
+    body = bodies.body(sc.body_kind, sc.body_bytes, seed=11)
+    client = real.client(broker, "persistent" if sc.persistent else "non-persistent", body)
+    client.latencies = latencies = array("q")
+    try:
+        client.expect(2 * sc.threads, n)  # every producer and consumer connected before the clock starts
+        run = drive(client, sc.threads, sc.threads, n // sc.threads, seconds)
+        broker_cpu = client.broker_cpu_s()
+    finally:
+        client.close()
+    return {
+        "messages": run["sent"],
+        "received": run["received"],
+        "timed_out": run["timed_out"],
+        "seconds": run["seconds"],
+        "rate": run["rate"],
+        "mb_per_s": run["rate"] * sc.body_bytes / 1e6 if run["rate"] else None,
+        "broker_cpu_s": broker_cpu,
+        "latencies_ns": latencies,
+    }
+
+
+def run_peer(
+    ctx: Context, peer: str, sc: Scenario, n: int, seconds: float, real: Peers | None = None
+) -> dict[str, Any]:
     """One run of a peer in scenario ``sc``, the same way as :func:`run_ours`."""
+    if peer in BROKERS:
+        assert real is not None, "a broker peer needs the run's brokers (--brokers)"
+        return run_broker(real, peer, sc, n, seconds)
     directory = ctx.scratch / f"{peer}-{abs(hash(sc)) % 10**8}"
     shutil.rmtree(directory, ignore_errors=True)
     body = bodies.body(sc.body_kind, sc.body_bytes, seed=11)
@@ -450,13 +524,13 @@ def sync_scratch(directory: Path) -> None:
         os.close(fd)
 
 
-def _one(ctx: Context, entry: _Entry, n: int, seconds: float) -> dict[str, Any]:
+def _one(ctx: Context, entry: _Entry, n: int, seconds: float, real: Peers | None = None) -> dict[str, Any]:
     """Measures ``entry`` once; a failure is recorded as a round without a rate."""
     sync_scratch(ctx.scratch)
     try:
         if entry.system == OURS:
             return _measured(run_ours, ctx, entry.sc, n, seconds)
-        return _measured(run_peer, ctx, entry.system, entry.sc, n, seconds)
+        return _measured(run_peer, ctx, entry.system, entry.sc, n, seconds, real)
     except Exception as e:  # recorded, the matrix goes on
         entry.errors.append(f"error: {type(e).__name__}: {e}")
         return {"rate": None}
@@ -513,18 +587,27 @@ def _row(entry: _Entry, ratios: list[float | None], ratio_key: str) -> dict[str,
 
 
 def run_group(
-    ctx: Context, group: list[Scenario], n: int, seconds: float, rounds: int, backlog_n: int, per_producer: float
+    ctx: Context,
+    group: list[Scenario],
+    n: int,
+    seconds: float,
+    rounds: int,
+    backlog_n: int,
+    per_producer: float,
+    real: Peers | None = None,
 ) -> list[dict[str, Any]]:
     """Every row of a group (jmsstore in each scenario, the peers where they
     can), once per round; each round runs them in an order rotated by one, so
     a slow spell of the disk does not always hit the same row. Ratios are
-    taken within a round, and their median over the rounds is shown."""
+    taken within a round, and their median over the rounds is shown.
+    ``real``: the brokers of a run with ``--brokers``, peers too."""
+    peers = _peers(real)
     entries: list[_Entry] = []
     cannot: dict[tuple[str, str], str] = {}
     for sc in group:
         entries.append(_Entry(sc, OURS))
-        for peer in PEERS if sc.peers else []:
-            reason = peer_reason(peer, sc)
+        for peer in peers if sc.peers else []:
+            reason = peer_reason(peer, sc, real)
             if reason is None:
                 entries.append(_Entry(sc, peer))
             else:
@@ -534,14 +617,14 @@ def run_group(
         for entry in entries[shift:] + entries[:shift]:
             count = _count(entry.sc, backlog_n if entry.sc.backlog else n)
             ctx.step(f"{entry.sc.group}: {entry.sc.name}, {entry.system}, round {r + 1} of {rounds}")
-            entry.rounds.append(_one(ctx, entry, count, max(seconds, per_producer * entry.sc.threads)))
+            entry.rounds.append(_one(ctx, entry, count, max(seconds, per_producer * entry.sc.threads), real))
     ours = {e.sc.name: e for e in entries if e.system == OURS}
     first = ours[group[0].name]
     rows: list[dict[str, Any]] = []
     for sc in group:
         mine = ours[sc.name]
         rows.append(_row(mine, [ratio(mine.rate(r), first.rate(r)) for r in range(rounds)], "vs_first_row"))
-        for peer in PEERS if sc.peers else []:
+        for peer in peers if sc.peers else []:
             if (sc.name, peer) in cannot:
                 rows.append({"group": sc.group, "scenario": sc.name, "system": peer, "status": cannot[sc.name, peer]})
                 continue
@@ -551,19 +634,38 @@ def run_group(
     return rows
 
 
-def warm_up(ctx: Context, seconds: float, n: int) -> list[str]:
+def warm_up(ctx: Context, seconds: float, n: int, real: Peers | None = None) -> list[str]:
     """One unrecorded run of jmsstore (persistent, 1 KiB) and of each peer
-    before the first measured one: imports, first-use code paths and the
-    file system's metadata are warm for every row alike."""
+    before the first measured one: imports, first-use code paths (a broker's
+    JIT, its first queue) and the file system's metadata are warm for every
+    row alike."""
     sc = Scenario("warm-up", "warm-up")
-    systems = [OURS] + [p for p in PEERS if peer_reason(p, sc) is None]
+    systems = [OURS] + [p for p in _peers(real) if peer_reason(p, sc, real) is None]
     for system in systems:
         ctx.step(f"warm-up: {system}")
-        _one(ctx, _Entry(sc, system), _count(sc, n), seconds)
+        _one(ctx, _Entry(sc, system), _count(sc, n), seconds, real)
     return systems
 
 
 def run(ctx: Context) -> None:
+    """The matrix; with ``--brokers``, RabbitMQ and ActiveMQ are started
+    first and stopped at the end whatever happens, and their status (why
+    not, listening addresses, how they stopped) is in the report."""
+    if not ctx.options.get("brokers"):
+        _run(ctx, None)
+        return
+    from jmsstore.bench import brokers
+
+    real = brokers.Peers(ctx, BROKERS, bool(ctx.options.get("install")))
+    try:
+        with real:
+            _run(ctx, real)
+    finally:
+        ctx.results.setdefault("matrix", {})["servers"] = real.status  # with how they stopped
+    brokers.servers_table(ctx, real)
+
+
+def _run(ctx: Context, real: Peers | None) -> None:
     only = ctx.options.get("only")
     chosen = [sc for sc in scenarios() if not only or sc.group in only or sc.name in only]
     n = ctx.n(QUICK_MESSAGES, FULL_MESSAGES, minimum=16)
@@ -588,16 +690,25 @@ def run(ctx: Context) -> None:
         "messages_maximum": MESSAGES_MAXIMUM,
         "sync_policy": "direct-write",
         "scenarios": [asdict(sc) for sc in chosen],
-        "peers": PEER_LABELS,
+        "peers": {peer: PEER_LABELS[peer] for peer in _peers(real)},
         "persist_queue": persist_queue.version(),
     }
-    ctx.settings["matrix"]["warm_up"] = warm_up(ctx, seconds, n)
+    if real is not None:
+        ctx.settings["matrix"]["brokers"] = {
+            "install": real.install,
+            "modes": "persistent scenarios: a publisher confirm (RabbitMQ) or receipt (ActiveMQ) per message; "
+            "non-persistent: delivery_mode 1 / persistent:false",
+            "queue": "a fresh durable queue per run; a connection per producer and per consumer thread; every "
+            "message acknowledged; prefetch 128",
+            "servers": {name: (st.get("settings") or {}) for name, st in real.status.items()},
+        }
+    ctx.settings["matrix"]["warm_up"] = warm_up(ctx, seconds, n, real)
     groups: dict[str, list[Scenario]] = {}
     for sc in chosen:
         groups.setdefault(sc.group, []).append(sc)
     rows: list[dict[str, Any]] = []
     for group in groups.values():
-        rows += run_group(ctx, group, n, seconds, ROUNDS, backlog_n, per_producer)
+        rows += run_group(ctx, group, n, seconds, ROUNDS, backlog_n, per_producer, real)
     ctx.results["matrix"] = {"rows": rows}
     m = ctx.machine
     load = m.get("loadavg_start")
@@ -635,11 +746,11 @@ def run(ctx: Context) -> None:
                 r.get("peak_memory_mib"),
                 r.get("vs_first_row"),
                 r.get("jmsstore_over_peer"),
-                "" if r["status"] == "ok" else r["status"],
+                "" if r["status"] == "ok" else cell(r["status"], STATUS_WIDTH),
             ]
             for r in rows
         ],
-        footer=_footer(ctx.quick),
+        footer=_footer(ctx.quick, real is not None),
     )
     written = plots.matrix_plots(rows, ctx.report_path().with_suffix(""), caption, PEER_LABELS, PLOT_SCENARIOS)
     ctx.results["matrix"]["plots"] = [str(p) for p in written]
@@ -647,13 +758,18 @@ def run(ctx: Context) -> None:
         ctx.step(f"plot: {path}")
 
 
-def _footer(quick: bool) -> str:
+def _footer(quick: bool, with_brokers: bool = False) -> str:
     lines = [
         "Figures are medians over the rounds; each ratio is taken within a round (same disk, same neighbours).",
         "vs 1st row: jmsstore's msg/s over jmsstore's in the group's first row.",
         "jmsstore/peer: jmsstore's msg/s over the peer's, same scenario (above 1: jmsstore is faster).",
         "Peers: no fsync count; raw-disk: no latency.",
     ]
+    if with_brokers:
+        lines.append(
+            "rabbitmq, activemq: started for this run on 127.0.0.1; persistent = a confirm/receipt per message; "
+            "peak MiB is the client process's (not the broker's processes)."
+        )
     if quick:
         lines.insert(
             0,

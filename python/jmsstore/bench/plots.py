@@ -1,8 +1,8 @@
 """PNG plots of the scenario matrix (matplotlib, written next to the JSON report).
 
 Three figures: throughput against the number of producers and against the
-message size (jmsstore and the peers, one colour and marker each, the same
-in both), and jmsstore's send-to-receive latency distributions (one panel
+message size (jmsstore and the peers, the real brokers of ``--brokers``
+included, one colour and marker each, the same in both), and jmsstore's send-to-receive latency distributions (one panel
 per group, a colour per scenario). Every title says what was measured and
 how (the mode, the machine); every tick a reader needs is labelled.
 """
@@ -22,13 +22,16 @@ STYLES: dict[str, dict[str, Any]] = {
     "pq-sqlite": {"color": "#2ca02c", "marker": "^"},
     "pq-file": {"color": "#9467bd", "marker": "v"},
     "raw-disk": {"color": "#555555", "marker": "X", "linestyle": "--"},
+    # the real brokers (matrix --brokers): dash-dotted, servers over a socket rather than embedded stores
+    "rabbitmq": {"color": "#e377c2", "marker": "P", "linestyle": "-.", "markersize": 9},
+    "activemq": {"color": "#8c564b", "marker": "*", "linestyle": "-.", "markersize": 11},
 }
 SPARE_STYLES: list[dict[str, Any]] = [
-    {"color": "#8c564b", "marker": "P"},
-    {"color": "#e377c2", "marker": "*"},
     {"color": "#17becf", "marker": "h"},
     {"color": "#bcbd22", "marker": "<"},
     {"color": "#7f7f7f", "marker": ">"},
+    {"color": "#aec7e8", "marker": "d"},
+    {"color": "#98df8a", "marker": "p"},
 ]
 # Colours of the latency panels: distinct within a panel (at most 6 scenarios in one).
 LATENCY_COLOURS = ["#1f4e9c", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#17becf", "#8c564b", "#e377c2"]

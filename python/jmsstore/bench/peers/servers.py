@@ -175,7 +175,8 @@ class Server:
     packages: tuple[str, ...] = ()
 
     def __init__(self, root: Path, log: Callable[[str], None] = lambda _: None) -> None:
-        self.root = root
+        # absolute: the broker runs with its root as working directory and is given paths under it
+        self.root = root.absolute()
         self.log = log
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self._watchdog: subprocess.Popen[bytes] | None = None
