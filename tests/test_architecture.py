@@ -144,6 +144,16 @@ def test_the_client_reaches_the_broker_only_through_its_port() -> None:
     assert {m: t for m, t in reaching.items() if t} == {}
 
 
+def test_the_network_layer_reaches_the_broker_only_through_its_public_package() -> None:
+    """``jmsstore.net`` sits above the broker: it may use what ``jmsstore.broker``
+    exports, never one of its modules."""
+    edges, _, _ = _graph()
+    network = {m: targets for m, targets in edges.items() if m.startswith("jmsstore.net")}
+    assert "jmsstore.net.stomp.frames" in network, "the network package was read"
+    reaching = {m: sorted(t for t in targets if t.startswith("jmsstore.broker.")) for m, targets in network.items()}
+    assert {m: t for m, t in reaching.items() if t} == {}
+
+
 def test_the_cycle_check_finds_a_cycle() -> None:
     """The checker itself: a made-up graph with a cycle is reported."""
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c", "a"]]
