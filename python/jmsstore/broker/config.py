@@ -129,6 +129,11 @@ FACTORY_KEYS = {
     "flow_steps": int,
     "send_async_window": int,
     "send_async_window_bytes": int,
+    "consumer_flow_limit": int,
+    "consumer_flow_threshold": int,
+    "connection_flow_limit": int,
+    "connection_flow_limit_enabled": bool,
+    "prefetch": bool,
 }
 SETTING_KEYS = {f.name for f in fields(DestinationSettings)}
 

@@ -65,6 +65,11 @@ class ConsumerLink:
         return self.target.native.next_due(now_ms())
 
     @property
+    def flow_limit(self) -> int | None:
+        limit = self._owner.settings.consumer_flow_limit
+        return None if limit == -1 else limit
+
+    @property
     def deleted(self) -> bool:
         return self._target_native.deleted
 

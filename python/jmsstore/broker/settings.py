@@ -42,6 +42,10 @@ class DestinationSettings:
       keeps; at the limit its head message is deleted for a new one, unless
       every message it holds is immune (handed to a consumer, or in a
       transaction): then the new one is accepted over the limit. -1: none.
+    - ``consumer_flow_limit``: the most messages reserved ahead for one
+      consumer of this destination (Open MQ's destination
+      ``consumerFlowLimit``); a connection factory's own limit applies
+      where it is smaller. -1: no limit of the destination's.
     """
 
     order: str = "priority"
@@ -56,6 +60,7 @@ class DestinationSettings:
     expiration_policy: str = "discard"
     expiration_logging_policy: str | None = None
     messages_limit_override: int = -1
+    consumer_flow_limit: int = -1
 
     def thresholds(self) -> Thresholds:
         return Thresholds(
@@ -109,4 +114,9 @@ class DestinationSettings:
             raise TypeError(f"messages_limit_override is an int, not {type(limit).__name__}")
         if limit != -1 and not 1 <= limit <= 1 << 40:
             raise InvalidArgumentError(f"messages_limit_override must be -1 (no limit) or 1 or more, not {limit}")
+        flow = self.consumer_flow_limit
+        if isinstance(flow, bool) or not isinstance(flow, int):
+            raise TypeError(f"consumer_flow_limit is an int, not {type(flow).__name__}")
+        if flow != -1 and not 1 <= flow <= 1_000_000:
+            raise InvalidArgumentError(f"consumer_flow_limit must be -1 (none) or within 1..1000000, not {flow}")
         return self

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
+from jmsstore.client.flow import ConnectionFlow, ConsumerFlow
 from jmsstore.client.port import BrokerPort, SendOptions
 from jmsstore.client.producer import AsyncSendWindow
 from jmsstore.client.session import AckMode, Session
@@ -26,11 +27,16 @@ class Connection:
         messages_maximum: int,
         send: SendOptions,
         async_window: AsyncSendWindow,
+        consumer_flow: ConsumerFlow,
+        connection_flow_limit: int | None,
     ) -> None:
         self.port = port
         self.messages_maximum = messages_maximum
         self.send_options = send
         self.async_send_window = async_window
+        self.consumer_flow = consumer_flow
+        # Open MQ's connection flow limit, when enabled: shared by its consumers.
+        self.connection_flow = None if connection_flow_limit is None else ConnectionFlow(connection_flow_limit)
         self._client_id: str | None = None
         self._started = False
         self._closed = False

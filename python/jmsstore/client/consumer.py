@@ -1,6 +1,6 @@
 """The consumer (JMS ``MessageConsumer``): receives from a queue or a
-subscription, synchronously or through a message listener, reserving up
-to the connection factory's ``messages_maximum`` messages ahead."""
+subscription, synchronously or through a message listener, reserving
+messages ahead within the limits of :mod:`jmsstore.client.flow`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Protocol
 
 from jmsstore._args import timeout as checked_timeout
 from jmsstore._native import Signal
+from jmsstore.client.flow import ConnectionFlow, ConsumerFlow
 from jmsstore.client.port import ConsumerPort, Delivery
 from jmsstore.errors import IllegalStateError, InvalidDestinationError
 from jmsstore.jms.destination import Destination
@@ -32,6 +33,12 @@ class _Connection(Protocol):
     def started(self) -> bool: ...
 
     def wait_started(self, deadline: float | None) -> bool: ...
+
+    @property
+    def consumer_flow(self) -> ConsumerFlow: ...
+
+    @property
+    def connection_flow(self) -> ConnectionFlow | None: ...
 
 
 class _Session(Protocol):
@@ -84,7 +91,17 @@ class MessageConsumer:
         self._buffer_lock = threading.Lock()  # filling vs giving back from another thread (close)
         self._receiving = threading.Lock()  # held by a synchronous receive in progress
         self._stopping = False
-        self._limit = session.messages_maximum
+        connection = session.connection
+        flow = connection.consumer_flow
+        limit = session.messages_maximum if flow.limit is None else flow.limit
+        if port.flow_limit is not None:
+            limit = min(limit, port.flow_limit)  # the destination's: the smaller wins
+        self._limit = limit
+        self._prefetch = flow.prefetch
+        # Open MQ: refilled once the application has consumed (100 - threshold) % of the limit, that
+        # is when at most limit x threshold / 100 are left (kept x 100: integers per receive).
+        self._refill_at = limit * flow.threshold
+        self._connection_flow = connection.connection_flow
         self._wake = Signal()
         self._closed = False
         self._close_lock = threading.Lock()
@@ -96,14 +113,26 @@ class MessageConsumer:
 
     # ------------------------------------------------------------ delivery
 
+    @property
+    def flow_limit(self) -> int:
+        """The most messages this consumer holds reserved and not yet received."""
+        return self._limit
+
     def _fill(self) -> bool:
-        """Reserves messages until ``messages_maximum`` are reserved and not
-        yet received (WebLogic's MessagesMaximum is a bound, never passed);
-        their delivery record is written ahead."""
-        room = self._limit - len(self._buffer)
+        """Reserves messages until the limit is reserved and not yet received
+        (a bound, never passed); their delivery record is written ahead."""
+        ahead = self._limit if self._prefetch or self._listener is not None else 1
+        room = ahead - len(self._buffer)
         if room <= 0:
             return False
+        shared = self._connection_flow
+        if shared is not None:
+            room = shared.reserve(room, self._wake)
+            if room == 0:
+                return False
         deliveries = self.port.fetch(room, self._wake)
+        if shared is not None:
+            shared.release(room - len(deliveries))
         if not deliveries:
             return False
         with self._buffer_lock:
@@ -112,6 +141,8 @@ class MessageConsumer:
                 return True
         # Closed meanwhile (from another thread): close() has already given
         # back what was in the buffer, so these go back here.
+        if shared is not None:
+            shared.release(len(deliveries))
         self._session.release(deliveries, redelivered=False)
         return False
 
@@ -157,7 +188,9 @@ class MessageConsumer:
                             self._buffer.appendleft(d)
                             self.return_prefetched()
                             raise
-                    if len(self._buffer) * 2 < self._limit:
+                    if self._connection_flow is not None:
+                        self._connection_flow.release(1)
+                    if len(self._buffer) * 100 <= self._refill_at and self._prefetch:
                         self._fill()  # pipelining: the next batch's record is written while this one is used
                     return d
                 # Cleared before looking: while it is set after a ring, the bell
@@ -200,6 +233,8 @@ class MessageConsumer:
         with self._buffer_lock:
             prefetched = list(self._buffer)
             self._buffer.clear()
+        if self._connection_flow is not None:
+            self._connection_flow.release(len(prefetched))
         self._session.release(prefetched, redelivered=False)
 
     def receive(self, timeout: float | None = None) -> Message | None:

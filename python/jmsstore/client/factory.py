@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from jmsstore._args import integer
 from jmsstore.client.connection import Connection
+from jmsstore.client.flow import ConsumerFlow
 from jmsstore.client.port import BrokerPort, Clock, SendOptions
 from jmsstore.client.producer import AsyncSendWindow
 from jmsstore.errors import InvalidArgumentError
@@ -21,7 +22,21 @@ class ConnectionFactory:
     ``send_timeout`` (ms): how long a send waits for room in a full quota
     (WebLogic's blocking sends; 0: fail at once). ``flow_*``: WebLogic's
     producer flow control (Flow Maximum and Minimum messages per second,
-    Flow Interval seconds in Flow Steps).
+    Flow Interval seconds in Flow Steps). ``send_async_window`` messages and
+    ``send_async_window_bytes`` (encoded): how much a producer may have
+    sent with ``send_async`` and not yet seen completed before the next
+    ``send_async`` blocks until completions bring it back under.
+
+    Open MQ's consumer flow control, alongside: ``consumer_flow_limit``
+    (imqConsumerFlowLimit; when given, the limit in place of
+    ``messages_maximum``; a destination's smaller ``consumer_flow_limit``
+    wins), ``consumer_flow_threshold`` (imqConsumerFlowThreshold, percent,
+    default 50: a consumer's buffer is refilled, up to the limit, once at
+    most that share of the limit is left), ``connection_flow_limit``
+    (imqConnectionFlowLimit, default 1000: the messages buffered for all
+    consumers of one connection, when ``connection_flow_limit_enabled``).
+    ``prefetch=False``: a synchronous ``receive`` reserves one message when
+    it is called and nothing ahead.
     """
 
     def __init__(
@@ -38,6 +53,11 @@ class ConnectionFactory:
         flow_steps: int = 10,
         send_async_window: int = 1024,
         send_async_window_bytes: int = 64 << 20,
+        consumer_flow_limit: int | None = None,
+        consumer_flow_threshold: int = 50,
+        connection_flow_limit: int = 1000,
+        connection_flow_limit_enabled: bool = False,
+        prefetch: bool = True,
         clock: Clock | None = None,
     ) -> None:
         self.port = port
@@ -61,6 +81,16 @@ class ConnectionFactory:
         self.flow_steps = integer("flow_steps", flow_steps, 1, 1 << 20)
         self.send_async_window = integer("send_async_window", send_async_window, 1, 1 << 31)
         self.send_async_window_bytes = integer("send_async_window_bytes", send_async_window_bytes, 1, 1 << 50)
+        self.consumer_flow_limit = (
+            None if consumer_flow_limit is None else integer("consumer_flow_limit", consumer_flow_limit, 1, 1_000_000)
+        )
+        self.consumer_flow_threshold = integer("consumer_flow_threshold (%)", consumer_flow_threshold, 0, 100)
+        self.connection_flow_limit = integer("connection_flow_limit", connection_flow_limit, 1, 1 << 31)
+        for name, flag in (("connection_flow_limit_enabled", connection_flow_limit_enabled), ("prefetch", prefetch)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} is a bool, not {type(flag).__name__}")
+        self.connection_flow_limit_enabled = connection_flow_limit_enabled
+        self.prefetch = prefetch
         self.clock = clock
         self.client_id = client_id
         self.messages_maximum = messages_maximum
@@ -85,4 +115,6 @@ class ConnectionFactory:
             self.messages_maximum,
             self.send_options(),
             AsyncSendWindow(self.send_async_window, self.send_async_window_bytes),
+            ConsumerFlow(self.consumer_flow_limit, self.consumer_flow_threshold, self.prefetch),
+            self.connection_flow_limit if self.connection_flow_limit_enabled else None,
         )

@@ -132,6 +132,11 @@ class ConsumerPort(Protocol):
         """Reserves up to ``limit`` messages (``waiter`` is the consumer's
         signal on the bell: a full batch passes its wake-up on)."""
 
+    @property
+    def flow_limit(self) -> int | None:
+        """The destination's own limit on messages reserved ahead for one
+        consumer (Open MQ's ``consumerFlowLimit``), if it has one."""
+
     def next_due(self) -> int | None:
         """When the next delayed message becomes due (ms), if one is waiting."""
 
