@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import stomp
 from jmsstore import BytesMessage, DeliveryMode, JMSServer, Queue, TextMessage, Topic
-from jmsstore.net.stomp.frames import SERVER_COMMANDS, Frame, FrameParser
 from jmsstore.net import StompServer, serve
+from jmsstore.net.stomp.frames import SERVER_COMMANDS, Frame, FrameLimits, FrameParser
 
 WAIT = 5.0
 
@@ -276,6 +276,30 @@ def test_a_malformed_frame_closes_that_connection_and_others_keep_working(
     assert served.statistics()["errors"] == 1
 
 
+def test_frames_before_a_malformed_one_are_handled_first(raw: Callable[..., RawClient], jms: JMSServer) -> None:
+    r = raw()
+    assert r.connect().command == "CONNECTED"
+    r.send(b"SEND\ndestination:/queue/first\nreceipt:ok\n\nkept\x00NOT-A-COMMAND\n\n\x00")
+    receipt = r.next_frame()
+    assert (receipt.command, receipt.header("receipt-id")) == ("RECEIPT", "ok")
+    error = r.next_frame()
+    assert error.command == "ERROR" and "NOT-A-COMMAND" in (error.header("message") or "")
+    assert r.closed_by_server()
+    assert jms.message_count(Queue("first")) == 1
+
+
+def test_a_frame_over_the_limits_is_refused(
+    make_stomp: Callable[..., StompServer], raw: Callable[..., RawClient]
+) -> None:
+    served = make_stomp(frame_limits=FrameLimits(max_body_bytes=1000))
+    r = raw(served)
+    assert r.connect().command == "CONNECTED"
+    r.send(b"SEND\ndestination:/queue/big\ncontent-length:5000\n\n" + b"x" * 5000 + b"\x00")
+    error = r.next_frame()
+    assert error.command == "ERROR" and "1000" in (error.header("message") or "")
+    assert r.closed_by_server()
+
+
 def test_an_unknown_destination_kind_is_an_error(client: Callable[..., Client]) -> None:
     conn, collector = client()
     conn.send("/exchange/x", b"body")
@@ -348,7 +372,13 @@ def test_jms_headers_and_properties_map_both_ways(client: Callable[..., Client],
         priority="7",
         expires=str(expires),
         type="order",
-        headers={"correlation-id": "c-1", "reply-to": "/queue/replies", "color": "red", "content-type": "a/b"},
+        headers={
+            "correlation-id": "c-1",
+            "reply-to": "/queue/replies",
+            "color": "red",
+            "note": "a:b\nc\\d",  # escaped on the wire both ways
+            "content-type": "a/b",
+        },
     )
     collector.wait_receipt("r")
     with jms.connection_factory().create_connection() as connection:
@@ -363,11 +393,13 @@ def test_jms_headers_and_properties_map_both_ways(client: Callable[..., Client],
         assert message.type == "order"
         assert message.correlation_id == "c-1"
         assert message.reply_to == Queue("replies")
-        assert message.properties == {"color": "red"}  # content-type is no JMS property name
+        # content-type is no JMS property name: not kept.
+        assert message.properties == {"color": "red", "note": "a:b\nc\\d"}
         # And back: a message sent by a JMS client, received over STOMP.
         out = TextMessage("from jms")
         out.set_property("size", 3)
         out.set_property("fragile", True)
+        out.set_property("path", "x:y\nz")
         out.correlation_id = "c-2"
         out.reply_to = Topic("news")
         jms.create_queue("back")
@@ -383,6 +415,7 @@ def test_jms_headers_and_properties_map_both_ways(client: Callable[..., Client],
     assert headers["correlation-id"] == "c-2"
     assert headers["reply-to"] == "/topic/news"
     assert headers["size"] == "3" and headers["fragile"] == "true"
+    assert headers["path"] == "x:y\nz"
     assert headers["redelivered"] == "false"
     assert "persistent" not in headers
 
@@ -643,4 +676,8 @@ def test_closing_the_server_returns_unacknowledged_messages(
     collector.wait_messages(2)
     served.close()
     collector.wait(lambda: collector.disconnected)
-    assert jms.message_count(Queue("shutdown")) == 2
+    with jms.connection_factory().create_connection() as connection:
+        connection.start()
+        consumer = connection.create_session().create_consumer(Queue("shutdown"))
+        back = [consumer.receive(WAIT) for _ in range(2)]
+    assert [m.redelivered for m in back if m is not None] == [True, True]

@@ -13,7 +13,10 @@ A RECEIPT is sent once the frame's effect is durable: a SEND that asks
 for one is stored (if persistent) and visible first; an ACK's delete, a
 COMMIT's store transaction are written first. SENDs without a receipt go
 on without waiting for the disk (their failure ends the connection with
-an ERROR frame). Any protocol error, malformed frame or failed operation
+an ERROR frame). In a transaction, SENDs are staged and ACKs set aside
+until COMMIT applies them in one store transaction; ABORT drops the
+sends and returns the messages acknowledged (or NACKed) in it for
+redelivery. Any protocol error, malformed frame or failed operation
 gets an ERROR frame and the connection closes, as STOMP 1.2 says.
 """
 
@@ -552,11 +555,12 @@ class StompConnection:
             locked = self._frame_lock.acquire(timeout=self._settings.write_timeout)
             try:
                 self._closed = True
+                # The socket first: a dispatcher blocked writing to a client that does not read is freed.
+                self._break()
                 self._release_everything()
             finally:
                 if locked:
                     self._frame_lock.release()
-            self._break()
             self._sock.close()
         self._server.forget(self)
         log.info("stomp %s (%s): closed (%s)", self.peer, self.session, reason)
