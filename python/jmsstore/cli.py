@@ -1,5 +1,6 @@
 """The ``jmsstore`` command: store administration (compare
-``weblogic.store.Admin``) and the demo.
+``weblogic.store.Admin``), ``jmsstore serve`` (STOMP 1.2 over the network)
+and the demo.
 
 Exit status, as sqlite3 and click have it: 0 when the command did its job,
 1 for an error at run time (a path that is not a store, a store another
@@ -13,9 +14,12 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import logging
 import os
 import shutil
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,21 +28,24 @@ from jmsstore import __version__, _native, inspect
 from jmsstore.broker import config
 from jmsstore.broker.layout import PAGING_DIRECTORY, STORE_DIRECTORY, store_directory
 from jmsstore.broker.limits import Quota
+from jmsstore.broker.server import JMSServer
 from jmsstore.broker.snapshot import StoreSnapshot
 from jmsstore.demo import default_directory, run_demo
 from jmsstore.errors import InvalidArgumentError, JmsStoreError, StoreLockedError
+from jmsstore.net.stomp.server import StompServer
 from jmsstore.progress import ProgressBar, ReadingProgress
 from jmsstore.store import FileStore
 from jmsstore.table import format_fields
 
 DESCRIPTION = """\
-Administer jmsstore stores and JMS servers, and run the demo.
+Administer jmsstore stores and JMS servers, serve a JMS server to STOMP
+clients, and run the demo.
 
 Two kinds of directory: a store directory holds a store's segment files
 (*.seg; FileStore(path)); a JMS server's home directory holds its store in
 SERVER_DIR/store and its paging files in SERVER_DIR/paging
 (JMSServer(directory)). "jmsstore store ..." wants a store directory,
-"jmsstore stats" and "jmsstore demo" a server's home."""
+"jmsstore stats", "jmsstore serve" and "jmsstore demo" a server's home."""
 
 EPILOG = """\
 exit status: 0 done, 1 runtime error (or damage found by "store verify"),
@@ -441,6 +448,71 @@ def _positive(text: str) -> int:
     return value
 
 
+def listen_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[IPV6]:PORT`` for an IPv6 address; port 0: any free port)."""
+    host, colon, port_text = text.rpartition(":")
+    if not colon or not host:
+        raise argparse.ArgumentTypeError(f"not HOST:PORT: {text!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not port_text.isascii() or not port_text.isdigit() or int(port_text) > 65535:
+        raise argparse.ArgumentTypeError(f"the port must be a number within 0..65535, not {port_text!r}")
+    return host, int(port_text)
+
+
+def _open_served(target: str, name: str | None) -> JMSServer:
+    """The JMS server ``jmsstore serve`` serves: a TOML configuration's, or
+    the one whose home is the directory ``target`` (created if missing)."""
+    if target.endswith(".toml"):
+        if not os.path.isfile(target):
+            raise CommandError(f"{target}: no such configuration file")
+        return JMSServer.from_config(target, name)
+    if os.path.exists(target) and not os.path.isdir(target):
+        raise CommandError(f"{target} is a file: serve wants a JMS server's home directory or a .toml configuration")
+    if os.path.isdir(target) and not os.path.exists(store_directory(target)) and _is_store(target):
+        hint = _store_parent(target, "give the server a directory of its own")
+        raise CommandError(f"{target} is a store directory, not a JMS server's home: {hint}")
+    return JMSServer(target) if name is None else JMSServer(target, name=name)
+
+
+def serve(target: str, name: str | None, listen: tuple[str, int], auto_create: bool, max_connections: int) -> int:
+    """Serves a JMS server to STOMP 1.2 clients until SIGTERM or SIGINT,
+    then stops accepting, closes the connections (their unacknowledged
+    messages return) and closes the store."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stop = threading.Event()
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        # Only flags it: logging from a signal handler could wait for a lock the main thread holds.
+        received.append(signum)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        server = _open_served(target, name)
+        try:
+            stomp = StompServer(
+                server, listen[0], listen[1], auto_create=auto_create, max_connections=max_connections
+            ).start()
+            try:
+                host, port = stomp.address
+                print(f"jmsstore serve: STOMP 1.2 on {host}:{port}, JMS server {server.name!r}", flush=True)
+                while not stop.wait(1.0):
+                    pass
+                log = logging.getLogger("jmsstore.net.stomp")
+                log.info("stomp: %s received, shutting down", signal.Signals(received[0]).name)
+            finally:
+                stomp.close()
+        finally:
+            server.close()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print("jmsstore serve: stopped", flush=True)
+    return 0
+
+
 STORE_DIR_HELP = "a store directory: the one holding the segment files (*.seg); a JMS server's is SERVER_DIR/store"
 
 
@@ -514,6 +586,36 @@ def parser() -> argparse.ArgumentParser:
     )
     demo_cmd.add_argument("--messages", type=_positive, default=20000, metavar="N", help="messages to send (20000)")
     demo_cmd.add_argument("--threads", type=_positive, default=16, metavar="N", help="producer threads (16)")
+    serve_cmd = commands.add_parser(
+        "serve",
+        help="serve a JMS server to STOMP 1.2 clients over the network",
+        description="Serve a JMS server to STOMP 1.2 clients (stomp.py, stomp.js, ActiveMQ's and RabbitMQ's "
+        "client libraries) until SIGTERM or SIGINT. Destinations are /queue/NAME and /topic/NAME, created on "
+        "first use unless --no-auto-create. One log line per connection event on stderr.",
+        epilog=EPILOG,
+    )
+    serve_cmd.add_argument(
+        "target",
+        metavar="SERVER_DIR|CONFIG.toml",
+        help="a JMS server's home directory (created if missing), or a TOML configuration file",
+    )
+    serve_cmd.add_argument("--name", help="the server's name (default: jms1, or the configuration's only server)")
+    serve_cmd.add_argument(
+        "--listen",
+        type=listen_address,
+        default=("127.0.0.1", 61613),
+        metavar="HOST:PORT",
+        help="the address to listen on (default 127.0.0.1:61613; port 0: any free port)",
+    )
+    serve_cmd.add_argument(
+        "--no-auto-create",
+        dest="auto_create",
+        action="store_false",
+        help="refuse destinations the server does not have (default: create them on first use, as ActiveMQ does)",
+    )
+    serve_cmd.add_argument(
+        "--max-connections", type=_positive, default=1000, metavar="N", help="connections served at once (1000)"
+    )
     return top
 
 
@@ -521,6 +623,8 @@ def run(args: argparse.Namespace, top: argparse.ArgumentParser) -> int:
     """Runs the command ``args`` name."""
     if args.command == "demo":
         return demo(args.dir, args.reset, args.messages, args.threads)
+    if args.command == "serve":
+        return serve(args.target, args.name, args.listen, args.auto_create, args.max_connections)
     if args.command == "stats":
         if (args.directory is None) == (args.config is None):
             top.error("stats needs a server directory or --config FILE (one of them)")

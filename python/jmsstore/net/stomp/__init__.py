@@ -15,6 +15,9 @@ from jmsstore.net.stomp.frames import (
     encode,
     error_frame,
 )
+from jmsstore.net.stomp.mapping import ProtocolError
+from jmsstore.net.stomp.server import StompServer, serve
+from jmsstore.net.stomp.settings import StompSettings
 
 __all__ = [
     "ALL_COMMANDS",
@@ -27,6 +30,10 @@ __all__ = [
     "FrameError",
     "FrameLimits",
     "FrameParser",
+    "ProtocolError",
+    "StompServer",
+    "StompSettings",
     "encode",
     "error_frame",
+    "serve",
 ]

@@ -1,0 +1,591 @@
+"""One STOMP client connection: its reader thread, which handles the
+frames in order, and what they change (subscriptions, transactions).
+
+The reader thread reads bytes, feeds the frame parser and handles each
+frame before the next; it also sends heart-beats and cuts off a client
+that has been silent for twice the negotiated interval. Writes come from
+the reader (CONNECTED, RECEIPT, ERROR) and from the subscriptions'
+dispatchers (MESSAGE), one at a time under the connection's write lock;
+a write to a client that does not read blocks up to ``write_timeout``,
+then the connection is dropped.
+
+A RECEIPT is sent once the frame's effect is durable: a SEND that asks
+for one is stored (if persistent) and visible first; an ACK's delete, a
+COMMIT's store transaction are written first. SENDs without a receipt go
+on without waiting for the disk (their failure ends the connection with
+an ERROR frame). In a transaction, SENDs are staged and ACKs set aside
+until COMMIT applies them in one store transaction; ABORT drops the
+sends and returns the messages acknowledged (or NACKed) in it for
+redelivery. Any protocol error, malformed frame or failed operation
+gets an ERROR frame and the connection closes, as STOMP 1.2 says.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import selectors
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from jmsstore._native import __version__
+from jmsstore.client.port import BrokerPort, Delivery, ProducerPort, SendOptions
+from jmsstore.errors import InvalidArgumentError, JmsStoreError
+from jmsstore.jms.destination import Destination, Queue, Topic, check_name
+from jmsstore.net.stomp.frames import CLIENT_COMMANDS, Command, Frame, FrameError, FrameParser, encode, error_frame
+from jmsstore.net.stomp.mapping import ProtocolError, outgoing_message, parse_destination
+from jmsstore.net.stomp.settings import StompSettings
+from jmsstore.net.stomp.statistics import StompStatistics
+from jmsstore.net.stomp.subscription import ACK_MODES, Subscription
+from jmsstore.selector import Selector
+
+__all__ = ["StompConnection"]
+
+log = logging.getLogger("jmsstore.net.stomp")
+
+_READ_SIZE = 64 * 1024
+# How often the reader looks at the clock when no heart-beat asks for more.
+_TICK = 1.0
+
+
+class _Server(Protocol):
+    """What a connection needs of its server."""
+
+    @property
+    def settings(self) -> StompSettings: ...
+
+    @property
+    def stats(self) -> StompStatistics: ...
+
+    @property
+    def port(self) -> BrokerPort: ...
+
+    @property
+    def send_options(self) -> SendOptions: ...
+
+    def ensure_destination(self, destination: Destination) -> None: ...
+
+    def forget(self, connection: StompConnection) -> None: ...
+
+
+@dataclass(slots=True)
+class _Transaction:
+    """A BEGIN's sends and acknowledgements, applied at COMMIT."""
+
+    staged: list[object] = field(default_factory=list)
+    acks: list[Delivery] = field(default_factory=list)
+    nacks: list[Delivery] = field(default_factory=list)
+
+
+def _heart_beat(text: str) -> tuple[int, int]:
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() and len(p.strip()) <= 10 for p in parts):
+        raise ProtocolError(f"heart-beat must be two whole numbers of milliseconds, 'cx,cy', not {text[:40]!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def _negotiated(ours: int, theirs: int) -> int:
+    """STOMP 1.2 heart-beat negotiation: 0 if either side cannot, else the larger."""
+    return 0 if ours == 0 or theirs == 0 else max(ours, theirs)
+
+
+class StompConnection:
+    """A client connected over STOMP 1.2 (see the module documentation)."""
+
+    _serials = itertools.count(1)
+
+    def __init__(self, server: _Server, sock: socket.socket, peer: str) -> None:
+        self._server = server
+        self._settings = server.settings
+        self._stats = server.stats
+        self._port = server.port
+        self._sock = sock
+        self.peer = peer
+        self.session = f"jmsstore-{next(self._serials)}"
+        self._parser = FrameParser(self._settings.frame_limits, CLIENT_COMMANDS)
+        self._write_lock = threading.Lock()
+        self._frame_lock = threading.Lock()  # held while a frame is handled: close waits for it
+        self._close_lock = threading.Lock()
+        self._closed = False
+        self._connected = False
+        self._connection_id = 0
+        self.client_id: str | None = None
+        self._producer: ProducerPort | None = None
+        self._subscriptions: dict[str, Subscription] = {}
+        self._by_serial: dict[int, Subscription] = {}
+        self._subscription_serials = itertools.count(1)
+        self._transactions: dict[str, _Transaction] = {}
+        # Sends without a receipt not yet durable, and the first of them that failed.
+        self._pending = threading.Condition()
+        self._pending_sends = 0
+        self._send_failure: BaseException | None = None
+        self._send_interval = 0.0  # seconds between our heart-beats (0: none)
+        self._receive_interval = 0.0  # the client's (0: none)
+        self._last_read = time.monotonic()
+        self._last_write = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name=f"jmsstore-stomp-{peer}", daemon=True)
+
+    def start(self) -> None:
+        self._sock.settimeout(self._settings.write_timeout)
+        self._thread.start()
+
+    @property
+    def subscriptions(self) -> int:
+        return len(self._subscriptions)
+
+    # ------------------------------------------------------------ writing
+
+    def _write(self, frame: Frame) -> None:
+        data = encode(frame)
+        with self._write_lock:
+            try:
+                self._sock.sendall(data)
+            except OSError:
+                self._break()
+                raise
+            self._last_write = time.monotonic()
+        self._stats.frame_out(frame.command)
+
+    def _write_message(self, headers: list[tuple[str, str]], body: bytes) -> None:
+        headers.append(("content-length", str(len(body))))
+        self._write(Frame(Command.MESSAGE, headers, body))
+
+    def _heart_beat(self) -> None:
+        # Skipped if a frame is being written: that is a sign of life too.
+        if not self._write_lock.acquire(blocking=False):
+            return
+        try:
+            self._sock.sendall(b"\n")
+            self._last_write = time.monotonic()
+        except OSError:
+            self._break()
+        finally:
+            self._write_lock.release()
+
+    def _break(self) -> None:
+        """The socket is unusable: wakes the reader so that it closes the connection."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+
+    def _error(self, message: str, frame: Frame | None = None, extra: list[tuple[str, str]] | None = None) -> None:
+        """Sends an ERROR frame (the connection closes after it)."""
+        receipt = frame.header("receipt") if frame is not None else None
+        error = error_frame(message.replace("\n", " "), receipt)
+        if extra:
+            error.headers.extend(extra)
+        with contextlib.suppress(OSError, FrameError):
+            self._write(error)
+        log.info("stomp %s (%s): ERROR %s", self.peer, self.session, message)
+
+    def fail(self, reason: str) -> None:
+        """Ends the connection with an ERROR frame, from any thread."""
+        if self._closed:
+            return
+        self._error(reason)
+        self._break()
+
+    # ------------------------------------------------------------ the reader
+
+    def _run(self) -> None:
+        reason = "closed by the client"
+        try:
+            reason = self._read_loop()
+        except OSError as e:
+            reason = f"connection lost: {e.strerror or e}"
+        except Exception:
+            log.exception("stomp %s: the connection failed", self.peer)
+            self._error("internal error")
+            reason = "internal error"
+        finally:
+            self.close(reason)
+
+    def _read_loop(self) -> str:
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._sock, selectors.EVENT_READ)
+            connect_deadline = time.monotonic() + self._settings.connect_timeout
+            while not self._closed:
+                now = time.monotonic()
+                if not self._connected and now >= connect_deadline:
+                    self._error(f"no CONNECT frame within {self._settings.connect_timeout:g} s")
+                    return "no CONNECT in time"
+                failed = self._take_send_failure()
+                if failed is not None:
+                    self._error(f"a send failed: {failed}")
+                    return "a send failed"
+                if self._receive_interval and now - self._last_read > 2 * self._receive_interval:
+                    self._stats.heartbeat_timeout()
+                    return f"no heart-beat from the client for {2 * self._receive_interval:g} s"
+                # At half the interval: a late wake-up on a busy machine still keeps within it.
+                if self._send_interval and now - self._last_write >= self._send_interval / 2:
+                    self._heart_beat()
+                if not selector.select(self._tick()):
+                    continue
+                data = self._sock.recv(_READ_SIZE)
+                if not data:
+                    return "closed by the client"
+                self._last_read = time.monotonic()
+                try:
+                    frames = self._parser.feed(data)
+                except FrameError as e:
+                    for frame in e.frames:
+                        if not self._handle(frame):
+                            return "closed after an error"
+                    self._error(str(e))
+                    return "malformed frame"
+                for frame in frames:
+                    if not self._handle(frame):
+                        return "disconnected" if frame.command == Command.DISCONNECT else "closed after an error"
+        return "closed by the server"
+
+    def _tick(self) -> float:
+        tick = _TICK
+        if self._send_interval:
+            tick = min(tick, self._send_interval / 4)
+        if self._receive_interval:
+            tick = min(tick, self._receive_interval / 2)
+        return tick
+
+    def _take_send_failure(self) -> BaseException | None:
+        with self._pending:
+            failure, self._send_failure = self._send_failure, None
+            return failure
+
+    # ------------------------------------------------------------ frames
+
+    def _handle(self, frame: Frame) -> bool:
+        """Handles one frame; False: the connection ends (an ERROR was sent, or DISCONNECT)."""
+        self._stats.frame_in(frame.command)
+        headers = frame.header_map()
+        with self._frame_lock:
+            if self._closed:
+                return False
+            try:
+                if not self._connected and frame.command not in (Command.CONNECT, Command.STOMP):
+                    raise ProtocolError(f"the first frame must be CONNECT, not {frame.command}")
+                handler = getattr(self, f"_on_{frame.command.lower()}")
+                more: bool = handler(frame, headers)
+            except (ProtocolError, FrameError) as e:
+                self._error(str(e), frame)
+                return False
+            except JmsStoreError as e:
+                self._error(f"{type(e).__name__}: {e}", frame)
+                return False
+        receipt = headers.get("receipt")
+        replies = frame.command == Command.DISCONNECT or (
+            more and frame.command not in (Command.CONNECT, Command.STOMP)
+        )
+        if receipt is not None and replies:
+            self._write(Frame(Command.RECEIPT, [("receipt-id", receipt)]))
+        return more
+
+    def _on_connect(self, frame: Frame, headers: dict[str, str]) -> bool:
+        if self._connected:
+            raise ProtocolError("already connected")
+        versions = [v.strip() for v in headers.get("accept-version", "1.0").split(",")]
+        if "1.2" not in versions:
+            self._error(
+                f"this server speaks STOMP 1.2 only; the client accepts {', '.join(versions)}",
+                frame,
+                [("version", "1.2")],
+            )
+            return False
+        client_send, client_receive = _heart_beat(headers.get("heart-beat", "0,0"))
+        ours_send, ours_receive = self._settings.heart_beat
+        send_ms = _negotiated(ours_send, client_receive)
+        receive_ms = _negotiated(ours_receive, client_send)
+        client_id = headers.get("client-id")
+        if client_id is not None:
+            try:
+                check_name("client id", client_id)
+            except InvalidArgumentError as e:
+                raise ProtocolError(str(e)) from None
+        self._connection_id = self._port.register_connection(self, client_id)
+        self.client_id = client_id
+        self._connected = True
+        self._producer = self._port.open_producer(None, self._server.send_options, self._connection_id, client_id)
+        self._send_interval = send_ms / 1000
+        self._receive_interval = receive_ms / 1000
+        self._write(
+            Frame(
+                Command.CONNECTED,
+                [
+                    ("version", "1.2"),
+                    ("server", f"jmsstore/{__version__}"),
+                    ("heart-beat", f"{send_ms},{receive_ms}"),
+                    ("session", self.session),
+                ],
+            )
+        )
+        log.info(
+            "stomp %s (%s): connected%s, heart-beat %d,%d ms",
+            self.peer,
+            self.session,
+            f" as client-id {client_id}" if client_id else "",
+            send_ms,
+            receive_ms,
+        )
+        return True
+
+    _on_stomp = _on_connect
+
+    def _destination(self, headers: dict[str, str]) -> Destination:
+        destination = parse_destination(headers.get("destination"))
+        self._server.ensure_destination(destination)
+        return destination
+
+    def _on_send(self, frame: Frame, headers: dict[str, str]) -> bool:
+        outgoing = outgoing_message(headers, frame.body, time.time_ns() // 1_000_000)
+        self._server.ensure_destination(outgoing.destination)
+        producer = self._producer
+        assert producer is not None
+        args = (outgoing.message, outgoing.destination, outgoing.mode, outgoing.priority, outgoing.ttl, 0)
+        transaction = headers.get("transaction")
+        if transaction is not None:
+            staged = producer.stage(*args)
+            if staged is not None:
+                self._transaction(transaction).staged.append(staged)
+        elif "receipt" in headers:
+            producer.send(*args)  # durable (if persistent) and visible on return: then the receipt
+        else:
+            with self._pending:
+                self._pending_sends += 1
+            try:
+                accepted = producer.send_async(*args, None, self._sent)
+            except BaseException:
+                self._sent(None, None)
+                raise
+            if not accepted:
+                self._sent(None, None)  # dropped (non-persistent, over the broker-wide limits)
+        return True
+
+    def _sent(self, _handle: int | None, error: BaseException | None) -> None:
+        """A send without a receipt completed (on the broker's callback thread)."""
+        with self._pending:
+            self._pending_sends -= 1
+            if error is not None and self._send_failure is None:
+                self._send_failure = error
+            self._pending.notify_all()
+
+    def _wait_for_sends(self, timeout: float) -> None:
+        with self._pending:
+            self._pending.wait_for(lambda: self._pending_sends <= 0, timeout)
+
+    def _on_subscribe(self, frame: Frame, headers: dict[str, str]) -> bool:
+        subscription_id = headers.get("id")
+        if subscription_id is None:
+            raise ProtocolError("SUBSCRIBE needs an id header")
+        if subscription_id in self._subscriptions:
+            raise ProtocolError(f"subscription id {subscription_id!r} is in use on this connection")
+        if len(self._subscriptions) >= self._settings.max_subscriptions:
+            raise ProtocolError(f"a connection may have at most {self._settings.max_subscriptions} subscriptions")
+        ack_mode = headers.get("ack", "auto")
+        if ack_mode not in ACK_MODES:
+            raise ProtocolError(f"ack must be auto, client or client-individual, not {ack_mode[:40]!r}")
+        prefetch = self._settings.default_prefetch
+        if "activemq.prefetchSize" in headers:
+            text = headers["activemq.prefetchSize"]
+            limit = self._settings.max_prefetch
+            if not (text.isascii() and text.isdigit() and len(text) <= 10 and 1 <= int(text) <= limit):
+                raise ProtocolError(f"activemq.prefetchSize must be within 1..{limit}, not {text[:40]!r}")
+            prefetch = int(text)
+        selector = Selector(headers.get("selector"))
+        if selector.text:
+            selector.native()  # an invalid selector is refused here
+        destination = self._destination(headers)
+        name = headers.get("activemq.subscriptionName")
+        if isinstance(destination, Topic):
+            if name is not None:
+                if self.client_id is None:
+                    raise ProtocolError(
+                        "a durable subscription (activemq.subscriptionName) needs a client-id on CONNECT"
+                    )
+                try:
+                    check_name("subscription", name)
+                except InvalidArgumentError as e:
+                    raise ProtocolError(str(e)) from None
+            no_local = headers.get("activemq.noLocal", "false").lower() == "true"
+            consumer = self._port.open_subscription(
+                destination, name, self.client_id, selector, name is not None, False, no_local, self._connection_id
+            )
+        else:
+            assert isinstance(destination, Queue)
+            consumer = self._port.open_queue_consumer(destination, selector, self._connection_id)
+        serial = next(self._subscription_serials)
+        subscription = Subscription(
+            serial,
+            subscription_id,
+            ack_mode,
+            prefetch,
+            self._port,
+            consumer,
+            self._write_message,
+            self.fail,
+            name if isinstance(destination, Topic) else None,
+        )
+        self._subscriptions[subscription_id] = subscription
+        self._by_serial[serial] = subscription
+        subscription.start()
+        return True
+
+    def _on_unsubscribe(self, frame: Frame, headers: dict[str, str]) -> bool:
+        subscription_id = headers.get("id")
+        if subscription_id is None:
+            raise ProtocolError("UNSUBSCRIBE needs an id header")
+        subscription = self._subscriptions.pop(subscription_id, None)
+        if subscription is None:
+            raise ProtocolError(f"no subscription {subscription_id!r} on this connection")
+        self._by_serial.pop(subscription.serial, None)
+        subscription.close()
+        # ActiveMQ: UNSUBSCRIBE naming the durable subscription deletes it; without, it only stops.
+        name = headers.get("activemq.subscriptionName")
+        if name is not None:
+            self._port.unsubscribe(self.client_id, name)
+        return True
+
+    def _settled(self, headers: dict[str, str]) -> list[Delivery]:
+        ack = headers.get("id")
+        if ack is None:
+            raise ProtocolError("ACK and NACK need an id header (the ack header of the MESSAGE)")
+        serial, _, _ = ack.partition(".")
+        subscription = self._by_serial.get(int(serial)) if serial.isdigit() and len(serial) <= 18 else None
+        if subscription is None:
+            raise ProtocolError(f"no message awaits acknowledgement with id {ack[:60]!r}")
+        return subscription.take(ack)
+
+    def _on_ack(self, frame: Frame, headers: dict[str, str]) -> bool:
+        transaction = headers.get("transaction")
+        tx = self._transaction(transaction) if transaction is not None else None
+        deliveries = self._settled(headers)
+        if tx is not None:
+            tx.acks.extend(deliveries)
+            return True
+        try:
+            self._port.acknowledge(deliveries)  # durable on return
+        except BaseException:
+            self._port.release(deliveries, redelivered=True)
+            raise
+        return True
+
+    def _on_nack(self, frame: Frame, headers: dict[str, str]) -> bool:
+        transaction = headers.get("transaction")
+        tx = self._transaction(transaction) if transaction is not None else None
+        deliveries = self._settled(headers)
+        if tx is not None:
+            tx.nacks.extend(deliveries)
+        else:
+            self._port.release(deliveries, redelivered=True)
+        return True
+
+    def _transaction(self, name: str) -> _Transaction:
+        tx = self._transactions.get(name)
+        if tx is None:
+            raise ProtocolError(f"no transaction {name[:60]!r} has begun on this connection")
+        return tx
+
+    def _transaction_name(self, frame: Frame, headers: dict[str, str]) -> str:
+        name = headers.get("transaction")
+        if name is None:
+            raise ProtocolError(f"{frame.command} needs a transaction header")
+        return name
+
+    def _on_begin(self, frame: Frame, headers: dict[str, str]) -> bool:
+        name = self._transaction_name(frame, headers)
+        if name in self._transactions:
+            raise ProtocolError(f"transaction {name[:60]!r} has already begun")
+        if len(self._transactions) >= self._settings.max_transactions:
+            raise ProtocolError(f"a connection may have at most {self._settings.max_transactions} open transactions")
+        self._transactions[name] = _Transaction()
+        return True
+
+    def _on_commit(self, frame: Frame, headers: dict[str, str]) -> bool:
+        name = self._transaction_name(frame, headers)
+        tx = self._transaction(name)
+        del self._transactions[name]
+        try:
+            self._port.commit(tx.staged, tx.acks)  # one store transaction, durable on return
+        except BaseException:
+            self._port.release(tx.acks + tx.nacks, redelivered=True)
+            raise
+        if tx.nacks:
+            self._port.release(tx.nacks, redelivered=True)
+        return True
+
+    def _on_abort(self, frame: Frame, headers: dict[str, str]) -> bool:
+        name = self._transaction_name(frame, headers)
+        tx = self._transaction(name)
+        del self._transactions[name]
+        self._abort(tx)
+        return True
+
+    def _abort(self, tx: _Transaction) -> None:
+        if tx.staged:
+            self._port.unstage(tx.staged)
+        if tx.acks or tx.nacks:
+            self._port.release(tx.acks + tx.nacks, redelivered=True)
+
+    def _on_disconnect(self, frame: Frame, headers: dict[str, str]) -> bool:
+        # The receipt says everything before it is done: sends included.
+        self._wait_for_sends(self._settings.write_timeout)
+        failed = self._take_send_failure()
+        if failed is not None:
+            raise ProtocolError(f"a send failed: {failed}")
+        # And its unacknowledged messages are back before the receipt says so.
+        self._close_subscriptions()
+        return False
+
+    # ------------------------------------------------------------ closing
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self, reason: str = "closed by the server") -> None:
+        """Closes the connection: waits for the frame being handled, aborts
+        open transactions, returns unacknowledged messages (flagged
+        redelivered), closes the socket. Idempotent; safe from any thread
+        (the broker's close calls it too)."""
+        with self._close_lock:
+            if self._closed:
+                return
+            # The frame being handled finishes first (bounded: a send blocked on a full quota waits).
+            locked = self._frame_lock.acquire(timeout=self._settings.write_timeout)
+            try:
+                self._closed = True
+                # The socket first: a dispatcher blocked writing to a client that does not read is freed.
+                self._break()
+                self._release_everything()
+            finally:
+                if locked:
+                    self._frame_lock.release()
+            self._sock.close()
+        self._server.forget(self)
+        log.info("stomp %s (%s): closed (%s)", self.peer, self.session, reason)
+
+    def _close_subscriptions(self) -> None:
+        subscriptions = list(self._subscriptions.values())
+        self._subscriptions.clear()
+        self._by_serial.clear()
+        for subscription in subscriptions:
+            subscription.close()
+
+    def _release_everything(self) -> None:
+        try:
+            self._close_subscriptions()
+            for tx in self._transactions.values():
+                self._abort(tx)
+            self._transactions.clear()
+            self._wait_for_sends(self._settings.write_timeout)
+            if self._producer is not None:
+                self._producer.close()
+        except JmsStoreError as e:
+            log.warning("stomp %s: closing: %s", self.peer, e)
+        finally:
+            if self._connected:
+                self._port.release_connection(self, self.client_id)
+
+    def describe(self) -> dict[str, Any]:
+        return {"peer": self.peer, "session": self.session, "client_id": self.client_id}

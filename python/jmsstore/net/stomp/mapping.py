@@ -1,0 +1,199 @@
+"""How STOMP frames map to JMS messages and destinations, as ActiveMQ
+Classic maps them, so that clients written for ActiveMQ work unchanged.
+
+Destinations: ``/queue/NAME`` is a :class:`~jmsstore.Queue`,
+``/topic/NAME`` a :class:`~jmsstore.Topic`, ``/temp-queue/NAME`` a
+temporary queue (only as a ``reply-to``). ``NAME`` follows jmsstore's
+naming rule (letters, digits, ``_ . $ - :``).
+
+A SEND becomes:
+
+- a :class:`~jmsstore.TextMessage` when it has no ``content-length``
+  header (its body must then be UTF-8), a :class:`~jmsstore.BytesMessage`
+  when it has one (ActiveMQ's rule; stomp.py adds ``content-length`` by
+  default, so its sends arrive as bytes messages);
+- persistent only with ``persistent:true`` (ActiveMQ's default for STOMP
+  is non-persistent);
+- ``priority`` (0-9, default 4), ``expires`` (absolute epoch milliseconds,
+  0 or absent: never), ``type``, ``correlation-id`` and ``reply-to`` as the
+  JMS headers;
+- every other header a string property, when its name is a JMS property
+  name (a Java identifier outside the ``JMS`` namespace); headers whose
+  names are not (``content-type``, ``x-trace-id``) are not kept.
+
+A delivered message becomes a MESSAGE frame with ``subscription``,
+``message-id``, ``destination``, ``ack``, ``content-length``, ``expires``,
+``priority``, ``timestamp``, ``redelivered``, ``persistent`` (when it is),
+``type``, ``correlation-id`` and ``reply-to`` (when set), and its
+properties as headers (booleans as ``true``/``false``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jmsstore.errors import InvalidArgumentError, JmsStoreError
+from jmsstore.jms.destination import Destination, Queue, TemporaryQueue, Topic
+from jmsstore.jms.message import BytesMessage, DeliveryMode, Message, TextMessage, check_property_name
+
+__all__ = [
+    "Outgoing",
+    "ProtocolError",
+    "destination_name",
+    "message_body",
+    "message_headers",
+    "outgoing_message",
+    "parse_destination",
+]
+
+
+class ProtocolError(JmsStoreError):
+    """A frame breaks the STOMP protocol or asks what the server refuses;
+    the message is the ERROR frame's ``message`` header."""
+
+
+_PREFIXES: dict[str, type[Destination]] = {"/queue/": Queue, "/topic/": Topic, "/temp-queue/": TemporaryQueue}
+
+# SEND headers that are STOMP's or JMS headers, never properties.
+_NOT_PROPERTIES = frozenset(
+    {
+        "destination",
+        "content-length",
+        "content-type",
+        "receipt",
+        "transaction",
+        "persistent",
+        "priority",
+        "expires",
+        "type",
+        "correlation-id",
+        "reply-to",
+        "message-id",
+        "timestamp",
+        "redelivered",
+        "subscription",
+        "ack",
+    }
+)
+
+
+def parse_destination(text: str | None, *, temporary: bool = False) -> Destination:
+    """The destination a STOMP ``destination`` (or ``reply-to``) header names."""
+    if text is None:
+        raise ProtocolError("the frame has no destination header")
+    for prefix, kind in _PREFIXES.items():
+        if text.startswith(prefix):
+            if kind is TemporaryQueue and not temporary:
+                break
+            try:
+                return kind(text[len(prefix) :])
+            except InvalidArgumentError as e:
+                raise ProtocolError(f"destination {text!r}: {e}") from None
+    allowed = "/queue/NAME, /topic/NAME" + (" or /temp-queue/NAME" if temporary else "")
+    raise ProtocolError(f"destination {text!r} is not {allowed}")
+
+
+def destination_name(destination: Destination) -> str:
+    """The STOMP name of a destination: ``/queue/NAME`` or ``/topic/NAME``."""
+    return f"/{destination.kind}/{destination.name}"
+
+
+@dataclass(slots=True)
+class Outgoing:
+    """A SEND, as the arguments of a JMS send."""
+
+    message: Message
+    destination: Destination
+    mode: int
+    priority: int
+    ttl: int
+
+
+def _integer(name: str, text: str, low: int, high: int) -> int:
+    if not (text.isascii() and text.lstrip("-").isdigit()) or len(text) > 20:
+        raise ProtocolError(f"header {name} must be a whole number, not {text[:40]!r}")
+    value = int(text)
+    if not low <= value <= high:
+        raise ProtocolError(f"header {name} must be within {low}..{high}, not {value}")
+    return value
+
+
+def outgoing_message(headers: dict[str, str], body: bytes, now_ms: int) -> Outgoing:
+    """The message a SEND frame (its headers, first occurrence of each, and
+    body) sends, as ActiveMQ maps it (see the module documentation)."""
+    destination = parse_destination(headers.get("destination"))
+    if isinstance(destination, TemporaryQueue):
+        raise ProtocolError("sending to a temporary queue is not supported")
+    message: Message
+    if "content-length" in headers:
+        message = BytesMessage(body)
+    else:
+        try:
+            message = TextMessage(body.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise ProtocolError(
+                f"a SEND without content-length is a text message, and its body is not UTF-8 (at byte {e.start})"
+            ) from None
+    persistent = headers.get("persistent", "false").lower() == "true"
+    priority = _integer("priority", headers["priority"], 0, 9) if "priority" in headers else 4
+    ttl = 0
+    if "expires" in headers:
+        expires = _integer("expires", headers["expires"], 0, 1 << 62)
+        # Already past: one millisecond, so that it expires rather than lives forever.
+        ttl = 0 if expires == 0 else max(1, expires - now_ms)
+    message.type = headers.get("type")
+    message.correlation_id = headers.get("correlation-id")
+    reply_to = headers.get("reply-to")
+    if reply_to is not None:
+        message.reply_to = parse_destination(reply_to, temporary=True)
+    for name, value in headers.items():
+        if name in _NOT_PROPERTIES:
+            continue
+        try:
+            check_property_name(name)
+        except JmsStoreError:
+            continue  # not a JMS property name: ActiveMQ's JMS clients could not read it either
+        message.set_property(name, value)
+    mode = DeliveryMode.PERSISTENT if persistent else DeliveryMode.NON_PERSISTENT
+    return Outgoing(message, destination, int(mode), priority, ttl)
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def message_headers(message: Message, subscription: str, ack: str) -> list[tuple[str, str]]:
+    """The headers of the MESSAGE frame that delivers ``message`` (without ``content-length``)."""
+    headers = [
+        ("subscription", subscription),
+        ("message-id", message.message_id or ""),
+        ("destination", destination_name(message.destination)),
+        ("ack", ack),
+        ("expires", str(message.expiration)),
+        ("priority", str(message.priority)),
+        ("timestamp", str(message.timestamp)),
+        ("redelivered", "true" if message.redelivered else "false"),
+    ]
+    if message.delivery_mode == DeliveryMode.PERSISTENT:
+        headers.append(("persistent", "true"))
+    if message.type is not None:
+        headers.append(("type", message.type))
+    if message.correlation_id is not None:
+        headers.append(("correlation-id", message.correlation_id))
+    if isinstance(message.reply_to, Destination):
+        headers.append(("reply-to", destination_name(message.reply_to)))
+    headers.extend((name, _text(value)) for name, value in message.properties.items())
+    return headers
+
+
+def message_body(message: Message) -> bytes:
+    """The MESSAGE body: a text message's text as UTF-8, a bytes message's
+    bytes; other message types (map, stream) have no STOMP form and go as
+    an empty body."""
+    if isinstance(message, TextMessage):
+        return (message.text or "").encode("utf-8", "surrogatepass")
+    if isinstance(message, BytesMessage):
+        return message.body
+    return b""

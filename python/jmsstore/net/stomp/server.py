@@ -1,0 +1,222 @@
+"""A STOMP 1.2 server over an embedded JMS server.
+
+:class:`StompServer` listens on a TCP address and serves STOMP 1.2
+clients (stomp.py, stomp.js, the ActiveMQ, Artemis and RabbitMQ client
+libraries…) with the destinations of a :class:`~jmsstore.JMSServer`,
+mapping frames to JMS the way ActiveMQ Classic does (see
+:mod:`jmsstore.net.stomp.mapping`). It talks to the broker only through
+the client interface (:mod:`jmsstore.client.port`) and the server's
+public methods.
+
+Threads, not an event loop: one accept thread, a reader thread per
+connection (frames are handled in order, as STOMP requires) and a
+dispatcher thread per subscription, with one write lock per connection.
+The broker's calls block (a send waiting for the disk or for room in a
+quota, a fetch writing its delivery record) and release the GIL while
+they wait, so threads let one slow client hold up only itself.
+``max_connections`` and ``max_subscriptions`` bound the threads; a
+connection over the limit gets an ERROR frame and is closed.
+
+Example::
+
+    server = JMSServer("/var/lib/jmsstore")
+    stomp = StompServer(server, port=61613)
+    stomp.start()
+    ...
+    stomp.close()
+    server.close()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+from typing import Any, Protocol
+
+from jmsstore.client.factory import ConnectionFactory
+from jmsstore.client.port import BrokerPort, SendOptions
+from jmsstore.errors import IllegalStateError, InvalidDestinationError
+from jmsstore.jms.destination import Destination, Queue, Topic
+from jmsstore.net.stomp.connection import StompConnection
+from jmsstore.net.stomp.frames import encode, error_frame
+from jmsstore.net.stomp.mapping import ProtocolError, destination_name
+from jmsstore.net.stomp.settings import StompSettings
+from jmsstore.net.stomp.statistics import StompStatistics
+
+__all__ = ["Broker", "StompServer", "serve"]
+
+log = logging.getLogger("jmsstore.net.stomp")
+
+
+class Broker(Protocol):
+    """What a STOMP server needs of a JMS server (:class:`~jmsstore.JMSServer` has it)."""
+
+    @property
+    def port(self) -> BrokerPort: ...
+
+    def create_queue(self, name: str) -> Queue: ...
+
+    def create_topic(self, name: str) -> Topic: ...
+
+    def connection_factory(self) -> ConnectionFactory: ...
+
+
+class StompServer:
+    """Serves STOMP 1.2 clients on ``host:port`` (port 0: any free port;
+    read :attr:`address` after :meth:`start`). ``settings`` or keyword
+    options: see :class:`StompSettings`. Binds to the loopback interface
+    unless told otherwise."""
+
+    def __init__(
+        self,
+        jms_server: Broker,
+        host: str = "127.0.0.1",
+        port: int = 61613,
+        settings: StompSettings | None = None,
+        **options: Any,
+    ) -> None:
+        if settings is not None and options:
+            raise TypeError("give settings or keyword options, not both")
+        self.settings = settings if settings is not None else StompSettings(**options)
+        self._broker = jms_server
+        self.port: BrokerPort = jms_server.port
+        self.send_options: SendOptions = jms_server.connection_factory().send_options()
+        self.stats = StompStatistics()
+        self._host = host
+        self._port_number = port
+        self._listener: socket.socket | None = None
+        self._accepting: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._connections: set[StompConnection] = set()
+        self._known: set[Destination] = set()
+        self._closed = False
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> StompServer:
+        """Binds and starts accepting connections (``OSError`` if the address is taken)."""
+        if self._listener is not None:
+            raise IllegalStateError("the STOMP server has already started")
+        listener = socket.create_server((self._host, self._port_number), backlog=128)
+        self._listener = listener
+        self._accepting = threading.Thread(target=self._accept_loop, name="jmsstore-stomp-accept", daemon=True)
+        self._accepting.start()
+        host, port = self.address
+        log.info("stomp: listening on %s:%d", host, port)
+        return self
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The (host, port) the server listens on."""
+        if self._listener is None:
+            raise IllegalStateError("the STOMP server has not started")
+        host, port = self._listener.getsockname()[:2]
+        return host, port
+
+    def _accept_loop(self) -> None:
+        listener = self._listener
+        assert listener is not None
+        while not self._closed:
+            try:
+                sock, address = listener.accept()
+            except OSError:
+                if self._closed:
+                    return
+                continue  # a connection reset before it was accepted
+            peer = f"{address[0]}:{address[1]}"
+            self._admit(sock, peer)
+
+    def _admit(self, sock: socket.socket, peer: str) -> None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self._lock:
+            full = len(self._connections) >= self.settings.max_connections
+            if not full and not self._closed:
+                connection = StompConnection(self, sock, peer)
+                self._connections.add(connection)
+        if full or self._closed:
+            self.stats.refused()
+            log.info("stomp %s: refused (%s)", peer, "shutting down" if self._closed else "too many connections")
+            try:
+                sock.settimeout(1.0)
+                why = "the server is shutting down" if self._closed else "too many connections"
+                sock.sendall(encode(error_frame(why)))
+            except OSError:
+                pass
+            finally:
+                sock.close()
+            return
+        self.stats.opened()
+        log.info("stomp %s (%s): accepted", peer, connection.session)
+        connection.start()
+
+    def forget(self, connection: StompConnection) -> None:
+        """A connection closed (for :class:`StompConnection`)."""
+        with self._lock:
+            if connection not in self._connections:
+                return
+            self._connections.discard(connection)
+        self.stats.closed()
+
+    def close(self) -> None:
+        """Stops accepting, then closes every connection: each finishes
+        the frame it is handling, its transactions abort and its
+        unacknowledged messages return. The JMS server stays open."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            connections = list(self._connections)
+        if self._listener is not None:
+            with contextlib.suppress(OSError):
+                self._listener.shutdown(socket.SHUT_RDWR)
+            self._listener.close()
+        if self._accepting is not None:
+            self._accepting.join(timeout=5)
+        for connection in connections:
+            connection.close("the server is shutting down")
+        log.info("stomp: closed")
+
+    def __enter__(self) -> StompServer:
+        return self.start() if self._listener is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ for connections
+
+    def ensure_destination(self, destination: Destination) -> None:
+        """Creates ``destination`` on first use when ``auto_create`` is on
+        (ActiveMQ's behaviour); else ``ProtocolError`` unless it exists."""
+        if destination in self._known:
+            return
+        if self.settings.auto_create:
+            if isinstance(destination, Topic):
+                self._broker.create_topic(destination.name)
+            else:
+                self._broker.create_queue(destination.name)
+        else:
+            try:
+                self.port.check_destination(destination)
+            except InvalidDestinationError:
+                raise ProtocolError(f"destination {destination_name(destination)} does not exist") from None
+        with self._lock:
+            self._known.add(destination)
+
+    # ------------------------------------------------------------ statistics
+
+    def statistics(self) -> dict[str, Any]:
+        """Plain data: ``connections_open``, ``connections_total``,
+        ``connections_refused``, ``errors`` (ERROR frames sent),
+        ``heartbeat_timeouts``, ``subscriptions`` (open now), and
+        ``frames_in`` / ``frames_out`` by command."""
+        with self._lock:
+            subscriptions = sum(c.subscriptions for c in self._connections)
+        return self.stats.snapshot(subscriptions)
+
+
+def serve(jms_server: Broker, host: str = "127.0.0.1", port: int = 61613, **options: Any) -> StompServer:
+    """Starts serving ``jms_server`` to STOMP 1.2 clients on ``host:port``;
+    the started :class:`StompServer` (close it before the JMS server)."""
+    return StompServer(jms_server, host, port, **options).start()

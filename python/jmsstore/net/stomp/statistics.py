@@ -1,0 +1,63 @@
+"""Counters of a STOMP server: connections, frames by command, errors."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+__all__ = ["StompStatistics"]
+
+
+class StompStatistics:
+    """Thread-safe counters; :meth:`snapshot` gives them as plain data."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.connections_open = 0
+        self.connections_total = 0
+        self.connections_refused = 0
+        self.errors = 0
+        self.heartbeat_timeouts = 0
+        self._frames_in: Counter[str] = Counter()
+        self._frames_out: Counter[str] = Counter()
+
+    def opened(self) -> None:
+        with self._lock:
+            self.connections_open += 1
+            self.connections_total += 1
+
+    def closed(self) -> None:
+        with self._lock:
+            self.connections_open -= 1
+
+    def refused(self) -> None:
+        with self._lock:
+            self.connections_refused += 1
+
+    def frame_in(self, command: str) -> None:
+        with self._lock:
+            self._frames_in[str(command)] += 1
+
+    def frame_out(self, command: str) -> None:
+        with self._lock:
+            self._frames_out[str(command)] += 1
+            if command == "ERROR":
+                self.errors += 1
+
+    def heartbeat_timeout(self) -> None:
+        with self._lock:
+            self.heartbeat_timeouts += 1
+
+    def snapshot(self, subscriptions: int) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "connections_open": self.connections_open,
+                "connections_total": self.connections_total,
+                "connections_refused": self.connections_refused,
+                "errors": self.errors,
+                "heartbeat_timeouts": self.heartbeat_timeouts,
+                "subscriptions": subscriptions,
+                "frames_in": dict(self._frames_in),
+                "frames_out": dict(self._frames_out),
+            }

@@ -1,0 +1,234 @@
+"""One STOMP subscription: the consumer it reads through, the MESSAGE
+frames in flight, and the thread that dispatches them.
+
+Acknowledgement, as STOMP 1.2 defines the three ``ack`` modes:
+
+- ``auto``: a message is acknowledged once its MESSAGE frame is written
+  to the socket. The store delete is batched (as a JMS AUTO session's), so
+  after a crash the last messages may come back, flagged redelivered.
+- ``client``: an ACK acknowledges that message and every earlier one
+  still unacknowledged on the subscription (cumulative).
+- ``client-individual``: an ACK acknowledges that message alone.
+
+A NACK returns what the same ACK would acknowledge, for redelivery (the
+delivery count goes up, the destination's redelivery delay and limit
+apply). Unacknowledged messages return, flagged redelivered, when the
+subscription or the connection closes.
+
+``activemq.prefetchSize`` is the most MESSAGE frames in flight
+(delivered, not acknowledged) at a time in the ``client`` modes; in
+``auto`` mode it bounds what the dispatcher reserves ahead. A client that
+stops acknowledging stops receiving: its socket never buffers more than
+that (ActiveMQ's prefetch).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+from jmsstore._native import Signal
+from jmsstore.client.port import BrokerPort, ConsumerPort, Delivery
+from jmsstore.errors import JmsStoreError
+from jmsstore.net.stomp.mapping import ProtocolError, message_body, message_headers
+
+__all__ = ["ACK_MODES", "Subscription"]
+
+log = logging.getLogger("jmsstore.net.stomp")
+
+ACK_MODES = ("auto", "client", "client-individual")
+
+# How long the dispatcher waits for a wake-up before it looks again anyway
+# (a redelivery delay ending, a pause lifted).
+_IDLE_LOOK = 0.5
+# How many AUTO acknowledgements are batched before their store deletes are submitted.
+_AUTO_ACK_BATCH = 100
+
+WriteMessage = Callable[[list[tuple[str, str]], bytes], None]
+
+
+class Subscription:
+    """A SUBSCRIBE's consumer and the MESSAGE frames it has in flight.
+
+    ``write(headers, body)`` sends one MESSAGE frame (raising ``OSError``
+    once the connection is broken); ``fail(reason)`` ends the connection
+    with an ERROR frame (from the dispatcher, when the broker fails)."""
+
+    def __init__(
+        self,
+        serial: int,
+        subscription_id: str,
+        ack_mode: str,
+        prefetch: int,
+        broker: BrokerPort,
+        consumer: ConsumerPort,
+        write: WriteMessage,
+        fail: Callable[[str], None],
+        durable_name: str | None = None,
+    ) -> None:
+        self.serial = serial
+        self.id = subscription_id
+        self.ack_mode = ack_mode
+        self.prefetch = prefetch
+        self.durable_name = durable_name
+        self._broker = broker
+        self._consumer = consumer
+        self._write = write
+        self._fail = fail
+        self._lock = threading.Lock()
+        # ack id -> delivery, in the order the MESSAGE frames went out (client modes).
+        self._in_flight: OrderedDict[str, Delivery] = OrderedDict()
+        self._sequence = itertools.count(1)
+        self._wake = Signal()  # a message arrived, room was made, or the subscription closes
+        self._backlog = broker.new_backlog()  # auto mode: acknowledged, store deletes not yet submitted
+        self._closed = False
+        self.delivered = 0
+        self._thread = threading.Thread(
+            target=self._dispatch, name=f"jmsstore-stomp-sub-{subscription_id}", daemon=True
+        )
+
+    def start(self) -> None:
+        self._consumer.bell.add_listener(self._wake)
+        self._thread.start()
+
+    @property
+    def in_flight(self) -> int:
+        """MESSAGE frames delivered and not yet acknowledged."""
+        with self._lock:
+            return len(self._in_flight)
+
+    # ------------------------------------------------------------ dispatching
+
+    def _room(self) -> int:
+        if self.ack_mode == "auto":
+            return self.prefetch
+        with self._lock:
+            return self.prefetch - len(self._in_flight)
+
+    def _dispatch(self) -> None:
+        try:
+            self._dispatch_loop()
+        except ProtocolError as e:
+            self._fail(str(e))
+        except JmsStoreError as e:
+            if not self._closed:
+                log.warning("subscription %s: delivery failed: %s", self.id, e)
+                self._fail(f"delivery failed: {e}")
+        except OSError:
+            pass  # the connection broke: its reader closes it
+        except Exception:
+            log.exception("subscription %s: the dispatcher failed", self.id)
+            self._fail("internal error while delivering")
+
+    def _dispatch_loop(self) -> None:
+        consumer = self._consumer
+        while not self._closed:
+            if consumer.deleted:
+                raise ProtocolError(f"the destination of subscription {self.id} was deleted")
+            if consumer.consumption_paused():
+                consumer.wait_resumed(0.2)
+                continue
+            room = self._room()
+            if room <= 0:
+                self._wake.wait(_IDLE_LOOK)
+                self._wake.clear()
+                continue
+            # Cleared before looking: a message published after the look sets it again.
+            self._wake.clear()
+            deliveries = consumer.fetch(room, self._wake)
+            if not deliveries:
+                self._flush_acknowledgements()
+                timeout = _IDLE_LOOK
+                due = consumer.next_due()
+                if due is not None:
+                    timeout = min(timeout, max(0.001, (due - time.time_ns() // 1_000_000) / 1000))
+                self._wake.wait(timeout)
+                continue
+            self._deliver(deliveries)
+
+    def _deliver(self, deliveries: list[Delivery]) -> None:
+        record = deliveries[0].record
+        if record is not None:
+            try:
+                record.result()  # the delivery record is durable before a message goes out
+            except BaseException:
+                self._broker.release(deliveries, redelivered=False)
+                raise
+        for index, delivery in enumerate(deliveries):
+            if self._closed:
+                self._broker.release(deliveries[index:], redelivered=False)
+                return
+            ack = f"{self.serial}.{next(self._sequence)}"
+            message = self._broker.message(delivery, None)
+            headers = message_headers(message, self.id, ack)
+            if self.ack_mode != "auto":
+                with self._lock:
+                    self._in_flight[ack] = delivery
+            try:
+                self._write(headers, message_body(message))
+            except BaseException:
+                # Not written, or only in part: back, flagged redelivered (the client
+                # may have seen it); the rest was never sent.
+                with self._lock:
+                    self._in_flight.pop(ack, None)
+                self._broker.release([delivery], redelivered=True)
+                self._broker.release(deliveries[index + 1 :], redelivered=False)
+                raise
+            self.delivered += 1
+            if self.ack_mode == "auto":
+                self._broker.acknowledge_lazily([delivery], self._backlog, _AUTO_ACK_BATCH)
+
+    def _flush_acknowledgements(self) -> None:
+        if len(self._backlog):
+            self._broker.flush_acknowledgements(self._backlog)
+
+    # ------------------------------------------------------------ acknowledging
+
+    def take(self, ack: str) -> list[Delivery]:
+        """The deliveries an ACK or NACK of ``ack`` settles, no longer in
+        flight: up to and including it in ``client`` mode, it alone in
+        ``client-individual`` mode."""
+        if self.ack_mode == "auto":
+            raise ProtocolError(f"subscription {self.id} acknowledges automatically (ack:auto); nothing to ACK")
+        with self._lock:
+            if ack not in self._in_flight:
+                raise ProtocolError(f"no message awaits acknowledgement with id {ack!r}")
+            if self.ack_mode == "client-individual":
+                taken = [self._in_flight.pop(ack)]
+            else:
+                taken = []
+                while True:
+                    key, delivery = self._in_flight.popitem(last=False)
+                    taken.append(delivery)
+                    if key == ack:
+                        break
+        self._wake.set()  # room for more
+        return taken
+
+    # ------------------------------------------------------------ closing
+
+    def close(self) -> None:
+        """Stops dispatching and returns the unacknowledged messages
+        (flagged redelivered); the consumer closes (a durable subscription
+        stays, collecting messages). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._wake.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+        self._consumer.bell.remove_listener(self._wake)
+        with self._lock:
+            returned = list(self._in_flight.values())
+            self._in_flight.clear()
+        try:
+            if returned:
+                self._broker.release(returned, redelivered=True)
+            self._flush_acknowledgements()
+        except JmsStoreError as e:
+            log.warning("subscription %s: returning its unacknowledged messages failed: %s", self.id, e)
+        self._consumer.close()
