@@ -130,17 +130,20 @@ def test_send_async_blocks_past_the_window_of_outstanding_bytes(server: JMSServe
 def test_a_completion_listener_sending_past_the_window_does_not_wait_for_itself(server: JMSServer) -> None:
     queue: Queue = server.create_queue("Q")
     sent = threading.Event()
+    futures: list[Any] = []
     with connect(server, send_async_window=1) as connection:
         producer = connection.create_session().create_producer(queue)
 
         def listener(message: Message, error: Any) -> None:
             if message.text == "first":
                 for i in range(3):  # each past the window of 1, whose completions run after this returns
-                    producer.send_async(TextMessage(f"from the listener {i}"))
+                    futures.append(producer.send_async(TextMessage(f"from the listener {i}")))
                 sent.set()
 
         producer.send_async(TextMessage("first"), listener)
         assert sent.wait(SOON)
+        for future in futures:
+            future.result(SOON)
         consumer = connection.create_session().create_consumer(queue)
         got = [m.text for m in drain(consumer) if isinstance(m, TextMessage)]
     assert got == ["first"] + [f"from the listener {i}" for i in range(3)]

@@ -134,6 +134,8 @@ FACTORY_KEYS = {
     "connection_flow_limit": int,
     "connection_flow_limit_enabled": bool,
     "prefetch": bool,
+    "one_way_send_mode": str,
+    "one_way_window_size": int,
 }
 SETTING_KEYS = {f.name for f in fields(DestinationSettings)}
 

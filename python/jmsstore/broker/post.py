@@ -14,6 +14,8 @@ policy says and go again admitted.
 from __future__ import annotations
 
 import itertools
+import queue
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -26,7 +28,7 @@ from jmsstore.broker.limits import FlowControl, ServerLimits
 from jmsstore.broker.pause import PauseControl
 from jmsstore.broker.registry import Registry, State
 from jmsstore.client.port import SendOptions
-from jmsstore.errors import DestinationPausedError, MessageTooLargeError
+from jmsstore.errors import DestinationPausedError, JmsStoreError, MessageTooLargeError
 from jmsstore.jms.destination import Destination
 from jmsstore.jms.message import DELIVERY_MODES, DeliveryMode, Message, encode
 
@@ -67,6 +69,7 @@ class PostOffice:
         self.maximum_message_size = maximum_message_size
         # For statistics: producers whose flow is limited now.
         self.producers: weakref.WeakSet[ProducerLink] = weakref.WeakSet()
+        self.one_way = OneWayWaiter()
 
     def stamp(
         self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int
@@ -123,6 +126,59 @@ class PostOffice:
             return False
         self.native.admitted_after_wait(state.native, routes, size, server_counted)
         return True
+
+
+class OneWayWaiter:
+    """Where one-way sends that found their quota full wait for room, up to
+    their factory's ``send_timeout``, without holding up their senders
+    (WebLogic: they "optimistically wait on the JMS server ... until the
+    quota condition clears"); one thread, started by the first of them.
+    ``dropped`` counts the one-way messages deleted for lack of room."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: queue.SimpleQueue[Callable[[], bool] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.dropped = 0
+        self.waited = 0
+
+    def count_dropped(self) -> None:
+        with self._lock:
+            self.dropped += 1
+
+    def submit(self, admit: Callable[[], bool]) -> None:
+        """``admit()`` waits for room and sends; False or an error: dropped."""
+        with self._lock:
+            if self._closed:
+                self.dropped += 1
+                return
+            self.waited += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="jmsstore-one-way-waiter", daemon=True)
+                self._thread.start()
+        self._waiting.put(admit)
+
+    def _run(self) -> None:
+        while True:
+            admit = self._waiting.get()
+            if admit is None:
+                return
+            try:
+                admitted = admit()
+            except JmsStoreError:
+                admitted = False
+            if not admitted:
+                self.count_dropped()
+
+    def close(self) -> None:
+        """Waits for the messages waiting now (each up to its timeout)."""
+        with self._lock:
+            self._closed = True
+            thread = self._thread
+        if thread is not None:
+            self._waiting.put(None)
+            thread.join()
 
 
 def _header(message: Message) -> Header:
@@ -203,6 +259,31 @@ class ProducerLink:
                 self._native.send(
                     state.native, data, header, persistent, birth_record=True, routes=routes, admitted=True
                 )
+
+    def send_one_way(self, message: Message, destination: Destination, priority: int, ttl: int, delay: int) -> bool:
+        state, data = self._prepare(message, destination, DeliveryMode.NON_PERSISTENT, priority, ttl, delay)
+        header = _header(message)
+        status, routes = self._native.send(state.native, data, header, False, self._connection, self._client_id, True)
+        post = self._post
+        if status in (_ADMITTED, _DROPPED):  # dropped: over the broker-wide limits, counted as any such send
+            return True
+        if status == _OVER_SYSTEM_LIMIT:
+            post.one_way.count_dropped()
+            return False
+        assert routes is not None
+        if self._timeout <= 0:
+            post.one_way.count_dropped()
+            return False
+        native, timeout = self._native, self._timeout
+
+        def admit() -> bool:
+            if not post.admit_after_wait(state, routes, len(data), False, status, timeout):
+                return False
+            native.send(state.native, data, header, False, birth_record=True, routes=routes, admitted=True)
+            return True
+
+        post.one_way.submit(admit)
+        return False
 
     def send_async(
         self,

@@ -474,6 +474,7 @@ class JMSServer:
             connections = list(self.port.connections)
         for conn in connections:
             conn.close()
+        self.post.one_way.close()  # one-way sends waiting for room: admitted or dropped within their timeout
         self.reaper.close()
         try:
             self.core.forget_untaken()

@@ -121,6 +121,8 @@ class Statistics:
                 "delivery_records": counters["delivery_records"],
                 "delivery_records_at_send": counters["delivery_records_at_send"],
                 "dropped_over_system_limit": counters["dropped_over_system_limit"],
+                "one_way_dropped": self._post.one_way.dropped,
+                "one_way_waited": self._post.one_way.waited,
                 "expired_redirected": counters["expired_redirected"],
                 "subscription_limit_deleted_count": sum(
                     x.native.limit_deleted for t in registry.topics.values() for x in t.subscriptions

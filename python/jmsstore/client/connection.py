@@ -8,7 +8,7 @@ import time
 
 from jmsstore.client.flow import ConnectionFlow, ConsumerFlow
 from jmsstore.client.port import BrokerPort, SendOptions
-from jmsstore.client.producer import AsyncSendWindow
+from jmsstore.client.producer import ProducerSettings
 from jmsstore.client.session import AckMode, Session
 from jmsstore.errors import IllegalStateError, InvalidArgumentError
 from jmsstore.jms.destination import TemporaryQueue, check_name
@@ -26,14 +26,14 @@ class Connection:
         client_id: str | None,
         messages_maximum: int,
         send: SendOptions,
-        async_window: AsyncSendWindow,
+        producer_settings: ProducerSettings,
         consumer_flow: ConsumerFlow,
         connection_flow_limit: int | None,
     ) -> None:
         self.port = port
         self.messages_maximum = messages_maximum
         self.send_options = send
-        self.async_send_window = async_window
+        self.producer_settings = producer_settings
         self.consumer_flow = consumer_flow
         # Open MQ's connection flow limit, when enabled: shared by its consumers.
         self.connection_flow = None if connection_flow_limit is None else ConnectionFlow(connection_flow_limit)

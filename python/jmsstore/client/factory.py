@@ -6,7 +6,7 @@ from jmsstore._args import integer
 from jmsstore.client.connection import Connection
 from jmsstore.client.flow import ConsumerFlow
 from jmsstore.client.port import BrokerPort, Clock, SendOptions
-from jmsstore.client.producer import AsyncSendWindow
+from jmsstore.client.producer import ONE_WAY_MODES, ProducerSettings
 from jmsstore.errors import InvalidArgumentError
 from jmsstore.jms.destination import check_name
 
@@ -37,6 +37,10 @@ class ConnectionFactory:
     consumers of one connection, when ``connection_flow_limit_enabled``).
     ``prefetch=False``: a synchronous ``receive`` reserves one message when
     it is called and nothing ahead.
+
+    WebLogic's one-way sends: ``one_way_send_mode`` (``queues_and_topics``,
+    ``topics_only`` or None, the default) and ``one_way_window_size``
+    (default 1: every send is two-way); see :meth:`MessageProducer.send`.
     """
 
     def __init__(
@@ -58,6 +62,8 @@ class ConnectionFactory:
         connection_flow_limit: int = 1000,
         connection_flow_limit_enabled: bool = False,
         prefetch: bool = True,
+        one_way_send_mode: str | None = None,
+        one_way_window_size: int = 1,
         clock: Clock | None = None,
     ) -> None:
         self.port = port
@@ -91,6 +97,12 @@ class ConnectionFactory:
                 raise TypeError(f"{name} is a bool, not {type(flag).__name__}")
         self.connection_flow_limit_enabled = connection_flow_limit_enabled
         self.prefetch = prefetch
+        if one_way_send_mode is not None and one_way_send_mode not in ONE_WAY_MODES:
+            raise InvalidArgumentError(
+                f"one_way_send_mode must be one of {', '.join(ONE_WAY_MODES)} or None, not {one_way_send_mode!r}"
+            )
+        self.one_way_send_mode = one_way_send_mode
+        self.one_way_window_size = integer("one_way_window_size", one_way_window_size, 1, 1 << 31)
         self.clock = clock
         self.client_id = client_id
         self.messages_maximum = messages_maximum
@@ -114,7 +126,9 @@ class ConnectionFactory:
             client_id if client_id is not None else self.client_id,
             self.messages_maximum,
             self.send_options(),
-            AsyncSendWindow(self.send_async_window, self.send_async_window_bytes),
+            ProducerSettings(
+                self.send_async_window, self.send_async_window_bytes, self.one_way_send_mode, self.one_way_window_size
+            ),
             ConsumerFlow(self.consumer_flow_limit, self.consumer_flow_threshold, self.prefetch),
             self.connection_flow_limit if self.connection_flow_limit_enabled else None,
         )

@@ -96,6 +96,11 @@ class ProducerPort(Protocol):
         """Stamps, encodes and sends a message outside a transaction:
         durable (if persistent) and visible when it returns."""
 
+    def send_one_way(self, message: Message, destination: Destination, priority: int, ttl: int, delay: int) -> bool:
+        """WebLogic's one-way send of a non-persistent message: never waits
+        for room. False: its quota was full, and it was dropped (counted)
+        or left to wait for room on the server, up to the send timeout."""
+
     def send_async(
         self,
         message: Message,

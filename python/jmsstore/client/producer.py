@@ -13,11 +13,11 @@ from jmsstore._args import integer
 from jmsstore._args import timeout as checked_timeout
 from jmsstore._native import Signal
 from jmsstore.client.port import CompletionCallback, ProducerPort
-from jmsstore.errors import IllegalStateError, InvalidArgumentError, InvalidDestinationError
-from jmsstore.jms.destination import Destination
+from jmsstore.errors import IllegalStateError, InvalidArgumentError, InvalidDestinationError, ResourceAllocationError
+from jmsstore.jms.destination import Destination, Topic
 from jmsstore.jms.message import DELIVERY_MODES, DeliveryMode, Message
 
-__all__ = ["AsyncSendWindow", "MessageProducer", "SendFuture"]
+__all__ = ["MessageProducer", "ProducerSettings", "SendFuture"]
 
 log = logging.getLogger("jmsstore.broker")
 
@@ -84,17 +84,28 @@ class SendFuture(Future[Message]):
         self.finished = True  # read by the producer's window without the future's lock
 
 
-class AsyncSendWindow:
-    """How much a producer may have sent with ``send_async`` and not yet
-    seen completed: past ``max_messages`` sends or ``max_bytes`` (encoded), the
-    next ``send_async`` blocks until completions bring it back under
-    (the internal flow control of WebLogic's asynchronous sends)."""
+ONE_WAY_MODES = ("queues_and_topics", "topics_only")
 
-    __slots__ = ("max_bytes", "max_messages")
 
-    def __init__(self, max_messages: int, max_bytes: int) -> None:
+class ProducerSettings:
+    """A connection factory's settings for its producers.
+
+    ``max_messages`` and ``max_bytes`` (encoded): how much a producer may
+    have sent with ``send_async`` and not yet seen completed; past either,
+    the next ``send_async`` blocks until completions bring it back under
+    (the internal flow control of WebLogic's asynchronous sends).
+
+    ``one_way_mode`` (WebLogic's One-Way Send Mode: ``queues_and_topics``,
+    ``topics_only`` or None) and ``one_way_window``: see
+    :meth:`MessageProducer.send`."""
+
+    __slots__ = ("max_bytes", "max_messages", "one_way_mode", "one_way_window")
+
+    def __init__(self, max_messages: int, max_bytes: int, one_way_mode: str | None, one_way_window: int) -> None:
         self.max_messages = max_messages
         self.max_bytes = max_bytes
+        self.one_way_mode = one_way_mode
+        self.one_way_window = one_way_window
 
 
 def _complete_soon(future: SendFuture) -> None:
@@ -110,12 +121,16 @@ class MessageProducer:
     defaults for sends that do not give their own."""
 
     def __init__(
-        self, session: _Session, destination: Destination | None, port: ProducerPort, window: AsyncSendWindow
+        self, session: _Session, destination: Destination | None, port: ProducerPort, settings: ProducerSettings
     ) -> None:
         self._session = session
         self.destination = destination
         self.port = port
-        self._window = window
+        self._window = settings
+        self._one_way = settings.one_way_mode
+        self._one_way_window = settings.one_way_window
+        self._sends_since_two_way = 0
+        self._two_way_until_room = False  # a two-way send found the quota full: no one-way sends until room
         # Asynchronous sends not known to be complete, oldest first, with their sizes; only the
         # sending thread changes them (a session, and so its producers, is used by one thread).
         self._outstanding: deque[tuple[SendFuture, int]] = deque()
@@ -182,7 +197,20 @@ class MessageProducer:
         Over its destination's quota the send waits up to the connection
         factory's ``send_timeout`` for room, then raises
         ``ResourceAllocationError``; a producer of an armed server or
-        destination is slowed down (flow control)."""
+        destination is slowed down (flow control).
+
+        One-way sends (WebLogic's, with the factory's ``one_way_send_mode``):
+        a non-persistent send outside a transaction, to a destination the
+        mode covers, does not wait for room. If its quota is full it is
+        deleted silently, counted in ``statistics()["one_way_dropped"]``
+        (with a ``send_timeout``, it first waits that long for room on the
+        server, without holding up this producer). Every
+        ``one_way_window_size``-th send is two-way: it waits and raises
+        ``ResourceAllocationError`` as any send does, and after that the
+        producer's sends stay two-way until one of them finds room.
+        Persistent and transacted sends are always two-way, and paused
+        production raises for one-way sends too.
+        """
         target, mode, prio, ttl, delay = self._arguments(
             message, destination, delivery_mode, priority, time_to_live, delivery_delay
         )
@@ -191,7 +219,25 @@ class MessageProducer:
             if staged is not None:
                 self._session.stage(staged)
             return
-        self.port.send(message, target, mode, prio, ttl, delay)
+        if self._one_way is None or mode != DeliveryMode.NON_PERSISTENT or not self._one_way_covers(target):
+            self.port.send(message, target, mode, prio, ttl, delay)
+            return
+        if not self._two_way_until_room:
+            sends = self._sends_since_two_way + 1
+            if sends < self._one_way_window:
+                self._sends_since_two_way = sends
+                self.port.send_one_way(message, target, prio, ttl, delay)
+                return
+        self._sends_since_two_way = 0
+        try:
+            self.port.send(message, target, mode, prio, ttl, delay)
+        except ResourceAllocationError:
+            self._two_way_until_room = True
+            raise
+        self._two_way_until_room = False
+
+    def _one_way_covers(self, target: Destination) -> bool:
+        return self._one_way == "queues_and_topics" or isinstance(target, Topic)
 
     def send_async(
         self,

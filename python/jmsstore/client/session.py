@@ -29,7 +29,7 @@ from jmsstore._native import Signal
 from jmsstore.client.browser import QueueBrowser
 from jmsstore.client.consumer import MessageConsumer, MessageListener
 from jmsstore.client.port import BrokerPort, Delivery, SendOptions
-from jmsstore.client.producer import AsyncSendWindow, MessageProducer, on_callback_thread
+from jmsstore.client.producer import MessageProducer, ProducerSettings, on_callback_thread
 from jmsstore.errors import IllegalStateError, InvalidDestinationError, JmsStoreError, TransactionRolledBackError
 from jmsstore.jms.destination import Destination, Queue, TemporaryQueue, Topic, check_name
 from jmsstore.jms.message import BytesMessage, MapMessage, Message, StreamMessage, TextMessage
@@ -80,7 +80,7 @@ class _Connection(Protocol):
     def send_options(self) -> SendOptions: ...
 
     @property
-    def async_send_window(self) -> AsyncSendWindow: ...
+    def producer_settings(self) -> ProducerSettings: ...
 
     def check_open(self) -> None: ...
 
@@ -166,7 +166,7 @@ class Session:
         link = self.port.open_producer(
             destination, self.connection.send_options, self.connection.id, self.connection.client_id
         )
-        producer = MessageProducer(self, destination, link, self.connection.async_send_window)
+        producer = MessageProducer(self, destination, link, self.connection.producer_settings)
         with self._lock:
             self._producers.append(producer)
         return producer
