@@ -17,7 +17,7 @@ one of two ratios, each taken within a round and its median shown:
 first row) and ``jmsstore_over_peer`` (a peer's row: jmsstore's rate in the
 same scenario over the peer's).
 
-Groups: delivery mode; body size (1, 10, 100 KiB); destination (queue,
+Groups: delivery mode (and WebLogic's one-way sends); body size (1, 10, 100 KiB); destination (queue,
 topic with 1 and 4 durable subscriptions, a non-durable subscriber);
 acknowledgement (AUTO, CLIENT every 10, DUPS_OK, transacted batches of 1, 10,
 100); selector; every store codec on compressible and incompressible bodies;
@@ -82,6 +82,7 @@ BACKLOG_CAP_S = 60.0  # ... unless building it takes longer than this
 PAGING_MIN_BUDGET = 64 << 10
 RAW_PROBE_WRITES = 20  # the raw-disk row's first writes, which size its run to the time box
 MESSAGES_MAXIMUM = 128
+ONE_WAY_WINDOW = 100  # the one-way row's two-way send every this many
 RECEIVE_TIMEOUT = 0.05
 PEERS = ["sqlite", "sqlite-batch", "pq-sqlite", "pq-file", "raw-disk"]
 BROKERS = ["rabbitmq", "activemq"]  # peers with --brokers only: real servers, started for the run
@@ -121,12 +122,17 @@ class Scenario:
     paging: bool = False
     threads: int = 1  # producers, and as many consumers (queues)
     backlog: bool = False  # everything sent first, then drained
+    one_way: bool = False  # WebLogic's one-way sends (non-persistent; a two-way send every ONE_WAY_WINDOW)
     peers: bool = False  # the peers are run (or shown as unable) in this group's scenario
 
 
 def scenarios() -> list[Scenario]:
     base = Scenario("delivery", "non-persistent", persistent=False)
-    out = [base, replace(base, name="persistent", persistent=True, peers=True)]
+    out = [
+        base,
+        replace(base, name="non-persistent, one-way", one_way=True),
+        replace(base, name="persistent", persistent=True, peers=True),
+    ]
     size = Scenario("size", "1 KiB", peers=True)
     out += [
         size,
@@ -230,7 +236,11 @@ def run_ours(ctx: Context, sc: Scenario, n: int, seconds: float) -> dict[str, An
     try:
         settle(directory / "store")
         destination = server.create_topic(TOPIC) if sc.topic else server.create_queue(QUEUE)
-        connection = server.connection_factory(messages_maximum=MESSAGES_MAXIMUM).create_connection("bench")
+        one_way: dict[str, Any] = (
+            {"one_way_send_mode": "queues_and_topics", "one_way_window_size": ONE_WAY_WINDOW} if sc.one_way else {}
+        )
+        factory = server.connection_factory(messages_maximum=MESSAGES_MAXIMUM, **one_way)
+        connection = factory.create_connection("bench")
         transacted = sc.ack == "TRANSACTED"
         ack_mode = AckMode.AUTO if transacted else AckMode[sc.ack]
         selector = "kind = 'order' AND sent_ns > 0" if sc.selector else None
