@@ -444,6 +444,11 @@ def run_broker(real: Peers, broker: str, sc: Scenario, n: int, seconds: float) -
         broker_cpu = client.broker_cpu_s()
     finally:
         client.close()
+    return {**_driven(run, sc, latencies), "broker_cpu_s": broker_cpu}
+
+
+def _driven(run: dict[str, Any], sc: Scenario, latencies: array[int]) -> dict[str, Any]:
+    """A peer's figures from one :func:`drive` run."""
     return {
         "messages": run["sent"],
         "received": run["received"],
@@ -451,7 +456,6 @@ def run_broker(real: Peers, broker: str, sc: Scenario, n: int, seconds: float) -
         "seconds": run["seconds"],
         "rate": run["rate"],
         "mb_per_s": run["rate"] * sc.body_bytes / 1e6 if run["rate"] else None,
-        "broker_cpu_s": broker_cpu,
         "latencies_ns": latencies,
     }
 
@@ -488,15 +492,7 @@ def run_peer(
             run = drive(system, sc.threads, sc.threads, n // sc.threads, seconds)
         finally:
             system.close()
-        return {
-            "messages": run["sent"],
-            "received": run["received"],
-            "timed_out": run["timed_out"],
-            "seconds": run["seconds"],
-            "rate": run["rate"],
-            "mb_per_s": run["rate"] * sc.body_bytes / 1e6 if run["rate"] else None,
-            "latencies_ns": latencies,
-        }
+        return _driven(run, sc, latencies)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
