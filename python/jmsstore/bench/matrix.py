@@ -127,10 +127,11 @@ class Scenario:
 
 
 def scenarios() -> list[Scenario]:
-    base = Scenario("delivery", "non-persistent", persistent=False)
+    # The peers are asked here too: only the real brokers (--brokers) have a non-persistent mode.
+    base = Scenario("delivery", "non-persistent", persistent=False, peers=True)
     out = [
         base,
-        replace(base, name="non-persistent, one-way", one_way=True),
+        replace(base, name="non-persistent, one-way", one_way=True, peers=False),
         replace(base, name="persistent", persistent=True, peers=True),
     ]
     size = Scenario("size", "1 KiB", peers=True)
