@@ -35,7 +35,7 @@ from jmsstore import inspect, table
 
 from jmsstore_spark.checks import store_paths
 
-__all__ = ["NOTES", "REPORTS", "evaluate", "format_table", "release", "reports", "write_reports"]
+__all__ = ["NOTES", "REPORTS", "Reports", "evaluate", "format_table", "release", "reports", "write_reports"]
 
 REPORTS = ("backlog", "transactions", "in_doubt", "damage", "duplicates", "redelivered")
 
@@ -52,9 +52,15 @@ NOTES = {
 _MINUTE_MS, _HOUR_MS, _DAY_MS = 60_000, 3_600_000, 86_400_000
 
 
-def reports(
-    spark: Any, stores: Sequence[str], *, redelivered_over: int = 1, as_of_ms: int | None = None
-) -> dict[str, Any]:
+class Reports(dict[str, Any]):
+    """The report frames by name, in :data:`REPORTS` order; ``sources``: the
+    store views they share, cached until :func:`evaluate` has computed the
+    reports (or :func:`release`)."""
+
+    sources: list[Any]
+
+
+def reports(spark: Any, stores: Sequence[str], *, redelivered_over: int = 1, as_of_ms: int | None = None) -> Reports:
     """The reports of ``stores`` (paths or globs) as DataFrames, by name.
 
     ``redelivered_over``: the ``redelivered`` report lists messages
@@ -224,14 +230,16 @@ def reports(
         .select(*target, "message_id", "redeliveries", "delivery_count", F.timestamp_millis("timestamp").alias("sent"))
         .orderBy(F.desc("redeliveries"), "store", "message_id")
     )
-    return {
-        "backlog": backlog,
-        "transactions": transactions,
-        "in_doubt": in_doubt,
-        "damage": damage,
-        "duplicates": duplicates,
-        "redelivered": redelivered,
-    }
+    frames = Reports(
+        backlog=backlog,
+        transactions=transactions,
+        in_doubt=in_doubt,
+        damage=damage,
+        duplicates=duplicates,
+        redelivered=redelivered,
+    )
+    frames.sources = [messages, records]
+    return frames
 
 
 def _damage(records: Any) -> Any:
@@ -319,13 +327,21 @@ def evaluate(frames: dict[str, Any]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for name, frame in frames.items():
         counts[name] = frame.cache().count()
+    _release_sources(frames)  # the reports' own rows are kept: the views are read no more
     return counts
 
 
 def release(frames: dict[str, Any]) -> None:
-    """Frees the rows :func:`evaluate` kept."""
+    """Frees the rows :func:`evaluate` kept (and the store views the reports
+    were computed from)."""
     for frame in frames.values():
         frame.unpersist()
+    _release_sources(frames)
+
+
+def _release_sources(frames: dict[str, Any]) -> None:
+    for source in getattr(frames, "sources", ()):
+        source.unpersist()
 
 
 def write_reports(
