@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from jmsstore import JMSServer, TextMessage
+from jmsstore_spark import cli
 from jmsstore_spark.cli import export
 from jmsstore_spark.outputs import OutputError, Outputs
 
@@ -120,3 +121,17 @@ def test_export_takes_file_uris(spark: Any, tmp_path: Path, monkeypatch: pytest.
     assert result == {**result, "rows": 6, "to": str(tmp_path / "out")}
     assert spark.read.parquet(str(tmp_path / "out")).count() == 6
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "srv"]  # not ./file:/...
+
+
+def test_the_export_command_fails_in_one_line_when_nothing_reads_back(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _server(tmp_path / "srv", 10)
+    _losing(monkeypatch, keep=0)
+    monkeypatch.setattr(cli, "session", lambda *args, **kwargs: spark)  # the tests' session, not stopped
+    monkeypatch.setattr(spark, "stop", lambda: None)
+    code = cli.main(["export", str(tmp_path / "srv" / "store"), "--to", str(tmp_path / "out")])
+    out, err = capsys.readouterr()
+    assert code == 1 and out == ""
+    assert err.startswith("jmsstore-spark: export: the job committed no data files to file:") and err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["srv"]

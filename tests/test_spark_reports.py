@@ -154,9 +154,9 @@ def test_the_report_command_prints_and_writes_parquet_and_json(tmp_path: Path) -
         "-m",
         "jmsstore_spark.cli",
         "report",
-        str(tmp_path / "damaged"),
+        (tmp_path / "damaged").as_uri(),
         "--to",
-        str(tmp_path / "out"),
+        (tmp_path / "out").as_uri(),  # file: URIs, for stores and outputs
     ]
     proc = subprocess.run(
         [*cmd, "--master", "local[1]", "--conf", "spark.ui.enabled=false"],

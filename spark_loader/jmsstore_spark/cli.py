@@ -9,7 +9,9 @@
 ``export`` writes the view as Parquet partitioned by store (and, for
 messages, destination) into DIR, which must not exist yet: Spark writes
 into a staging directory beside it, renamed into place only when the job
-has succeeded.
+has succeeded and the rows read back from the written files are the rows
+read from the stores (else exit 1 and nothing at DIR; see
+:mod:`jmsstore_spark.outputs`). ``report --to`` is verified the same way.
 
 ``import`` loads exported messages (Parquet, as ``export`` writes it) into
 a new store through the store's write path, so a JMSServer opened on it

@@ -225,11 +225,14 @@ def run(ctx: Context) -> None:
             if imported["messages"] != n:
                 raise RuntimeError(f"imported {imported['messages']} messages of {n}")
         if "report" in only:
+            ctx.step("report: warm-up on a small store (the session's first jobs start its workers)")
+            build_store(ctx, ctx.scratch / "warm-up" / "store", 1000)
+            timed_report(spark, ctx.scratch / "warm-up" / "store")
             ctx.step("report: the source store (no damage)")
             clean_s, clean_jobs, clean = timed_report(spark, source)
             ctx.step(f"report: the copy with {damaged_records} damaged records")
             damaged_s, damaged_jobs, damaged = timed_report(spark, ctx.scratch / "damaged" / "store")
-            if clean["damage"] != 0 or not damaged_records <= damaged["damage"] <= 2 * damaged_records:
+            if clean["damage"] != 0 or not 0 < damaged["damage"] <= damaged_records:
                 raise RuntimeError(f"damage report: {clean['damage']} and {damaged['damage']} ranges")
     finally:
         spark.stop()
