@@ -18,9 +18,10 @@ def test_quick_spark_benchmark_report(tmp_path: Path) -> None:
     assert "== Spark loader" in stdout and "import: Spark job" in stderr
     assert report["complete"] is True and report["suite"] == "spark" and report["mode"] == "quick"
     assert report["settings"]["spark"]["messages"] == 5000
-    export, imported = report["benchmarks"]["export"], report["benchmarks"]["import"]
+    export, imported, damaged = (report["benchmarks"][name] for name in ("export", "import", "report"))
     assert export["messages"] == imported["messages"] == 5000
-    for figure in (*export.values(), *imported.values()):
+    assert damaged["messages"] == 5000 and 0 < damaged["damaged_ranges"] <= damaged["damaged_records"]
+    for figure in (*export.values(), *imported.values(), *damaged.values()):
         assert positive(figure)
     assert math.isclose(export["loop_over_spark"], export["loop_seconds"] / export["spark_seconds"], rel_tol=1e-3)
     assert math.isclose(export["spark_messages_per_s"], 5000 / export["spark_seconds"], rel_tol=1e-3)
@@ -28,4 +29,7 @@ def test_quick_spark_benchmark_report(tmp_path: Path) -> None:
         imported["import_over_put_async"],
         imported["import_messages_per_s"] / imported["put_async_messages_per_s"],
         rel_tol=1e-3,
+    )
+    assert math.isclose(
+        damaged["damaged_over_clean"], damaged["damaged_seconds"] / damaged["clean_seconds"], rel_tol=1e-3
     )

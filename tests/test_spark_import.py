@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from jmsstore import (
     AckMode,
@@ -23,6 +24,8 @@ from jmsstore import (
     inspect,
 )
 from jmsstore_spark.cli import export, import_messages
+from jmsstore_spark.imports import StagedPart, _check_staged
+from jmsstore_spark.outputs import OutputError
 from pyspark.sql import functions as F
 
 
@@ -376,3 +379,15 @@ def test_a_failed_overwrite_puts_the_old_store_back(tmp_path: Path, monkeypatch:
     assert sorted(p.name for p in (tmp_path / "old" / "store").iterdir()) == before
     with JMSServer(tmp_path / "old") as server:
         assert [d.name for d in server.destinations()] == ["kept"]
+
+
+def test_the_commit_refuses_parts_the_driver_does_not_see_whole(tmp_path: Path) -> None:
+    staged = tmp_path / "part-00000.arrow"
+    table = pa.table({"row": pa.array([0, 1], pa.int64())})
+    with pa.OSFile(str(staged), "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
+        out.write_table(table)
+    _check_staged([StagedPart(str(staged), 2, {}), StagedPart(str(tmp_path / "empty"), 0, {})])
+    with pytest.raises(OutputError, match=r"holds 2 rows, not the 3 its task staged"):
+        _check_staged([StagedPart(str(staged), 3, {})])
+    with pytest.raises(OutputError, match=r"part-00001.arrow, staged by a task, is not readable here .* share"):
+        _check_staged([StagedPart(str(tmp_path / "part-00001.arrow"), 3, {})])

@@ -4,6 +4,7 @@ neighbours, duplicate message ids across stores, redelivered messages."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -13,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import pytest
 from jmsstore import AckMode, FileStore, JMSServer, TextMessage, inspect
-from jmsstore_spark.reports import NOTES, REPORTS, format_table, reports
+from jmsstore_spark.outputs import OutputError, Outputs
+from jmsstore_spark.reports import NOTES, REPORTS, evaluate, format_table, release, reports, write_reports
 from store_helpers import damage_record
 
 _DAY_MS = 86_400_000
@@ -151,9 +154,9 @@ def test_the_report_command_prints_and_writes_parquet_and_json(tmp_path: Path) -
         "-m",
         "jmsstore_spark.cli",
         "report",
-        str(tmp_path / "damaged"),
+        (tmp_path / "damaged").as_uri(),
         "--to",
-        str(tmp_path / "out"),
+        (tmp_path / "out").as_uri(),  # file: URIs, for stores and outputs
     ]
     proc = subprocess.run(
         [*cmd, "--master", "local[1]", "--conf", "spark.ui.enabled=false"],
@@ -192,3 +195,111 @@ def test_a_commit_whose_records_were_all_lost_is_reported(spark: Any, tmp_path: 
     [tx] = [r.asDict() for r in reports(spark, [str(store)])["transactions"].collect()]
     assert (tx["records_found"], tx["committed_records"], tx["collections"]) == (0, 2, [])
     assert tx["problem"] == "commit record names a different number of records" and tx["first_segment"] == 1
+
+
+def _flip(store: Path, record: inspect.Record, at: int) -> None:
+    """Flips a byte ``at`` bytes into ``record`` (in any segment)."""
+    path = next(Path(s["path"]) for s in inspect.segments(store) if s["number"] == record.segment)
+    with path.open("r+b") as segment:
+        segment.seek(record.offset + at)
+        byte = segment.read(1)[0]
+        segment.seek(record.offset + at)
+        segment.write(bytes([byte ^ 0x40]))
+
+
+def _widely_damaged_store(path: Path) -> None:
+    """Several segments; damage at a segment's first and last record, runs of
+    adjacent damaged records, broken record and segment headers, and a
+    segment left whole."""
+    with FileStore(path, max_segment_bytes=1 << 20) as store:
+        for i in range(3600):
+            store.put(f"c{i % 3}", b"%06d " % i + b"x" * 1000)
+    by_segment: dict[int, list[inspect.Record]] = {}
+    for record in inspect.records(path):
+        by_segment.setdefault(record.segment, []).append(record)
+    first, second, third, _whole = sorted(by_segment)
+    head = by_segment[first]
+    for record in [head[0], *head[10:14], head[40], head[-1]]:
+        _flip(path, record, record.length - 3)  # the body: the checksum fails
+    _flip(path, head[100], 0)  # the header: no record until the next one's header
+    _flip(path, head[101], head[101].length - 3)  # a range of its own, right after that
+    for record in by_segment[second][200:203]:
+        _flip(path, record, record.length - 3)
+    # A segment header failing its checksum, then its first record: two ranges, one after the other.
+    segment = next(Path(s["path"]) for s in inspect.segments(path) if s["number"] == third)
+    with segment.open("r+b") as file:
+        file.seek(20)
+        byte = file.read(1)[0]
+        file.seek(20)
+        file.write(bytes([byte ^ 0x40]))
+    _flip(path, by_segment[third][0], by_segment[third][0].length - 3)
+
+
+def _damage_by_definition(store: str) -> list[dict[str, Any]]:
+    """The damage report as defined: every damaged range, with the nearest
+    records before and after it in its segment that pass their checksum
+    (order: offset, a damaged range after a record at the same offset)."""
+    fields = ("type", "collection", "handle", "sequence", "offset")
+    rows: list[dict[str, Any]] = []
+    by_segment: dict[int, list[Any]] = {}
+    for item in inspect.items(store):
+        if isinstance(item, inspect.Damage) or item.checksum_ok:
+            by_segment.setdefault(item.segment, []).append(item)
+    for segment, items in sorted(by_segment.items()):
+        items.sort(key=lambda x: (x.start, True) if isinstance(x, inspect.Damage) else (x.offset, False))
+        for i, item in enumerate(items):
+            if not isinstance(item, inspect.Damage):
+                continue
+            before = next((x for x in reversed(items[:i]) if not isinstance(x, inspect.Damage)), None)
+            after = next((x for x in items[i + 1 :] if not isinstance(x, inspect.Damage)), None)
+            row = {"store": store, "segment": segment, "start": item.start, "end": item.end}
+            row |= {"bytes": item.end - item.start, "reason": item.reason}
+            for side, record in (("before", before), ("after", after)):
+                row |= {f"{side}_{f}": None if record is None else getattr(record, f) for f in fields}
+            rows.append(row)
+    return rows
+
+
+def test_the_damage_report_is_the_nearest_valid_records_around_each_range(spark: Any, tmp_path: Path) -> None:
+    _widely_damaged_store(tmp_path / "damaged")
+    _damaged_store(tmp_path / "small")
+    stores = [str(tmp_path / "damaged"), str(tmp_path / "small")]
+    got = [r.asDict() for r in reports(spark, stores)["damage"].collect()]
+    expected = [row for store in stores for row in _damage_by_definition(store)]
+    assert got == expected
+    assert len(got) == 9
+    assert any(r["before_handle"] is None for r in got) and any(r["after_handle"] is None for r in got)
+    assert any(a["end"] == b["start"] for a, b in itertools.pairwise(got))  # ranges next to each other
+
+
+def test_reports_are_computed_once_and_kept(spark: Any, tmp_path: Path) -> None:
+    _damaged_store(tmp_path / "damaged")
+    frames = reports(spark, [str(tmp_path / "damaged")])
+    counts = evaluate(frames)
+    try:
+        assert counts == {name: (1 if name == "damage" else 0) for name in REPORTS}
+        for frame in frames.values():
+            assert frame.is_cached and "InMemoryTableScan" in frame._jdf.queryExecution().executedPlan().toString()
+    finally:
+        release(frames)
+    assert not any(frame.is_cached for frame in frames.values())
+
+
+def test_a_report_output_that_reads_back_short_fails_and_leaves_nothing(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _damaged_store(tmp_path / "damaged")
+    frames = reports(spark, [str(tmp_path / "damaged")])
+    check_lines = Outputs.check_lines
+
+    def lose_the_part_files(self: Outputs, uri: str, rows: int, what: str) -> None:
+        # As if the executors had written the data where the driver cannot see.
+        for part in Path(uri.removeprefix("file:")).glob("part-*"):
+            part.unlink()
+        check_lines(self, uri, rows, what)
+
+    monkeypatch.setattr(Outputs, "check_lines", lose_the_part_files)
+    lost = r"^report backlog: the job committed no data files to file:/.*/backlog\.json \(0 rows"
+    with pytest.raises(OutputError, match=lost):
+        write_reports(frames, str(tmp_path / "out"), meta={})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged"]  # no target, no staging

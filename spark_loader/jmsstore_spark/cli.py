@@ -9,7 +9,9 @@
 ``export`` writes the view as Parquet partitioned by store (and, for
 messages, destination) into DIR, which must not exist yet: Spark writes
 into a staging directory beside it, renamed into place only when the job
-has succeeded.
+has succeeded and the rows read back from the written files are the rows
+read from the stores (else exit 1 and nothing at DIR; see
+:mod:`jmsstore_spark.outputs`). ``report --to`` is verified the same way.
 
 ``import`` loads exported messages (Parquet, as ``export`` writes it) into
 a new store through the store's write path, so a JMSServer opened on it
@@ -41,7 +43,6 @@ import argparse
 import contextlib
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -144,26 +145,33 @@ def _setting(spark: Any, key: str, value: str) -> Iterator[None]:
 
 
 def export(spark: Any, stores: Sequence[str], to: str, view: str = "messages") -> dict[str, Any]:
-    """Writes ``view`` of ``stores`` as Parquet into ``to`` (which must not
-    exist), all or nothing; returns rows written and seconds taken."""
-    target = os.path.abspath(to)
-    if os.path.exists(target):
-        raise FileExistsError(f"{target} exists: export writes a new directory")
-    staging = f"{target}.staging-{os.getpid()}"
+    """Writes ``view`` of ``stores`` as Parquet into ``to`` (a path or a URI
+    Spark writes; it must not exist), all or nothing: the rows read back
+    from the written files must be the rows read from the stores, else
+    :class:`~jmsstore_spark.outputs.OutputError` and nothing at ``to``.
+    Returns rows written and seconds taken."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from jmsstore_spark.outputs import OutputError, Outputs, output_uri, shown
+
+    outputs = Outputs(spark)
+    target = output_uri(to)
     started = time.monotonic()
+    read = Observation("exported")
     df = spark.read.format("jmsstore").option("view", view).load(",".join(stores))
+    df = df.observe(read, F.count(F.lit(1)).alias("rows"))
     columns = ["store", "destination"] if view == "messages" else ["store"]
-    # A task writes the files of several destinations at once instead of
-    # sorting its rows by destination first (a third faster on 2 cores).
-    try:
+    with outputs.staged(target) as staging:
+        # A task writes the files of several destinations at once instead of
+        # sorting its rows by destination first (a third faster on 2 cores).
         with _setting(spark, "spark.sql.maxConcurrentOutputFileWriters", "16"):
             df.write.partitionBy(*columns).parquet(staging)
-        os.rename(staging, target)  # visible at once, or not at all
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    rows = spark.read.parquet(target).count()
-    return {"rows": rows, "seconds": time.monotonic() - started, "to": target}
+        rows = int(read.get["rows"])
+        if rows == 0:
+            raise OutputError(f"nothing to export: the stores hold no {view}")
+        outputs.check_parquet(staging, rows, "export")
+    return {"rows": rows, "seconds": time.monotonic() - started, "to": shown(target)}
 
 
 def import_messages(
@@ -315,7 +323,7 @@ def _first_line(error: BaseException) -> str:
     text = str(error)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     for line in lines:
-        for marker in ("StoreImportError: ", "ValueError: "):
+        for marker in ("StoreImportError: ", "OutputError: ", "ValueError: "):
             if marker in line:
                 return line.split(marker, 1)[1]
     if "Traceback (most recent call last)" in text:
@@ -330,19 +338,23 @@ def _first_line(error: BaseException) -> str:
 
 
 def _report(spark: Any, args: argparse.Namespace) -> None:
-    from jmsstore_spark.reports import NOTES, format_table, reports, write_reports
+    from jmsstore_spark.outputs import output_uri, shown
+    from jmsstore_spark.reports import NOTES, evaluate, format_table, release, reports, write_reports
 
     as_of = int(time.time() * 1000)
     frames = reports(spark, args.stores, redelivered_over=args.redelivered, as_of_ms=as_of)
-    for name, frame in frames.items():
-        total = frame.count()
-        rows = [list(r) for r in frame.limit(args.rows).collect()]
-        print(format_table(name, frame.columns, rows, total, note=NOTES.get(name)))
-        print()
-    if args.to:
-        meta = {"stores": args.stores, "as_of_ms": as_of, "redelivered_over": args.redelivered}
-        counts = write_reports(frames, args.to, meta=meta)
-        print(f"wrote {len(counts)} reports to {os.path.abspath(args.to)}")
+    counts = evaluate(frames)  # each report computed once: printed and written from the kept rows
+    try:
+        for name, frame in frames.items():
+            rows = [list(r) for r in frame.limit(args.rows).collect()]
+            print(format_table(name, frame.columns, rows, counts[name], note=NOTES.get(name)))
+            print()
+        if args.to:
+            meta = {"stores": args.stores, "as_of_ms": as_of, "redelivered_over": args.redelivered}
+            write_reports(frames, args.to, meta=meta, rows=counts)
+            print(f"wrote {len(counts)} reports to {shown(output_uri(args.to))}")
+    finally:
+        release(frames)
 
 
 if __name__ == "__main__":

@@ -75,6 +75,7 @@ from pyspark.sql.types import StructType
 
 from jmsstore_spark.checks import StoreImportError, check_target, is_store
 from jmsstore_spark.messages import stored_boots
+from jmsstore_spark.outputs import OutputError
 
 __all__ = ["COLUMNS", "StoreImportError", "StoreWriter", "check_columns", "check_target"]
 
@@ -553,6 +554,7 @@ def _load(store_dir: str, parts: list[StagedPart], codec: str, replaced_boots: d
     """Loads the staged parts (each sorted) into a new store at ``store_dir``, merging them in order."""
     paths = [p.path for p in parts if p.rows]
     total = sum(p.rows for p in parts)
+    _check_staged(parts)
     # The small columns of every part (memory-mapped, not copied) for what
     # must be known before the first message is written.
     small = ["server", "kind", "destination", "client_id", "subscription", "destination_settings"]
@@ -616,6 +618,26 @@ def _load(store_dir: str, parts: list[StagedPart], codec: str, replaced_boots: d
         loader.finish()
     finally:
         store.close()
+    if loader.messages != total:
+        raise OutputError(f"import: {loader.messages} messages loaded, not the {total} rows the tasks staged")
+
+
+def _check_staged(parts: list[StagedPart]) -> None:
+    """Raises :class:`OutputError` unless the driver sees every part a task
+    staged, with the rows the task counted (a task on a worker whose
+    directories the driver does not share stages where it cannot read)."""
+    for part in parts:
+        if not part.rows:
+            continue
+        try:
+            found = pa.ipc.open_file(pa.memory_map(part.path)).count_rows()
+        except (OSError, pa.ArrowInvalid) as e:
+            raise OutputError(
+                f"import: {part.path}, staged by a task, is not readable here ({e}); the target's directory "
+                "must be on storage the driver and every executor share"
+            ) from e
+        if found != part.rows:
+            raise OutputError(f"import: {part.path} holds {found} rows, not the {part.rows} its task staged")
 
 
 def _fsync_dir(path: str) -> None:

@@ -20,14 +20,13 @@ Each report is a Spark DataFrame built from the ``records`` and
 
 ``write_reports`` writes each as Parquet and as JSON lines, plus
 ``summary.json`` (row counts, notes, stores, time of the report), all or
-nothing.
+nothing, and verified (see :mod:`jmsstore_spark.outputs`). ``evaluate``
+computes each report once, for a caller that prints and writes them.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -36,7 +35,7 @@ from jmsstore import inspect, table
 
 from jmsstore_spark.checks import store_paths
 
-__all__ = ["NOTES", "REPORTS", "format_table", "reports", "write_reports"]
+__all__ = ["NOTES", "REPORTS", "Reports", "evaluate", "format_table", "release", "reports", "write_reports"]
 
 REPORTS = ("backlog", "transactions", "in_doubt", "damage", "duplicates", "redelivered")
 
@@ -53,16 +52,21 @@ NOTES = {
 _MINUTE_MS, _HOUR_MS, _DAY_MS = 60_000, 3_600_000, 86_400_000
 
 
-def reports(
-    spark: Any, stores: Sequence[str], *, redelivered_over: int = 1, as_of_ms: int | None = None
-) -> dict[str, Any]:
+class Reports(dict[str, Any]):
+    """The report frames by name, in :data:`REPORTS` order; ``sources``: the
+    store views they share, cached until :func:`evaluate` has computed the
+    reports (or :func:`release`)."""
+
+    sources: list[Any]
+
+
+def reports(spark: Any, stores: Sequence[str], *, redelivered_over: int = 1, as_of_ms: int | None = None) -> Reports:
     """The reports of ``stores`` (paths or globs) as DataFrames, by name.
 
     ``redelivered_over``: the ``redelivered`` report lists messages
     redelivered more than this many times. ``as_of_ms``: the time ages are
     measured from (default now)."""
     from pyspark.sql import functions as F
-    from pyspark.sql.window import Window
 
     if isinstance(redelivered_over, bool) or not isinstance(redelivered_over, int) or redelivered_over < 0:
         raise ValueError(f"redelivered_over is a count of 0 or more, not {redelivered_over!r}")
@@ -103,10 +107,12 @@ def reports(
             "handle",
             "tx_id",
             "checksum_ok",
-            "body",
+            # Only the transactions report reads bodies: those of commit records.
+            F.when(F.col("type") == "commit", F.col("body")).alias("body"),
             "damage_end",
             "damage_reason",
         )
+        .cache()  # read by two reports: the stores are read once
     )
     target = ["store", "server", "destination_type", "destination", "subscription", "client_id"]
     age = F.lit(now) - F.col("timestamp")
@@ -203,38 +209,7 @@ def reports(
         .orderBy("store", "server", "destination", "sent")
     )
 
-    # Neighbours are the nearest valid records (a record failing its checksum
-    # is also a damaged range at the same offset; ranges may follow each other).
-    place = Window.partitionBy("store", "segment").orderBy("offset", F.col("type") == "damage")
-    before = place.rowsBetween(Window.unboundedPreceding, -1)
-    after = place.rowsBetween(1, Window.unboundedFollowing)
-    valid = (F.col("type") != "damage") & F.col("checksum_ok")
-    fields = ("type", "collection", "handle", "sequence", "offset")
-    neighbours = records.where((F.col("type") == "damage") | F.col("checksum_ok")).select(
-        "store",
-        "segment",
-        "offset",
-        "length",
-        "type",
-        "damage_end",
-        "damage_reason",
-        *(F.last(F.when(valid, F.col(c)), ignorenulls=True).over(before).alias(f"before_{c}") for c in fields),
-        *(F.first(F.when(valid, F.col(c)), ignorenulls=True).over(after).alias(f"after_{c}") for c in fields),
-    )
-    damage = (
-        neighbours.where(F.col("type") == "damage")
-        .select(
-            "store",
-            "segment",
-            F.col("offset").alias("start"),
-            F.col("damage_end").alias("end"),
-            F.col("length").alias("bytes"),
-            F.col("damage_reason").alias("reason"),
-            *(f"before_{c}" for c in ("type", "collection", "handle", "sequence", "offset")),
-            *(f"after_{c}" for c in ("type", "collection", "handle", "sequence", "offset")),
-        )
-        .orderBy("store", "segment", "start")
-    )
+    damage = _damage(records)
 
     duplicates = (
         messages.where(F.col("message_id").isNotNull())
@@ -255,14 +230,77 @@ def reports(
         .select(*target, "message_id", "redeliveries", "delivery_count", F.timestamp_millis("timestamp").alias("sent"))
         .orderBy(F.desc("redeliveries"), "store", "message_id")
     )
-    return {
-        "backlog": backlog,
-        "transactions": transactions,
-        "in_doubt": in_doubt,
-        "damage": damage,
-        "duplicates": duplicates,
-        "redelivered": redelivered,
-    }
+    frames = Reports(
+        backlog=backlog,
+        transactions=transactions,
+        in_doubt=in_doubt,
+        damage=damage,
+        duplicates=duplicates,
+        redelivered=redelivered,
+    )
+    frames.sources = [messages, records]
+    return frames
+
+
+def _damage(records: Any) -> Any:
+    """The ``damage`` report: each damaged range with the nearest valid
+    records before and after it in its segment (a record failing its
+    checksum is also a damaged range at its offset; ranges may follow each
+    other).
+
+    Linear in the records: only segments with damage are sorted, and one
+    lag/lead pass over them keeps the damage rows and the valid records next
+    to one; the neighbours are then carried over runs of damage rows on
+    that small remainder by growing frames (Spark computes those
+    incrementally; a frame running to the end of the partition is
+    recomputed for every row, quadratic in the segment's records)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    is_damage = F.col("type") == "damage"
+    damaged = records.where(is_damage).select("store", "segment").distinct()
+    candidates = records.join(F.broadcast(damaged), ["store", "segment"]).where(is_damage | F.col("checksum_ok"))
+    segment = Window.partitionBy("store", "segment")
+    place = segment.orderBy("offset", is_damage)
+    edges = (
+        candidates.withColumn("is_damage", is_damage)
+        .withColumn(
+            "next_to_damage",
+            F.coalesce(F.lag("is_damage").over(place), F.lit(False))
+            | F.coalesce(F.lead("is_damage").over(place), F.lit(False)),
+        )
+        .where(F.col("is_damage") | F.col("next_to_damage"))
+    )
+    # The order above, forwards and backwards: the rows strictly before a row.
+    before = segment.orderBy("offset", "is_damage").rowsBetween(Window.unboundedPreceding, -1)
+    after = segment.orderBy(F.desc("offset"), F.desc("is_damage")).rowsBetween(Window.unboundedPreceding, -1)
+    fields = ("type", "collection", "handle", "sequence", "offset")
+    valid = ~F.col("is_damage")
+    neighbours = edges.select(
+        "store",
+        "segment",
+        "offset",
+        "length",
+        "is_damage",
+        "damage_end",
+        "damage_reason",
+        *(F.last(F.when(valid, F.col(c)), ignorenulls=True).over(before).alias(f"before_{c}") for c in fields),
+        *(F.last(F.when(valid, F.col(c)), ignorenulls=True).over(after).alias(f"after_{c}") for c in fields),
+    )
+    return (
+        neighbours.where(F.col("is_damage"))
+        .select(
+            "store",
+            "segment",
+            F.col("offset").alias("start"),
+            F.col("damage_end").alias("end"),
+            F.col("length").alias("bytes"),
+            F.col("damage_reason").alias("reason"),
+            *(f"before_{c}" for c in fields),
+            *(f"after_{c}" for c in fields),
+        )
+        .orderBy("store", "segment", "start")
+    )
 
 
 def format_table(
@@ -281,28 +319,67 @@ def format_table(
     return table.format_table(columns, rows, title=head, max_width=48, group_digits=False, notes=more)
 
 
-def write_reports(frames: dict[str, Any], to: str, *, meta: dict[str, Any]) -> dict[str, int]:
-    """Writes every report as Parquet (``<name>.parquet/``) and JSON lines
-    (``<name>.json/``) plus ``summary.json`` into ``to``, which must not
-    exist: written into a staging directory, renamed into place at the end.
-    Returns the row count of each report."""
-    target = os.path.abspath(to)
-    if os.path.exists(target):
-        raise FileExistsError(f"{target} exists: a report writes a new directory")
-    staging = f"{target}.staging-{os.getpid()}"
+def evaluate(frames: dict[str, Any]) -> dict[str, int]:
+    """Computes every report once and keeps its rows (Spark's cache,
+    spilling to disk), so that printing, writing and verifying a report
+    read the kept rows instead of the stores. Returns the row count of
+    each; :func:`release` frees them."""
     counts: dict[str, int] = {}
+    for name, frame in frames.items():
+        counts[name] = frame.cache().count()
+    _release_sources(frames)  # the reports' own rows are kept: the views are read no more
+    return counts
+
+
+def release(frames: dict[str, Any]) -> None:
+    """Frees the rows :func:`evaluate` kept (and the store views the reports
+    were computed from)."""
+    for frame in frames.values():
+        frame.unpersist()
+    _release_sources(frames)
+
+
+def _release_sources(frames: dict[str, Any]) -> None:
+    for source in getattr(frames, "sources", ()):
+        source.unpersist()
+
+
+def write_reports(
+    frames: dict[str, Any], to: str, *, meta: dict[str, Any], rows: dict[str, int] | None = None
+) -> dict[str, int]:
+    """Writes every report as Parquet (``<name>.parquet/``) and JSON lines
+    (``<name>.json/``) plus ``summary.json`` into ``to`` (a path or a URI
+    Spark writes), which must not exist. All or nothing, and verified: the
+    reports are written into a staging directory beside ``to``, and the rows
+    read back from each output must be the report's rows before it is
+    renamed into place; else :class:`~jmsstore_spark.outputs.OutputError`
+    and nothing at ``to``.
+
+    ``rows``: the row counts :func:`evaluate` gave for ``frames`` (else they
+    are evaluated here, and released after). Returns the row count of each
+    report."""
+    from jmsstore_spark.outputs import Outputs, output_uri
+
+    if not frames:
+        raise ValueError("no reports to write")
+    outputs = Outputs(next(iter(frames.values())).sparkSession)
+    target = output_uri(to)
+    evaluated_here = rows is None
+    counts = evaluate(frames) if rows is None else dict(rows)
     try:
-        os.makedirs(staging)
-        for name, frame in frames.items():
-            data = frame.coalesce(1)
-            data.write.parquet(os.path.join(staging, f"{name}.parquet"))
-            data.write.json(os.path.join(staging, f"{name}.json"))
-            counts[name] = frame.count()
-        with open(os.path.join(staging, "summary.json"), "w") as out:
+        with outputs.staged(target) as staging:
+            outputs.mkdirs(staging)
+            for name, frame in frames.items():
+                data = frame.coalesce(1)  # one file per report, in the report's order
+                data.write.parquet(f"{staging}/{name}.parquet")
+                data.write.json(f"{staging}/{name}.json")
             notes = {name: NOTES[name] for name in frames if name in NOTES}
-            json.dump({**meta, "rows": counts, "notes": notes}, out, indent=2)
-        os.rename(staging, target)  # visible at once, or not at all
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+            summary = json.dumps({**meta, "rows": counts, "notes": notes}, indent=2)
+            outputs.write_text(f"{staging}/summary.json", summary)
+            for name in frames:
+                outputs.check_parquet(f"{staging}/{name}.parquet", counts[name], f"report {name}")
+                outputs.check_lines(f"{staging}/{name}.json", counts[name], f"report {name}")
+    finally:
+        if evaluated_here:
+            release(frames)
     return counts

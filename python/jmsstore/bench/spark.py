@@ -8,7 +8,14 @@
   loop's time to Spark's (above 1: Spark is faster);
 - import: that Parquet export loaded into a new store by the Spark import,
   against the store's own ``put_async`` rate for the same message bodies
-  (one thread, every future waited for): the ratio of the two rates.
+  (one thread, every future waited for): the ratio of the two rates;
+- report: every forensic report of a copy of that store with damage (one
+  record in 1,000 fails its checksum, and a run of 5 adjacent ones), against
+  the same reports of the store without damage: the ratio of the times
+  (goal: at most 1.5), and the Spark jobs each took.
+
+``--only export,import,report`` runs some of them (the import needs the
+export).
 
 Spark's own start-up (the session) is outside both timings; its per-job
 overhead is inside.
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from collections import defaultdict
@@ -127,72 +135,155 @@ def put_async_rate(path: Path, bodies: list[tuple[str, bytes]]) -> float:
         return len(bodies) / (time.perf_counter() - started)
 
 
+def damage_copy(source: Path, target: Path, every: int, run: int) -> int:
+    """A copy of the store at ``source`` with one record in ``every`` damaged
+    (its checksum fails), and one run of ``run`` adjacent damaged records;
+    returns how many records were damaged."""
+    shutil.copytree(source, target)
+    paths = {s["number"]: Path(s["path"]) for s in inspect.segments(target)}
+    victims: dict[int, list[tuple[int, int]]] = defaultdict(list)  # segment -> (offset, length)
+    chosen = 0
+    for i, record in enumerate(inspect.records(target)):
+        if i % every == every // 2 or every * 2 <= i < every * 2 + run:
+            victims[record.segment].append((record.offset, record.length))
+            chosen += 1
+    for segment, places in victims.items():
+        with paths[segment].open("r+b") as file:
+            for offset, length in places:
+                file.seek(offset + length - 3)  # in the body: the record's checksum fails
+                byte = file.read(1)[0]
+                file.seek(offset + length - 3)
+                file.write(bytes([byte ^ 0x40]))
+    return chosen
+
+
+def timed_report(spark: Any, store: Path) -> tuple[float, int, dict[str, int]]:
+    """Seconds to compute every report of ``store`` once (what ``jmsstore-spark
+    report`` computes before it prints), the Spark jobs that took, and the
+    row count of each report."""
+    from jmsstore_spark.reports import evaluate, release, reports
+
+    group = f"report-{store.parent.name}"
+    spark.sparkContext.setJobGroup(group, "jmsstore-spark report")
+    started = time.perf_counter()
+    frames = reports(spark, [str(store)])
+    counts = evaluate(frames)
+    seconds = time.perf_counter() - started
+    release(frames)
+    jobs = len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+    spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    return seconds, jobs, counts
+
+
+BENCHMARKS = ("export", "import", "report")
+
+
 def run(ctx: Context) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from jmsstore_spark.cli import export, import_messages, session
 
+    only = ctx.options.get("only") or list(BENCHMARKS)
+    unknown = sorted(set(only) - set(BENCHMARKS))
+    if unknown:
+        raise SystemExit(f"unknown benchmark(s) {unknown}; the spark suite has {list(BENCHMARKS)}")
+    if "import" in only and "export" not in only:
+        only = ["export", *only]  # the import loads the export
     n = ctx.n(20_000, 1_000_000, minimum=1000)
     ctx.settings["spark"] = {"messages": n, "queues": QUEUES, "text_chars": TEXT_CHARS, "master": "local[*]"}
+    ctx.settings["benchmarks"] = [name for name in BENCHMARKS if name in only]
     source = ctx.scratch / "source" / "store"
     ctx.step(f"source store: {n:,} messages over {QUEUES} queues")
     build_store(ctx, source, n)
     source_bytes = sum(int(s["size"]) for s in inspect.segments(source))
+    damaged_records = 0
+    if "report" in only:
+        ctx.step("report: a copy of the source store with damage")
+        damaged_records = damage_copy(source, ctx.scratch / "damaged" / "store", every=1000, run=5)
 
     spark = session(None, ["spark.ui.enabled=false", "spark.driver.memory=2g"])
     spark.sparkContext.setLogLevel("ERROR")
     version = spark.version
     try:
-        ctx.step("export: Spark job")
-        started = time.perf_counter()
-        exported = export(spark, [str(source)], str(ctx.scratch / "spark-export"))
-        spark_s = time.perf_counter() - started
-        ctx.step("export: single-process loop")
-        started = time.perf_counter()
-        loop_rows = loop_export(str(source), ctx.scratch / "loop-export")
-        loop_s = time.perf_counter() - started
-        if exported["rows"] != n or loop_rows != n:
-            raise RuntimeError(f"exported {exported['rows']} (Spark) and {loop_rows} (loop) rows of {n}")
-
-        ctx.step("import: Spark job")
-        started = time.perf_counter()
-        imported = import_messages(spark, [str(ctx.scratch / "spark-export")], str(ctx.scratch / "imported" / "store"))
-        import_s = time.perf_counter() - started
-        if imported["messages"] != n:
-            raise RuntimeError(f"imported {imported['messages']} messages of {n}")
+        if "export" in only:
+            ctx.step("export: Spark job")
+            started = time.perf_counter()
+            exported = export(spark, [str(source)], str(ctx.scratch / "spark-export"))
+            spark_s = time.perf_counter() - started
+            ctx.step("export: single-process loop")
+            started = time.perf_counter()
+            loop_rows = loop_export(str(source), ctx.scratch / "loop-export")
+            loop_s = time.perf_counter() - started
+            if exported["rows"] != n or loop_rows != n:
+                raise RuntimeError(f"exported {exported['rows']} (Spark) and {loop_rows} (loop) rows of {n}")
+        if "import" in only:
+            ctx.step("import: Spark job")
+            started = time.perf_counter()
+            imported = import_messages(
+                spark, [str(ctx.scratch / "spark-export")], str(ctx.scratch / "imported" / "store")
+            )
+            import_s = time.perf_counter() - started
+            if imported["messages"] != n:
+                raise RuntimeError(f"imported {imported['messages']} messages of {n}")
+        if "report" in only:
+            ctx.step("report: warm-up on a small store (the session's first jobs start its workers)")
+            build_store(ctx, ctx.scratch / "warm-up" / "store", 1000)
+            timed_report(spark, ctx.scratch / "warm-up" / "store")
+            ctx.step("report: the source store (no damage)")
+            clean_s, clean_jobs, clean = timed_report(spark, source)
+            ctx.step(f"report: the copy with {damaged_records} damaged records")
+            damaged_s, damaged_jobs, damaged = timed_report(spark, ctx.scratch / "damaged" / "store")
+            if clean["damage"] != 0 or not 0 < damaged["damage"] <= damaged_records:
+                raise RuntimeError(f"damage report: {clean['damage']} and {damaged['damage']} ranges")
     finally:
         spark.stop()
-    ctx.step("import baseline: put_async")
-    bodies: list[tuple[str, bytes]] = []
-    with FileStore(source) as store:
-        for q in range(QUEUES):
-            collection = f"jms/{SERVER}/q/orders.{q}"
-            bodies += [(collection, body) for _, body in store.scan(collection)]
-    put_rate = put_async_rate(ctx.scratch / "put-async", bodies)
-    import_rate = n / import_s
-
-    ctx.results["export"] = {
-        "messages": n,
-        "store_bytes": source_bytes,
-        "spark_seconds": spark_s,
-        "loop_seconds": loop_s,
-        "spark_messages_per_s": n / spark_s,
-        "loop_messages_per_s": n / loop_s,
-        "loop_over_spark": ratio(loop_s, spark_s),
-    }
-    ctx.results["import"] = {
-        "messages": n,
-        "import_seconds": import_s,
-        "import_messages_per_s": import_rate,
-        "put_async_messages_per_s": put_rate,
-        "import_over_put_async": ratio(import_rate, put_rate),
-    }
+    rows: list[list[Any]] = []
+    if "export" in only:
+        ctx.results["export"] = {
+            "messages": n,
+            "store_bytes": source_bytes,
+            "spark_seconds": spark_s,
+            "loop_seconds": loop_s,
+            "spark_messages_per_s": n / spark_s,
+            "loop_messages_per_s": n / loop_s,
+            "loop_over_spark": ratio(loop_s, spark_s),
+        }
+        rows.append(
+            ["export to Parquet, msg/s", n / spark_s, n / loop_s, "single-process loop", ratio(loop_s, spark_s)]
+        )
+    if "import" in only:
+        ctx.step("import baseline: put_async")
+        bodies: list[tuple[str, bytes]] = []
+        with FileStore(source) as store:
+            for q in range(QUEUES):
+                collection = f"jms/{SERVER}/q/orders.{q}"
+                bodies += [(collection, body) for _, body in store.scan(collection)]
+        put_rate = put_async_rate(ctx.scratch / "put-async", bodies)
+        import_rate = n / import_s
+        ctx.results["import"] = {
+            "messages": n,
+            "import_seconds": import_s,
+            "import_messages_per_s": import_rate,
+            "put_async_messages_per_s": put_rate,
+            "import_over_put_async": ratio(import_rate, put_rate),
+        }
+        rows.append(["import, msg/s", import_rate, put_rate, "FileStore.put_async", ratio(import_rate, put_rate)])
+    if "report" in only:
+        ctx.results["report"] = {
+            "messages": n,
+            "damaged_records": damaged_records,
+            "damaged_ranges": damaged["damage"],
+            "damaged_seconds": damaged_s,
+            "clean_seconds": clean_s,
+            "damaged_jobs": damaged_jobs,
+            "clean_jobs": clean_jobs,
+            "damaged_over_clean": ratio(damaged_s, clean_s),
+        }
+        rows.append(["report with damage, s", damaged_s, clean_s, "same store, no damage", ratio(damaged_s, clean_s)])
     ctx.table(
         "Spark loader",
         ["what", "ours (Spark)", "baseline", "baseline is", "ratio"],
-        [
-            ["export to Parquet, msg/s", n / spark_s, n / loop_s, "single-process loop", ratio(loop_s, spark_s)],
-            ["import, msg/s", import_rate, put_rate, "FileStore.put_async", ratio(import_rate, put_rate)],
-        ],
+        rows,
         footer=f"{n:,} messages of {TEXT_CHARS} characters in {QUEUES} queues; Spark {version}, local[*], "
-        f"{ctx.machine['cores']} cores. Export ratio: loop time / Spark time; import ratio: rate / put_async rate.",
+        f"{ctx.machine['cores']} cores. Export ratio: loop time / Spark time; import ratio: rate / put_async rate; "
+        f"report ratio: time with {damaged_records} damaged records / time without (goal: at most 1.5).",
     )
