@@ -100,7 +100,9 @@ def received_message(
         # A text message with a content-length (jmsstore's server sends one on every MESSAGE).
         headers.pop("content-length", None)
     try:
-        message = outgoing_message(headers, frame.body, now_ms).message
+        carried = outgoing_message(headers, frame.body, now_ms)
+        message = carried.message
+        message.priority = carried.priority
         message.message_id = headers.get("message-id")
         message.timestamp = int(headers.get("timestamp", "0") or 0)
         message.expiration = int(headers.get("expires", "0") or 0)

@@ -46,6 +46,13 @@ from jmsstore.selector import Selector
 __all__ = ["RemoteConsumer", "RemotePort", "RemoteProducer"]
 
 
+# How long a client id this process has just released may still be refused as in use.
+_CLIENT_ID_GRACE = 2.0
+# (server address, client id) -> when a connection of this process with it closed (monotonic).
+_released: dict[tuple[tuple[str, int], str], float] = {}
+_released_lock = threading.Lock()
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -277,7 +284,17 @@ class RemotePort:
         self._durable: dict[tuple[str, str], tuple[Topic, str | None]] = {}
 
     def _open_link(self, client_id: str | None) -> StompLink:
-        return StompLink(self.address, self._login, self._passcode, client_id, self._heart_beat, self._timeout)
+        while True:
+            try:
+                return StompLink(self.address, self._login, self._passcode, client_id, self._heart_beat, self._timeout)
+            except InvalidClientIDError:
+                # A server may answer DISCONNECT before it frees the client id: one this
+                # process has just given up is retried for a moment, then refused.
+                with _released_lock:
+                    released = _released.get((self.address, client_id or ""))
+                if released is None or time.monotonic() - released > _CLIENT_ID_GRACE:
+                    raise
+                time.sleep(0.02)
 
     def check_open(self) -> None:
         """A remote server is never closed from here; a lost connection raises on use."""
@@ -303,6 +320,9 @@ class RemotePort:
             entries = [self._connections.pop(k) for k in found]
         for entry in entries:
             entry.link.close()
+            if entry.link.client_id is not None:
+                with _released_lock:
+                    _released[(self.address, entry.link.client_id)] = time.monotonic()
 
     def _connected(self, connection: int) -> _Connected:
         with self._lock:
