@@ -176,6 +176,28 @@ def test_client_acknowledge_and_recover_redeliver(broker: Broker) -> None:
         assert connection.create_session().create_consumer(queue).receive(0.2) is None
 
 
+def test_a_closed_consumers_messages_are_still_the_sessions_to_acknowledge(broker: Broker) -> None:
+    queue = broker.queue("closed-early")
+    with broker.factory().create_connection() as connection:
+        connection.start()
+        session = connection.create_session(ack_mode=AckMode.CLIENT)
+        producer = session.create_producer(queue)
+        for n in range(3):
+            producer.send(TextMessage(f"c{n}"))
+        consumer = session.create_consumer(queue)
+        got = [consumer.receive(WAIT), consumer.receive(WAIT)]
+        consumer.close()
+        session.acknowledge()
+        assert texts(got) == ["c0", "c1"]
+        left = session.create_consumer(queue).receive(WAIT)
+        assert texts([left]) == ["c2"]
+        assert left is not None
+        left.acknowledge()
+    with broker.factory().create_connection() as connection:
+        connection.start()
+        assert connection.create_session().create_consumer(queue).receive(0.2) is None
+
+
 def test_transactions_commit_and_roll_back(broker: Broker) -> None:
     queue = broker.queue("tx")
     with broker.factory().create_connection() as connection:
@@ -323,6 +345,22 @@ def test_features_without_a_stomp_form_raise_naming_them(remote: Broker) -> None
         with pytest.raises(UnsupportedOverStompError, match="unsubscribe"):
             session.unsubscribe("never-opened")
         producer.send(TextMessage("still connected"))  # none of these broke the connection
+
+
+def test_heart_beats_keep_an_idle_connection_alive(tmp_path: Path) -> None:
+    # The server cuts off a client silent for twice the negotiated 50 ms: this one is not.
+    beating = Broker(tmp_path / "beating", remote=True, heart_beat=(50, 50))
+    try:
+        queue = beating.queue("idle")
+        with connect(beating.url, heart_beat=(50, 50)).create_connection() as connection:
+            connection.start()
+            session = connection.create_session()
+            consumer = session.create_consumer(queue)
+            assert consumer.receive(0.5) is None  # idle for ten intervals
+            session.create_producer(queue).send(TextMessage("still here"))
+            assert texts([consumer.receive(WAIT)]) == ["still here"]
+    finally:
+        beating.close()
 
 
 def test_urls_are_checked() -> None:

@@ -207,6 +207,9 @@ class StompLink:
                 self._sock.sendall(data)
             except OSError as e:
                 error = StompConnectionError(f"writing to {self.where}: {e.strerror or e}")
+                if outcome is not None:
+                    with self._lock:
+                        self._receipts.pop(receipt, None)  # the caller hears of it from the raise alone
                 self._fail(error)
                 raise error from None
             self._last_write = time.monotonic()

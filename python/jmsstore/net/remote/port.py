@@ -510,7 +510,8 @@ class RemotePort:
             return
         frames, consumers = self._settling(Command.NACK, deliveries)
         for link, nacks in frames.items():
-            link.write(nacks)
+            if not link.failed:  # else the server took them back when the connection ended
+                link.write(nacks)
         for consumer in consumers:
             consumer.after_settling()
 
