@@ -3,7 +3,8 @@
 The broker (:class:`JMSServer` and the JMS client API) runs on the file
 store (:class:`FileStore`: append-only segments with group commit, recovery,
 compaction and body codecs) and the paging engine (:class:`Pager`: resident
-headers, bodies against a budget).
+headers, bodies against a budget). :func:`connect` gives the same client
+API for a server reached over STOMP 1.2 (``jmsstore serve``).
 """
 
 from jmsstore import inspect
@@ -54,6 +55,7 @@ from jmsstore.errors import (
     UnknownHandleError,
     UnsupportedFormatError,
 )
+from jmsstore.net.remote import connect
 from jmsstore.pager import Pager
 from jmsstore.selector import InvalidSelectorError, Selector
 from jmsstore.store import FileStore, Transaction
@@ -107,5 +109,6 @@ __all__ = [
     "UnknownHandleError",
     "UnsupportedFormatError",
     "__version__",
+    "connect",
     "inspect",
 ]

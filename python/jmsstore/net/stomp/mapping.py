@@ -25,7 +25,10 @@ A delivered message becomes a MESSAGE frame with ``subscription``,
 ``message-id``, ``destination``, ``ack``, ``content-length``, ``expires``,
 ``priority``, ``timestamp``, ``redelivered``, ``persistent`` (when it is),
 ``type``, ``correlation-id`` and ``reply-to`` (when set), and its
-properties as headers (booleans as ``true``/``false``).
+properties as headers (booleans as ``true``/``false``). A text message's
+frame says ``content-type:text/plain;charset=utf-8``: every MESSAGE has a
+``content-length`` (its body may hold NULs), so that is how a client tells
+text from bytes (jmsstore's remote client does).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from jmsstore.jms.destination import Destination, Queue, TemporaryQueue, Topic
 from jmsstore.jms.message import BytesMessage, DeliveryMode, Message, TextMessage, check_property_name
 
 __all__ = [
+    "TEXT_CONTENT_TYPE",
     "Outgoing",
     "ProtocolError",
     "destination_name",
@@ -45,6 +49,10 @@ __all__ = [
     "outgoing_message",
     "parse_destination",
 ]
+
+
+# The content-type of a text message's MESSAGE frame.
+TEXT_CONTENT_TYPE = "text/plain;charset=utf-8"
 
 
 class ProtocolError(JmsStoreError):
@@ -184,6 +192,8 @@ def message_headers(message: Message, subscription: str, ack: str) -> list[tuple
         headers.append(("correlation-id", message.correlation_id))
     if isinstance(message.reply_to, Destination):
         headers.append(("reply-to", destination_name(message.reply_to)))
+    if isinstance(message, TextMessage):
+        headers.append(("content-type", TEXT_CONTENT_TYPE))
     headers.extend((name, _text(value)) for name, value in message.properties.items())
     return headers
 

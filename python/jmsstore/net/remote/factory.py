@@ -1,0 +1,89 @@
+"""``connect(url)``: a connection factory for a server reached over STOMP 1.2."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from jmsstore.client.factory import ConnectionFactory
+from jmsstore.errors import InvalidArgumentError
+from jmsstore.net.remote.errors import UnsupportedOverStompError
+from jmsstore.net.remote.port import RemotePort
+
+__all__ = ["DEFAULT_PORT", "connect"]
+
+DEFAULT_PORT = 61613
+
+# Connection-factory settings the embedded broker applies to sends; over
+# STOMP the server applies its own (quotas, blocking sends, flow control).
+_SERVER_SIDE = ("send_timeout", "flow_control_enabled", "flow_maximum", "flow_minimum", "flow_interval", "flow_steps")
+
+
+def _address(url: str) -> tuple[str, int, str | None, str | None]:
+    if not isinstance(url, str):
+        raise TypeError(f"url is a str, not {type(url).__name__}")
+    parts = urlsplit(url)
+    if parts.scheme != "stomp":
+        raise InvalidArgumentError(f"the url must be stomp://HOST:PORT, not {url!r}")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise InvalidArgumentError(f"a stomp url names a host and port only, not {url!r}")
+    try:
+        port = parts.port
+    except ValueError as e:
+        raise InvalidArgumentError(f"the url's port is not valid: {url!r} ({e})") from None
+    if not parts.hostname:
+        raise InvalidArgumentError(f"the url names no host: {url!r}")
+    login = unquote(parts.username) if parts.username is not None else None
+    passcode = unquote(parts.password) if parts.password is not None else None
+    return parts.hostname, port if port is not None else DEFAULT_PORT, login, passcode
+
+
+def connect(
+    url: str,
+    login: str | None = None,
+    passcode: str | None = None,
+    *,
+    heart_beat: tuple[int, int] = (10_000, 10_000),
+    timeout: float = 30.0,
+    **factory_options: Any,
+) -> ConnectionFactory:
+    """A connection factory for the server at ``url`` (``stomp://HOST:PORT``,
+    port 61613 by default; ``stomp://LOGIN:PASSCODE@HOST:PORT`` works too),
+    with the embedded API: the same connections, sessions, producers and
+    consumers, each JMS connection one STOMP 1.2 connection. It speaks to
+    jmsstore's own server (``jmsstore serve``) and to other STOMP 1.2
+    brokers (ActiveMQ Classic was tried).
+
+    ``factory_options`` are :class:`~jmsstore.ConnectionFactory`'s
+    (``client_id``, ``messages_maximum``: each consumer's
+    ``activemq.prefetchSize``, ...), except the ones the server applies to
+    sends (``send_timeout`` and the ``flow_*`` settings), which raise
+    :class:`UnsupportedOverStompError`. ``heart_beat`` (ms): (we send at
+    least every N, we want the server to send every M), negotiated with
+    the server; ``timeout`` (s) bounds connecting, each write, and each
+    wait for a receipt. A connection that fails raises
+    :class:`StompConnectionError` (or the error the server named) in every
+    call from then on.
+
+    Nothing connects until ``create_connection()``.
+    """
+    host, port, url_login, url_passcode = _address(url)
+    for name in _SERVER_SIDE:
+        if name in factory_options:
+            raise UnsupportedOverStompError(f"{name} is the server's to apply to sends; it has no STOMP form")
+    if (
+        not isinstance(heart_beat, tuple)
+        or len(heart_beat) != 2
+        or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in heart_beat)
+    ):
+        raise InvalidArgumentError(f"heart_beat is two whole numbers of milliseconds (0: none), not {heart_beat!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 86_400:
+        raise InvalidArgumentError(f"timeout must be within 0..86400 seconds, not {timeout!r}")
+    port_ = RemotePort(
+        (host, port),
+        login if login is not None else url_login,
+        passcode if passcode is not None else url_passcode,
+        heart_beat,
+        timeout,
+    )
+    return ConnectionFactory(port_, **factory_options)

@@ -1,0 +1,121 @@
+"""JMS messages as STOMP frames on the client's side: a send becomes a
+SEND frame, a MESSAGE frame the message a consumer hands out.
+
+Both follow ActiveMQ Classic's mapping, the one the server uses
+(:mod:`jmsstore.net.stomp.mapping`): a text message goes without
+``content-length``, a bytes message with it (a MESSAGE with a
+``content-length`` is text too when its ``content-type`` is ``text/...``); ``persistent``, ``priority``,
+``expires`` (absolute epoch ms), ``type``, ``correlation-id`` and
+``reply-to`` carry the JMS headers; properties travel as headers and come
+back as strings. Map and stream messages have no STOMP form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from jmsstore.errors import JmsStoreError, MessageFormatError
+from jmsstore.jms.destination import Destination, TemporaryQueue
+from jmsstore.jms.message import BytesMessage, DeliveryMode, Message, TextMessage, delivered
+from jmsstore.net.remote.errors import StompServerError, UnsupportedOverStompError
+from jmsstore.net.stomp.frames import Command, Frame
+from jmsstore.net.stomp.mapping import destination_name, outgoing_message
+
+__all__ = ["received_message", "send_frame", "stomp_destination"]
+
+# Header names STOMP or the JMS mapping use on SEND and MESSAGE frames: a
+# property of that name would be read as the header, or dropped.
+_RESERVED = frozenset(
+    {"destination", "receipt", "transaction", "persistent", "priority", "expires", "type"}
+    | {"subscription", "ack", "timestamp", "redelivered", "id"}
+)
+
+
+def stomp_destination(destination: Destination) -> str:
+    """``/queue/NAME`` or ``/topic/NAME``; a temporary queue has no STOMP form here."""
+    if isinstance(destination, TemporaryQueue):
+        raise UnsupportedOverStompError("temporary queues are not available over STOMP")
+    return destination_name(destination)
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def send_frame(message: Message, destination: Destination, mode: int, priority: int, ttl: int, now_ms: int) -> Frame:
+    """The SEND frame of a send (without ``receipt`` or ``transaction``);
+    stamps the message's JMS headers as a send does (its ``message_id`` is
+    the server's, and STOMP does not tell it to the sender)."""
+    headers = [
+        ("destination", stomp_destination(destination)),
+        ("persistent", "true" if mode == DeliveryMode.PERSISTENT else "false"),
+        ("priority", str(priority)),
+    ]
+    expiration = now_ms + ttl if ttl else 0
+    if expiration:
+        headers.append(("expires", str(expiration)))
+    if message.type is not None:
+        headers.append(("type", message.type))
+    if message.correlation_id is not None:
+        headers.append(("correlation-id", message.correlation_id))
+    if isinstance(message.reply_to, Destination):
+        headers.append(("reply-to", stomp_destination(message.reply_to)))
+    for name, value in message.properties.items():
+        if name in _RESERVED:
+            raise UnsupportedOverStompError(f"property {name!r} has no STOMP form: {name} is a STOMP header")
+        headers.append((name, _text(value)))
+    if isinstance(message, TextMessage):
+        try:
+            body = (message.text or "").encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise MessageFormatError(f"a text message's text is not valid UTF-8 (at index {e.start})") from None
+        if b"\x00" in body:
+            # Without content-length a NUL would end the frame; with it the message would be a bytes message.
+            raise UnsupportedOverStompError("a text message holding a NUL character has no STOMP form")
+    elif isinstance(message, BytesMessage):
+        body = message.body
+        headers.append(("content-length", str(len(body))))
+    elif type(message) is Message:
+        body = b""  # no body: it arrives as an empty text message
+    else:
+        raise UnsupportedOverStompError(f"a {type(message).__name__} has no STOMP form; send text or bytes")
+    message.destination = destination
+    message.delivery_mode = DeliveryMode(mode)
+    message.priority = priority
+    message.timestamp = now_ms
+    message.expiration = expiration
+    message.message_id = None
+    return Frame(Command.SEND, headers, body)
+
+
+def received_message(
+    frame: Frame, destination: Destination, acknowledge: Callable[[], None] | None, now_ms: int
+) -> Message:
+    """The message of a MESSAGE frame, as a consumer of ``destination``
+    hands it out: read-only, ``acknowledge`` behind :meth:`Message.acknowledge`."""
+    headers = frame.header_map()
+    if (headers.get("content-type") or "").startswith("text/"):
+        # A text message with a content-length (jmsstore's server sends one on every MESSAGE).
+        headers.pop("content-length", None)
+    try:
+        carried = outgoing_message(headers, frame.body, now_ms)
+        message = carried.message
+        message.priority = carried.priority
+        message.message_id = headers.get("message-id")
+        message.timestamp = int(headers.get("timestamp", "0") or 0)
+        message.expiration = int(headers.get("expires", "0") or 0)
+    except (JmsStoreError, ValueError) as e:
+        raise StompServerError(f"a MESSAGE frame jmsstore cannot read: {e}") from None
+    message.delivery_mode = (
+        DeliveryMode.PERSISTENT if headers.get("persistent", "").lower() == "true" else DeliveryMode.NON_PERSISTENT
+    )
+    redelivered = headers.get("redelivered", "false").lower() == "true"
+    return delivered(
+        message,
+        delivery_count=2 if redelivered else 1,
+        destination=destination,
+        reply_to=message.reply_to,
+        acknowledge=acknowledge,
+    )

@@ -1,0 +1,538 @@
+"""The client's port to a server over STOMP 1.2 (``client.port.BrokerPort``):
+the JMS client objects run unchanged over it.
+
+Each JMS connection is one STOMP connection (:class:`StompLink`), opened
+when the connection is created; a consumer is one SUBSCRIBE, with
+``ack:client-individual`` whatever the session's mode, so that the
+session decides what is acknowledged and when:
+
+- AUTO and DUPS_OK: the session's acknowledgements become ACK frames at
+  once, without waiting for a receipt;
+- CLIENT: ``acknowledge()`` sends an ACK per message the session
+  delivered, and waits for the receipt of the last (durable on return);
+- transacted: the sends are held in the client and ``commit()`` sends
+  BEGIN, the SENDs and ACKs of the transaction and COMMIT in one write,
+  and waits for COMMIT's receipt; ``rollback()`` sends nothing but the
+  NACKs of the received messages;
+- ``recover()`` and ``rollback()`` NACK the messages to come back
+  (the server redelivers them flagged ``redelivered``).
+
+A consumer's prefetch is ``activemq.prefetchSize``: the messages the server
+may have delivered and not yet seen acknowledged, at most. Messages a
+consumer holds but has not handed out go back, flagged redelivered, when
+it closes (STOMP cannot return a message unseen).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from jmsstore._native import AckBacklog, Doorbell, Signal
+from jmsstore.client.port import ConsumerPort, Delivery, ProducerPort, SendOptions
+from jmsstore.errors import IllegalStateError, InvalidClientIDError, JmsStoreError
+from jmsstore.jms.destination import Destination, Queue, TemporaryQueue, Topic, check_name
+from jmsstore.jms.message import Message
+from jmsstore.net.remote.errors import UnsupportedOverStompError
+from jmsstore.net.remote.link import StompLink
+from jmsstore.net.remote.messages import received_message, send_frame, stomp_destination
+from jmsstore.net.stomp.frames import Command, Frame
+from jmsstore.selector import Selector
+
+__all__ = ["RemoteConsumer", "RemotePort", "RemoteProducer"]
+
+
+# How long a client id this process has just released may still be refused as in use.
+_CLIENT_ID_GRACE = 2.0
+# (server address, client id) -> when a connection of this process with it closed (monotonic).
+_released: dict[tuple[tuple[str, int], str], float] = {}
+_released_lock = threading.Lock()
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _complete_on_callback_thread(
+    completed: Callable[[int | None, BaseException | None], None], error: BaseException | None
+) -> None:
+    """Runs ``completed(None, error)`` on the native callback thread, where
+    embedded sends complete: never on the reader thread, which a completion
+    listener sending synchronously would otherwise wait for."""
+    done = Signal()
+    done.call_when_set(lambda _handle, _error: completed(None, error))
+    done.set()
+
+
+class _StagedSend:
+    """A send of a transaction: its SEND frame, written at commit."""
+
+    __slots__ = ("frame", "link")
+
+    def __init__(self, link: StompLink, frame: Frame) -> None:
+        self.link = link
+        self.frame = frame
+
+
+class RemoteProducer:
+    """A producer's port: SEND frames on its connection (``client.port.ProducerPort``)."""
+
+    def __init__(self, link: StompLink) -> None:
+        self._link = link
+
+    @property
+    def flow_limit(self) -> float | None:
+        return None  # the server applies its own flow control
+
+    def _frame(
+        self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int
+    ) -> Frame:
+        if delay:
+            raise UnsupportedOverStompError("delivery_delay has no STOMP form; send with delivery_delay 0")
+        self._link.check()
+        return send_frame(message, destination, mode, priority, ttl, now_ms())
+
+    def send(self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int) -> None:
+        # Always with a receipt: a send returns once the server has it (durable, if persistent).
+        self._link.request([self._frame(message, destination, mode, priority, ttl, delay)], "SEND")
+
+    def send_async(
+        self,
+        message: Message,
+        destination: Destination,
+        mode: int,
+        priority: int,
+        ttl: int,
+        delay: int,
+        durable: Signal | None,
+        completed: Callable[[int | None, BaseException | None], None] | None,
+    ) -> int:
+        frame = self._frame(message, destination, mode, priority, ttl, delay)
+
+        def receipted(error: JmsStoreError | None) -> None:
+            if durable is not None:
+                durable.set()  # a Signal cannot carry an error set from Python; the waiter must not hang
+            if completed is not None:
+                _complete_on_callback_thread(completed, error)
+
+        return self._link.write([frame], receipted)
+
+    def stage(
+        self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int
+    ) -> object | None:
+        return _StagedSend(self._link, self._frame(message, destination, mode, priority, ttl, delay))
+
+    def close(self) -> None:
+        """Nothing to do: a producer has no state on the server."""
+
+
+class RemoteConsumer:
+    """A consumer's port: one SUBSCRIBE, and the MESSAGE frames it has
+    received and not yet settled (``client.port.ConsumerPort``)."""
+
+    def __init__(self, link: StompLink, subscription_id: str, destination: Destination) -> None:
+        self.destination = destination
+        self.bell = Doorbell()
+        self.link = link
+        self.subscription_id = subscription_id
+        self._lock = threading.Lock()
+        self._inbox: deque[Delivery] = deque()  # received, not handed to the consumer
+        self._frames: dict[int, Frame] = {}  # key -> MESSAGE frame, until settled
+        self._acks: dict[int, str] = {}  # key -> the ack id of its ACK or NACK, until settled
+        self._handed_out: set[int] = set()  # fetched by the consumer, not settled
+        self._keys = itertools.count(1)
+        self._closed = False
+        self._unsubscribed = False
+
+    # ------------------------------------------------------------ from the reader thread
+
+    def arrived(self, frame: Frame) -> None:
+        ack = frame.header("ack") or frame.header("message-id") or ""
+        redelivered = (frame.header("redelivered") or "").lower() == "true"
+        with self._lock:
+            key = next(self._keys)
+            self._frames[key] = frame
+            self._acks[key] = ack
+            self._inbox.append(Delivery(self, key, 1 if redelivered else 0, b""))
+        self.bell.ring(1)
+
+    def lost(self) -> None:
+        self.bell.ring_all()
+
+    # ------------------------------------------------------------ for the consumer
+
+    def fetch(self, limit: int, waiter: Signal) -> list[Delivery]:
+        self.link.check()
+        with self._lock:
+            taken = [self._inbox.popleft() for _ in range(min(limit, len(self._inbox)))]
+            self._handed_out.update(d.key for d in taken)
+        return taken
+
+    @property
+    def flow_limit(self) -> int | None:
+        return None
+
+    def next_due(self) -> int | None:
+        return None  # delivery delays are the server's
+
+    @property
+    def deleted(self) -> bool:
+        return False
+
+    def consumption_paused(self) -> bool:
+        return False  # a paused destination just sends nothing
+
+    def wait_resumed(self, timeout: float) -> None:
+        """Never called: consumption is never seen paused."""
+
+    # ------------------------------------------------------------ for the port
+
+    def frame(self, key: int) -> Frame:
+        with self._lock:
+            frame = self._frames.get(key)
+        if frame is None:
+            raise IllegalStateError("the message was already settled")
+        return frame
+
+    def give_back(self, deliveries: list[Delivery]) -> None:
+        """Messages the consumer fetched and never handed out: first in line again."""
+        with self._lock:
+            for d in reversed(deliveries):
+                if d.key in self._handed_out:
+                    self._handed_out.discard(d.key)
+                    self._inbox.appendleft(d)
+
+    def settle(self, key: int) -> str | None:
+        """The ack id to ACK or NACK the message with (None: already settled,
+        or returned to the server when the subscription ended)."""
+        with self._lock:
+            self._handed_out.discard(key)
+            self._frames.pop(key, None)
+            return self._acks.pop(key, None)
+
+    def after_settling(self) -> None:
+        """A closed consumer's subscription ends once what it handed out is settled."""
+        with self._lock:
+            due = self._closed and not self._handed_out and not self._unsubscribed
+        if due:
+            self._unsubscribe()
+
+    def close(self) -> None:
+        # The messages it handed out are still the session's to acknowledge or
+        # recover: the subscription (and so their ack ids) lingers until then.
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.after_settling()
+
+    def _unsubscribe(self) -> None:
+        with self._lock:
+            if self._unsubscribed:
+                return
+            self._unsubscribed = True
+            self._inbox.clear()
+            self._frames.clear()
+            self._acks.clear()
+        self.link.remove_inbox(self.subscription_id)
+        if not self.link.failed:  # else the server has taken everything back already
+            self.link.request([Frame(Command.UNSUBSCRIBE, [("id", self.subscription_id)])], "UNSUBSCRIBE")
+
+
+def _consumer_of(delivery: Delivery) -> RemoteConsumer:
+    consumer = delivery.port
+    if not isinstance(consumer, RemoteConsumer):
+        raise IllegalStateError("a delivery of another broker cannot be settled over this connection")
+    return consumer
+
+
+class _Connected:
+    """A JMS connection and its STOMP connection."""
+
+    __slots__ = ("connection", "link")
+
+    def __init__(self, connection: Any, link: StompLink) -> None:
+        self.connection = connection
+        self.link = link
+
+
+class RemotePort:
+    """A server reached over STOMP 1.2 at ``address`` (see the module
+    documentation); ``heart_beat`` and ``timeout`` as for :class:`StompLink`."""
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        login: str | None,
+        passcode: str | None,
+        heart_beat: tuple[int, int],
+        timeout: float,
+    ) -> None:
+        self.address = address
+        self._login = login
+        self._passcode = passcode
+        self._heart_beat = heart_beat
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._connections: dict[int, _Connected] = {}
+        self._ids = itertools.count(1)
+        # The durable subscriptions opened here: (client id, name) -> (topic, selector).
+        self._durable: dict[tuple[str, str], tuple[Topic, str | None]] = {}
+
+    def _open_link(self, client_id: str | None) -> StompLink:
+        while True:
+            try:
+                return StompLink(self.address, self._login, self._passcode, client_id, self._heart_beat, self._timeout)
+            except InvalidClientIDError:
+                # A server may answer DISCONNECT before it frees the client id: one this
+                # process has just given up is retried for a moment, then refused.
+                with _released_lock:
+                    released = _released.get((self.address, client_id or ""))
+                if released is None or time.monotonic() - released > _CLIENT_ID_GRACE:
+                    raise
+                time.sleep(0.02)
+
+    def check_open(self) -> None:
+        """A remote server is never closed from here; a lost connection raises on use."""
+
+    # ------------------------------------------------------------ connections
+
+    def register_connection(self, connection: Any, client_id: str | None) -> int:
+        link = self._open_link(client_id)
+        with self._lock:
+            identifier = next(self._ids)
+            self._connections[identifier] = _Connected(connection, link)
+        return identifier
+
+    def set_client_id(self, client_id: str) -> None:
+        # STOMP gives the client id on CONNECT only: the connection reconnects
+        # with it on first use (JMS allows setting it only before), and the
+        # server refuses it there if it is in use.
+        check_name("client id", client_id)
+
+    def release_connection(self, connection: Any, client_id: str | None) -> None:
+        with self._lock:
+            found = [k for k, c in self._connections.items() if c.connection is connection]
+            entries = [self._connections.pop(k) for k in found]
+        for entry in entries:
+            entry.link.close()
+            if entry.link.client_id is not None:
+                with _released_lock:
+                    _released[(self.address, entry.link.client_id)] = time.monotonic()
+
+    def _connected(self, connection: int) -> _Connected:
+        with self._lock:
+            entry = self._connections.get(connection)
+        if entry is None:
+            raise IllegalStateError("the connection is closed")
+        client_id = entry.connection.client_id
+        if entry.link.client_id != client_id:
+            entry.link.close()  # unused yet: the client id was set after it connected
+            entry.link = self._open_link(client_id)
+        return entry
+
+    def _link(self, connection: int) -> StompLink:
+        return self._connected(connection).link
+
+    # ------------------------------------------------------------ destinations
+
+    def check_destination(self, destination: Destination) -> None:
+        # STOMP cannot ask whether a destination exists: a server creates it on
+        # first use, or answers the first frame naming it with an ERROR.
+        stomp_destination(destination)
+
+    def queue(self, name: str) -> Queue:
+        return Queue(name)
+
+    def topic(self, name: str) -> Topic:
+        return Topic(name)
+
+    def browse(self, queue: Queue, selector: Selector) -> Iterator[Message]:
+        raise UnsupportedOverStompError("QueueBrowser: STOMP cannot look at a queue without consuming it")
+
+    def create_temporary_queue(self, connection: int) -> TemporaryQueue:
+        raise UnsupportedOverStompError("temporary queues are not available over STOMP")
+
+    def delete_temporary_queue(self, queue: TemporaryQueue, force: bool) -> None:
+        raise UnsupportedOverStompError("temporary queues are not available over STOMP")
+
+    def unsubscribe(self, client_id: str | None, name: str) -> None:
+        if client_id is None:
+            raise IllegalStateError("unsubscribing a durable subscription needs a connection with a client id")
+        with self._lock:
+            known = self._durable.get((client_id, name))
+            links = [c.link for c in self._connections.values() if c.link.client_id == client_id]
+        if known is None:
+            raise UnsupportedOverStompError(
+                f"unsubscribe({name!r}): STOMP deletes a durable subscription through a SUBSCRIBE to its topic, and "
+                "this client has not opened that subscription; open it (create_durable_subscriber) and close it first"
+            )
+        if not links:
+            raise InvalidClientIDError(f"no open connection has client id {client_id!r}")
+        topic, selector = known
+        link = links[0]
+        subscription_id = f"u-{link.next_id()}"
+        headers = self._subscribe_headers(subscription_id, topic, selector, 1)
+        headers.append(("activemq.subscriptionName", name))
+        # Its messages, if any arrive before the UNSUBSCRIBE, go with the subscription.
+        unsubscribe = [("id", subscription_id), ("activemq.subscriptionName", name)]
+        link.request([Frame(Command.SUBSCRIBE, headers), Frame(Command.UNSUBSCRIBE, unsubscribe)], "UNSUBSCRIBE")
+        with self._lock:
+            self._durable.pop((client_id, name), None)
+
+    # ------------------------------------------------------------ producers and consumers
+
+    def open_producer(
+        self, destination: Destination | None, options: SendOptions, connection: int, client_id: str | None
+    ) -> ProducerPort:
+        return RemoteProducer(self._link(connection))
+
+    @staticmethod
+    def _subscribe_headers(
+        subscription_id: str, destination: Destination, selector: str | None, prefetch: int
+    ) -> list[tuple[str, str]]:
+        headers = [
+            ("id", subscription_id),
+            ("destination", stomp_destination(destination)),
+            ("ack", "client-individual"),
+            ("activemq.prefetchSize", str(prefetch)),
+        ]
+        if selector:
+            headers.append(("selector", selector))
+        return headers
+
+    @staticmethod
+    def _prefetch(connection: Any) -> int:
+        """A consumer's prefetch: its limit of messages reserved ahead (one without prefetching)."""
+        flow = connection.consumer_flow
+        if not flow.prefetch:
+            return 1
+        return int(flow.limit if flow.limit is not None else connection.messages_maximum)
+
+    def _subscribe(
+        self, connection: int, destination: Destination, selector: str | None, extra: list[tuple[str, str]]
+    ) -> ConsumerPort:
+        entry = self._connected(connection)
+        link = entry.link
+        subscription_id = f"s-{link.next_id()}"
+        consumer = RemoteConsumer(link, subscription_id, destination)
+        headers = self._subscribe_headers(subscription_id, destination, selector, self._prefetch(entry.connection))
+        link.add_inbox(subscription_id, consumer)  # before SUBSCRIBE: a MESSAGE may come before its receipt
+        try:
+            link.request([Frame(Command.SUBSCRIBE, headers + extra)], "SUBSCRIBE")
+        except BaseException:
+            link.remove_inbox(subscription_id)
+            raise
+        return consumer
+
+    def open_queue_consumer(self, queue: Queue, selector: Selector, connection: int) -> ConsumerPort:
+        return self._subscribe(connection, queue, selector.text or None, [])
+
+    def open_subscription(
+        self,
+        topic: Topic,
+        name: str | None,
+        client_id: str | None,
+        selector: Selector,
+        durable: bool,
+        shared: bool,
+        no_local: bool,
+        connection: int,
+    ) -> ConsumerPort:
+        if shared:
+            raise UnsupportedOverStompError("shared subscriptions have no STOMP form")
+        extra = [("activemq.noLocal", "true")] if no_local else []
+        if durable:
+            assert name is not None and client_id is not None  # the session checks both
+            extra.append(("activemq.subscriptionName", name))
+        consumer = self._subscribe(connection, topic, selector.text or None, extra)
+        if durable:
+            assert name is not None and client_id is not None
+            with self._lock:
+                self._durable[(client_id, name)] = (topic, selector.text or None)
+        return consumer
+
+    # ------------------------------------------------------------ delivering and settling
+
+    def message(self, delivery: Delivery, acknowledge: Callable[[], None] | None) -> Message:
+        consumer = _consumer_of(delivery)
+        return received_message(consumer.frame(delivery.key), consumer.destination, acknowledge, now_ms())
+
+    def new_backlog(self) -> AckBacklog:
+        return AckBacklog()  # stays empty: ACK frames go out as the session acknowledges
+
+    def _settling(
+        self, command: str, deliveries: list[Delivery], transaction: str | None = None
+    ) -> tuple[dict[StompLink, list[Frame]], set[RemoteConsumer]]:
+        """The ACK or NACK frames of ``deliveries``, per connection, and their consumers."""
+        frames: dict[StompLink, list[Frame]] = {}
+        consumers: set[RemoteConsumer] = set()
+        for d in deliveries:
+            consumer = _consumer_of(d)
+            consumers.add(consumer)
+            ack = consumer.settle(d.key)
+            if ack is None:
+                continue
+            headers = [("id", ack)]
+            if transaction is not None:
+                headers.append(("transaction", transaction))
+            frames.setdefault(consumer.link, []).append(Frame(command, headers))
+        return frames, consumers
+
+    def acknowledge(self, deliveries: list[Delivery]) -> None:
+        frames, consumers = self._settling(Command.ACK, deliveries)
+        for link, acks in frames.items():
+            link.request(acks, "ACK")  # the receipt of the last: all are durable
+        for consumer in consumers:
+            consumer.after_settling()
+
+    def acknowledge_lazily(self, deliveries: list[Delivery], backlog: AckBacklog, flush_at: int) -> None:
+        frames, consumers = self._settling(Command.ACK, deliveries)
+        for link, acks in frames.items():
+            link.write(acks)
+        for consumer in consumers:
+            consumer.after_settling()
+
+    def flush_acknowledgements(self, backlog: AckBacklog) -> None:
+        """Nothing is batched here (see :meth:`new_backlog`)."""
+
+    def release(self, deliveries: list[Delivery], redelivered: bool) -> None:
+        if not redelivered:
+            by_consumer: dict[RemoteConsumer, list[Delivery]] = {}
+            for d in deliveries:
+                by_consumer.setdefault(_consumer_of(d), []).append(d)
+            for consumer, returned in by_consumer.items():
+                consumer.give_back(returned)
+            return
+        frames, consumers = self._settling(Command.NACK, deliveries)
+        for link, nacks in frames.items():
+            if not link.failed:  # else the server took them back when the connection ended
+                link.write(nacks)
+        for consumer in consumers:
+            consumer.after_settling()
+
+    def commit(self, staged: list[object], deliveries: list[Delivery]) -> None:
+        sends = [s for s in staged if isinstance(s, _StagedSend)]
+        links = {s.link for s in sends} | {_consumer_of(d).link for d in deliveries}
+        if not links:
+            return
+        if len(links) > 1:
+            raise IllegalStateError("a transaction spans one connection")
+        (link,) = links
+        transaction = f"t-{link.next_id()}"
+        tx = ("transaction", transaction)
+        frames = [Frame(Command.BEGIN, [tx])]
+        frames += [Frame(s.frame.command, [*s.frame.headers, tx], s.frame.body) for s in sends]
+        acks, consumers = self._settling(Command.ACK, deliveries, transaction)
+        frames += acks.get(link, [])
+        frames.append(Frame(Command.COMMIT, [tx]))
+        link.request(frames, "COMMIT")
+        for consumer in consumers:
+            consumer.after_settling()
+
+    def unstage(self, staged: list[object]) -> None:
+        """Nothing to undo: a transaction's sends reach the server only at commit."""
