@@ -140,6 +140,20 @@ def test_send_and_receive_text_bytes_headers_and_properties(broker: Broker) -> N
     assert isinstance(third, BytesMessage) and third.body == b""
 
 
+def test_one_way_sends_arrive_in_order(broker: Broker) -> None:
+    # Remote, a one-way send is a SEND without a receipt; every window-th send still waits for one.
+    queue = broker.queue("fast")
+    factory = broker.factory(one_way_send_mode="queues_and_topics", one_way_window_size=4)
+    with factory.create_connection() as connection:
+        producer = connection.create_session().create_producer(queue)
+        for n in range(10):
+            producer.send(TextMessage(f"m{n}"), delivery_mode=DeliveryMode.NON_PERSISTENT)
+        connection.start()
+        consumer = connection.create_session().create_consumer(queue)
+        got = [consumer.receive(WAIT) for _ in range(10)]
+    assert texts(got) == [f"m{n}" for n in range(10)]
+
+
 def test_a_persistent_message_survives_a_server_restart(broker: Broker) -> None:
     queue = broker.queue("kept")
     with broker.factory().create_connection() as connection:

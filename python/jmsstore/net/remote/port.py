@@ -36,7 +36,7 @@ from jmsstore._native import AckBacklog, Doorbell, Signal
 from jmsstore.client.port import ConsumerPort, Delivery, ProducerPort, SendOptions
 from jmsstore.errors import IllegalStateError, InvalidClientIDError, JmsStoreError
 from jmsstore.jms.destination import Destination, Queue, TemporaryQueue, Topic, check_name
-from jmsstore.jms.message import Message
+from jmsstore.jms.message import DeliveryMode, Message
 from jmsstore.net.remote.errors import UnsupportedOverStompError
 from jmsstore.net.remote.link import StompLink
 from jmsstore.net.remote.messages import received_message, send_frame, stomp_destination
@@ -99,6 +99,11 @@ class RemoteProducer:
     def send(self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int) -> None:
         # Always with a receipt: a send returns once the server has it (durable, if persistent).
         self._link.request([self._frame(message, destination, mode, priority, ttl, delay)], "SEND")
+
+    def send_one_way(self, message: Message, destination: Destination, priority: int, ttl: int, delay: int) -> bool:
+        # A SEND without a receipt is STOMP's one-way send: nothing comes back, the server decides.
+        self._link.write([self._frame(message, destination, DeliveryMode.NON_PERSISTENT, priority, ttl, delay)])
+        return True
 
     def send_async(
         self,
