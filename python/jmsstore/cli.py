@@ -32,7 +32,9 @@ from jmsstore.broker.server import JMSServer
 from jmsstore.broker.snapshot import StoreSnapshot
 from jmsstore.demo import default_directory, run_demo
 from jmsstore.errors import InvalidArgumentError, JmsStoreError, StoreLockedError
+from jmsstore.net.stomp.frames import FrameLimits
 from jmsstore.net.stomp.server import StompServer
+from jmsstore.net.stomp.settings import StompSettings
 from jmsstore.progress import ProgressBar, ReadingProgress
 from jmsstore.store import FileStore
 from jmsstore.table import format_fields
@@ -448,6 +450,54 @@ def _positive(text: str) -> int:
     return value
 
 
+_SIZE_SUFFIXES = {"": 1, "K": 1 << 10, "KI": 1 << 10, "M": 1 << 20, "MI": 1 << 20, "G": 1 << 30, "GI": 1 << 30}
+
+
+def byte_size(text: str) -> int:
+    """A number of bytes, with an optional K, M or G suffix (powers of 1024; KiB, MiB, GiB too)."""
+    upper = text.strip().upper().removesuffix("B")
+    digits = upper.rstrip("KMGI")
+    factor = _SIZE_SUFFIXES.get(upper[len(digits) :])
+    if factor is None or not digits.isascii() or not digits.isdigit() or len(digits) > 15:
+        raise argparse.ArgumentTypeError(f"not a number of bytes (such as 1048576, 512K or 10M): {text!r}")
+    value = int(digits) * factor
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 byte or more, not {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 <= value <= 86_400:
+        raise argparse.ArgumentTypeError(f"must be within 0..86400 seconds, not {text!r}")
+    return value
+
+
+def stomp_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`StompSettings` options ``jmsstore serve``'s options ask for
+    (those not given keep their defaults)."""
+    options: dict[str, Any] = {"auto_create": args.auto_create}
+    for name in ("max_connections", "max_subscriptions", "max_total_subscriptions", "max_buffered_bytes"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
+    if args.idle_timeout is not None:
+        options["idle_timeout"] = args.idle_timeout
+    if args.max_frame_bytes is not None:
+        # The body may fill the frame but for its head; ActiveMQ's header limits stay.
+        body = max(1, args.max_frame_bytes - 1024)
+        options["frame_limits"] = FrameLimits(max_frame_bytes=args.max_frame_bytes, max_body_bytes=body)
+        buffered = options.get("max_buffered_bytes", StompSettings().max_buffered_bytes)
+        if args.max_frame_bytes > buffered:
+            raise CommandError(
+                f"--max-frame-bytes ({args.max_frame_bytes}) is above --max-buffered-bytes ({buffered}):"
+                " such a frame could never be read"
+            )
+    return options
+
+
 def listen_address(text: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[IPV6]:PORT`` for an IPv6 address; port 0: any free port)."""
     host, colon, port_text = text.rpartition(":")
@@ -475,7 +525,7 @@ def _open_served(target: str, name: str | None) -> JMSServer:
     return JMSServer(target) if name is None else JMSServer(target, name=name)
 
 
-def serve(target: str, name: str | None, listen: tuple[str, int], auto_create: bool, max_connections: int) -> int:
+def serve(target: str, name: str | None, listen: tuple[str, int], options: dict[str, Any]) -> int:
     """Serves a JMS server to STOMP 1.2 clients until SIGTERM or SIGINT,
     then stops accepting, closes the connections (their unacknowledged
     messages return) and closes the store."""
@@ -492,9 +542,7 @@ def serve(target: str, name: str | None, listen: tuple[str, int], auto_create: b
     try:
         server = _open_served(target, name)
         try:
-            stomp = StompServer(
-                server, listen[0], listen[1], auto_create=auto_create, max_connections=max_connections
-            ).start()
+            stomp = StompServer(server, listen[0], listen[1], **options).start()
             try:
                 host, port = stomp.address
                 print(f"jmsstore serve: STOMP 1.2 on {host}:{port}, JMS server {server.name!r}", flush=True)
@@ -613,8 +661,44 @@ def parser() -> argparse.ArgumentParser:
         action="store_false",
         help="refuse destinations the server does not have (default: create them on first use, as ActiveMQ does)",
     )
+    defaults = StompSettings()
     serve_cmd.add_argument(
-        "--max-connections", type=_positive, default=1000, metavar="N", help="connections served at once (1000)"
+        "--max-connections",
+        type=_positive,
+        metavar="N",
+        help=f"connections served at once ({defaults.max_connections}); each has a thread",
+    )
+    serve_cmd.add_argument(
+        "--max-subscriptions",
+        type=_positive,
+        metavar="N",
+        help=f"subscriptions per connection ({defaults.max_subscriptions}); each has a thread",
+    )
+    serve_cmd.add_argument(
+        "--max-total-subscriptions",
+        type=_positive,
+        metavar="N",
+        help=f"subscriptions in the whole server ({defaults.max_total_subscriptions})",
+    )
+    serve_cmd.add_argument(
+        "--max-frame-bytes",
+        type=byte_size,
+        metavar="SIZE",
+        help="the largest frame a client may send, such as 10M (default: the server's largest message, "
+        "at most 100M, plus 1M for headers)",
+    )
+    serve_cmd.add_argument(
+        "--max-buffered-bytes",
+        type=byte_size,
+        metavar="SIZE",
+        help=f"bytes of incomplete frames held for all clients together ({defaults.max_buffered_bytes >> 20}M); "
+        "the client that would go over is cut off",
+    )
+    serve_cmd.add_argument(
+        "--idle-timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="cut off a client that sends nothing, not even a heart-beat, for that long (default 0: never)",
     )
     return top
 
@@ -624,7 +708,7 @@ def run(args: argparse.Namespace, top: argparse.ArgumentParser) -> int:
     if args.command == "demo":
         return demo(args.dir, args.reset, args.messages, args.threads)
     if args.command == "serve":
-        return serve(args.target, args.name, args.listen, args.auto_create, args.max_connections)
+        return serve(args.target, args.name, args.listen, stomp_settings(args))
     if args.command == "stats":
         if (args.directory is None) == (args.config is None):
             top.error("stats needs a server directory or --config FILE (one of them)")

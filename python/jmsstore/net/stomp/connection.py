@@ -3,7 +3,11 @@ frames in order, and what they change (subscriptions, transactions).
 
 The reader thread reads bytes, feeds the frame parser and handles each
 frame before the next; it also sends heart-beats and cuts off a client
-that has been silent for twice the negotiated interval. Writes come from
+that has been silent for twice the negotiated interval, one that has not
+sent CONNECT within ``connect_timeout``, one whose frame has not been
+completed within ``frame_timeout`` of its start, and (when set) one that
+has sent nothing for ``idle_timeout``. What its parser holds of an
+incomplete frame is charged to the server's ``max_buffered_bytes``. Writes come from
 the reader (CONNECTED, RECEIPT, ERROR) and from the subscriptions'
 dispatchers (MESSAGE), one at a time under the connection's write lock;
 a write to a client that does not read blocks up to ``write_timeout``,
@@ -25,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import selectors
+import select
 import socket
 import threading
 import time
@@ -36,8 +40,18 @@ from jmsstore._native import __version__
 from jmsstore.client.port import BrokerPort, Delivery, ProducerPort, SendOptions
 from jmsstore.errors import InvalidArgumentError, JmsStoreError
 from jmsstore.jms.destination import Destination, Queue, Topic, check_name
-from jmsstore.net.stomp.frames import CLIENT_COMMANDS, Command, Frame, FrameError, FrameParser, encode, error_frame
+from jmsstore.net.stomp.frames import (
+    CLIENT_COMMANDS,
+    Command,
+    Frame,
+    FrameError,
+    FrameLimits,
+    FrameParser,
+    encode,
+    error_frame,
+)
 from jmsstore.net.stomp.mapping import ProtocolError, outgoing_message, parse_destination
+from jmsstore.net.stomp.resources import ByteBudget, Slots
 from jmsstore.net.stomp.settings import StompSettings
 from jmsstore.net.stomp.statistics import StompStatistics
 from jmsstore.net.stomp.subscription import ACK_MODES, Subscription
@@ -66,6 +80,15 @@ class _Server(Protocol):
 
     @property
     def send_options(self) -> SendOptions: ...
+
+    @property
+    def frame_limits(self) -> FrameLimits: ...
+
+    @property
+    def buffers(self) -> ByteBudget: ...
+
+    @property
+    def subscription_slots(self) -> Slots: ...
 
     def ensure_destination(self, destination: Destination) -> None: ...
 
@@ -106,7 +129,11 @@ class StompConnection:
         self._sock = sock
         self.peer = peer
         self.session = f"jmsstore-{next(self._serials)}"
-        self._parser = FrameParser(self._settings.frame_limits, CLIENT_COMMANDS)
+        self._parser = FrameParser(server.frame_limits, CLIENT_COMMANDS)
+        self._buffers = server.buffers
+        self._charged = 0  # bytes of an incomplete frame charged to the server's budget
+        self._charge_lock = threading.Lock()  # the reader charges, close releases
+        self._frame_started: float | None = None  # when the incomplete frame held began
         self._write_lock = threading.Lock()
         self._frame_lock = threading.Lock()  # held while a frame is handled: close waits for it
         self._close_lock = threading.Lock()
@@ -204,42 +231,78 @@ class StompConnection:
             self.close(reason)
 
     def _read_loop(self) -> str:
-        with selectors.DefaultSelector() as selector:
-            selector.register(self._sock, selectors.EVENT_READ)
-            connect_deadline = time.monotonic() + self._settings.connect_timeout
-            while not self._closed:
-                now = time.monotonic()
-                if not self._connected and now >= connect_deadline:
-                    self._error(f"no CONNECT frame within {self._settings.connect_timeout:g} s")
-                    return "no CONNECT in time"
-                failed = self._take_send_failure()
-                if failed is not None:
-                    self._error(f"a send failed: {failed}")
-                    return "a send failed"
-                if self._receive_interval and now - self._last_read > 2 * self._receive_interval:
-                    self._stats.heartbeat_timeout()
-                    return f"no heart-beat from the client for {2 * self._receive_interval:g} s"
-                # At half the interval: a late wake-up on a busy machine still keeps within it.
-                if self._send_interval and now - self._last_write >= self._send_interval / 2:
-                    self._heart_beat()
-                if not selector.select(self._tick()):
-                    continue
-                data = self._sock.recv(_READ_SIZE)
-                if not data:
-                    return "closed by the client"
-                self._last_read = time.monotonic()
-                try:
-                    frames = self._parser.feed(data)
-                except FrameError as e:
-                    for frame in e.frames:
-                        if not self._handle(frame):
-                            return "closed after an error"
-                    self._error(str(e))
-                    return "malformed frame"
-                for frame in frames:
+        # poll, not a selector: it holds no file descriptor of its own per connection.
+        poller = select.poll()
+        poller.register(self._sock, select.POLLIN)
+        connect_deadline = time.monotonic() + self._settings.connect_timeout
+        while not self._closed:
+            now = time.monotonic()
+            expired = self._expired(now, connect_deadline)
+            if expired is not None:
+                return expired
+            failed = self._take_send_failure()
+            if failed is not None:
+                self._error(f"a send failed: {failed}")
+                return "a send failed"
+            # At half the interval: a late wake-up on a busy machine still keeps within it.
+            if self._send_interval and now - self._last_write >= self._send_interval / 2:
+                self._heart_beat()
+            if not poller.poll(self._tick() * 1000):
+                continue
+            data = self._sock.recv(_READ_SIZE)
+            if not data:
+                return "closed by the client"
+            self._last_read = time.monotonic()
+            try:
+                frames = self._parser.feed(data)
+            except FrameError as e:
+                for frame in e.frames:
                     if not self._handle(frame):
-                        return "disconnected" if frame.command == Command.DISCONNECT else "closed after an error"
+                        return "closed after an error"
+                self._error(str(e))
+                return "malformed frame"
+            if not self._hold_incomplete_frame(bool(frames)):
+                return "too many bytes of incomplete frames in the server"
+            for frame in frames:
+                if not self._handle(frame):
+                    return "disconnected" if frame.command == Command.DISCONNECT else "closed after an error"
         return "closed by the server"
+
+    def _expired(self, now: float, connect_deadline: float) -> str | None:
+        """Why the connection ends now for want of input (after an ERROR frame
+        where one helps), or None."""
+        settings = self._settings
+        if not self._connected and now >= connect_deadline:
+            self._stats.timed_out()
+            self._error(f"no CONNECT frame within {settings.connect_timeout:g} s")
+            return "no CONNECT in time"
+        if self._frame_started is not None and now - self._frame_started > settings.frame_timeout:
+            self._stats.timed_out()
+            self._error(f"a frame was not completed within {settings.frame_timeout:g} s")
+            return "a frame not completed in time"
+        if self._receive_interval and now - self._last_read > 2 * self._receive_interval:
+            self._stats.heartbeat_timeout()
+            return f"no heart-beat from the client for {2 * self._receive_interval:g} s"
+        if settings.idle_timeout and now - self._last_read > settings.idle_timeout:
+            self._stats.timed_out()
+            self._error(f"nothing received for {settings.idle_timeout:g} s")
+            return "idle"
+        return None
+
+    def _hold_incomplete_frame(self, completed_any: bool) -> bool:
+        """Charges what the parser holds now to the server's budget and notes
+        when the incomplete frame began; False if the budget is exhausted
+        (an ERROR frame was sent)."""
+        held = self._parser.buffered
+        if not self._buffers.charge(self._charged, held):
+            self._error("the server holds too much of incomplete frames from its clients; try again later")
+            return False
+        self._charged = held
+        if held == 0:
+            self._frame_started = None
+        elif completed_any or self._frame_started is None:
+            self._frame_started = self._last_read
+        return True
 
     def _tick(self) -> float:
         tick = _TICK
@@ -397,17 +460,35 @@ class StompConnection:
             selector.native()  # an invalid selector is refused here
         destination = self._destination(headers)
         name = headers.get("activemq.subscriptionName")
-        if isinstance(destination, Topic):
-            if name is not None:
-                if self.client_id is None:
-                    raise ProtocolError(
-                        "a durable subscription (activemq.subscriptionName) needs a client-id on CONNECT"
-                    )
-                try:
-                    check_name("subscription", name)
-                except InvalidArgumentError as e:
-                    raise ProtocolError(str(e)) from None
+        if isinstance(destination, Topic) and name is not None:
+            if self.client_id is None:
+                raise ProtocolError("a durable subscription (activemq.subscriptionName) needs a client-id on CONNECT")
+            try:
+                check_name("subscription", name)
+            except InvalidArgumentError as e:
+                raise ProtocolError(str(e)) from None
+        slots = self._server.subscription_slots
+        if not slots.take():
+            raise ProtocolError(f"the server has its most subscriptions open ({slots.limit}); try again later")
+        try:
             no_local = headers.get("activemq.noLocal", "false").lower() == "true"
+            self._open_subscription(subscription_id, ack_mode, prefetch, selector, destination, name, no_local)
+        except BaseException:
+            slots.give_back()
+            raise
+        return True
+
+    def _open_subscription(
+        self,
+        subscription_id: str,
+        ack_mode: str,
+        prefetch: int,
+        selector: Selector,
+        destination: Destination,
+        name: str | None,
+        no_local: bool,
+    ) -> None:
+        if isinstance(destination, Topic):
             consumer = self._port.open_subscription(
                 destination, name, self.client_id, selector, name is not None, False, no_local, self._connection_id
             )
@@ -426,10 +507,13 @@ class StompConnection:
             self.fail,
             name if isinstance(destination, Topic) else None,
         )
+        try:
+            subscription.start()
+        except RuntimeError:  # no thread for it
+            subscription.close()
+            raise ProtocolError("the server cannot start another subscription now") from None
         self._subscriptions[subscription_id] = subscription
         self._by_serial[serial] = subscription
-        subscription.start()
-        return True
 
     def _on_unsubscribe(self, frame: Frame, headers: dict[str, str]) -> bool:
         subscription_id = headers.get("id")
@@ -440,6 +524,7 @@ class StompConnection:
             raise ProtocolError(f"no subscription {subscription_id!r} on this connection")
         self._by_serial.pop(subscription.serial, None)
         subscription.close()
+        self._server.subscription_slots.give_back()
         # ActiveMQ: UNSUBSCRIBE naming the durable subscription deletes it; without, it only stops.
         name = headers.get("activemq.subscriptionName")
         if name is not None:
@@ -554,7 +639,10 @@ class StompConnection:
             # The frame being handled finishes first (bounded: a send blocked on a full quota waits).
             locked = self._frame_lock.acquire(timeout=self._settings.write_timeout)
             try:
-                self._closed = True
+                with self._charge_lock:
+                    self._closed = True
+                    self._buffers.charge(self._charged, 0)
+                    self._charged = 0
                 # The socket first: a dispatcher blocked writing to a client that does not read is freed.
                 self._break()
                 self._release_everything()
@@ -571,6 +659,7 @@ class StompConnection:
         self._by_serial.clear()
         for subscription in subscriptions:
             subscription.close()
+            self._server.subscription_slots.give_back()
 
     def _release_everything(self) -> None:
         try:
