@@ -15,9 +15,17 @@ then the connection is dropped.
 
 A RECEIPT is sent once the frame's effect is durable: a SEND that asks
 for one is stored (if persistent) and visible first; an ACK's delete, a
-COMMIT's store transaction are written first. SENDs without a receipt go
-on without waiting for the disk (their failure ends the connection with
-an ERROR frame). In a transaction, SENDs are staged and ACKs set aside
+COMMIT's store transaction are written first. RECEIPTs go out in the
+order of the frames that asked for them. A receipted SEND does not hold
+up the frames after it: it is handed to the broker without waiting, and
+its RECEIPT waits in the connection's queue of pending receipts until the
+store has it (a client that pipelines its sends has them share one group
+commit); a SEND whose write fails gets an ERROR frame carrying its
+``receipt-id``, never a RECEIPT, and the connection closes. At most
+``max_pending_receipts`` wait at once: the reader stops reading until
+the oldest is durable. SENDs without a receipt go on without waiting
+for the disk too (their failure ends the connection with an ERROR
+frame). In a transaction, SENDs are staged and ACKs set aside
 until COMMIT applies them in one store transaction; ABORT drops the
 sends and returns the messages acknowledged (or NACKed) in it for
 redelivery. Any protocol error, malformed frame or failed operation
@@ -29,10 +37,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 import select
 import socket
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -104,6 +114,17 @@ class _Transaction:
     nacks: list[Delivery] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class _Receipt:
+    """A frame's receipt, sent once ``done`` (a receipted SEND: once durable),
+    in the order the frames came; ``error``: the SEND failed, ERROR instead."""
+
+    receipt_id: str
+    asynchronous: bool = False
+    done: bool = False
+    error: BaseException | None = None
+
+
 def _heart_beat(text: str) -> tuple[int, int]:
     parts = text.split(",")
     if len(parts) != 2 or not all(p.strip().isdigit() and len(p.strip()) <= 10 for p in parts):
@@ -150,6 +171,15 @@ class StompConnection:
         self._pending = threading.Condition()
         self._pending_sends = 0
         self._send_failure: BaseException | None = None
+        # Receipts in frame order, sent from the head as each is done (guarded by _pending).
+        self._receipts: deque[_Receipt] = deque()
+        self._current_receipt: _Receipt | None = None  # of the frame being handled
+        # The broker's completion thread wakes the reader through this pipe to send
+        # receipts: it must never block on a client's socket itself.
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_read, False)
+        os.set_blocking(self._wake_write, False)
+        self._wake_open = True
         self._send_interval = 0.0  # seconds between our heart-beats (0: none)
         self._receive_interval = 0.0  # the client's (0: none)
         self._last_read = time.monotonic()
@@ -198,9 +228,17 @@ class StompConnection:
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
 
-    def _error(self, message: str, frame: Frame | None = None, extra: list[tuple[str, str]] | None = None) -> None:
-        """Sends an ERROR frame (the connection closes after it)."""
-        receipt = frame.header("receipt") if frame is not None else None
+    def _error(
+        self,
+        message: str,
+        frame: Frame | None = None,
+        extra: list[tuple[str, str]] | None = None,
+        receipt: str | None = None,
+    ) -> None:
+        """Sends an ERROR frame (the connection closes after it), with the
+        ``receipt-id`` of the frame (or receipt) that failed."""
+        if frame is not None:
+            receipt = frame.header("receipt")
         error = error_frame(message.replace("\n", " "), receipt)
         if extra:
             error.headers.extend(extra)
@@ -234,6 +272,9 @@ class StompConnection:
         # poll, not a selector: it holds no file descriptor of its own per connection.
         poller = select.poll()
         poller.register(self._sock, select.POLLIN)
+        poller.register(self._wake_read, select.POLLIN)
+        reading = True
+        sock_fd = self._sock.fileno()
         connect_deadline = time.monotonic() + self._settings.connect_timeout
         while not self._closed:
             now = time.monotonic()
@@ -244,11 +285,22 @@ class StompConnection:
             if failed is not None:
                 self._error(f"a send failed: {failed}")
                 return "a send failed"
+            if not self._send_receipts():
+                return "a send failed"
+            # Too many receipts pending: the client waits (TCP holds its frames) until the oldest is durable.
+            room = self._pending_receipts() < self._settings.max_pending_receipts
+            if room != reading:
+                poller.modify(self._sock, select.POLLIN if room else 0)
+                reading = room
             # At half the interval: a late wake-up on a busy machine still keeps within it.
             if self._send_interval and now - self._last_write >= self._send_interval / 2:
                 self._heart_beat()
-            if not poller.poll(self._tick() * 1000):
+            events = poller.poll(self._tick() * 1000)
+            if not any(fd == sock_fd for fd, _ in events):
+                self._drain_wake()
                 continue
+            if len(events) > 1:
+                self._drain_wake()
             data = self._sock.recv(_READ_SIZE)
             if not data:
                 return "closed by the client"
@@ -259,14 +311,56 @@ class StompConnection:
                 for frame in e.frames:
                     if not self._handle(frame):
                         return "closed after an error"
+                self._wait_for_receipts(self._settings.write_timeout)
                 self._error(str(e))
                 return "malformed frame"
-            if not self._hold_incomplete_frame(bool(frames)):
-                return "too many bytes of incomplete frames in the server"
             for frame in frames:
                 if not self._handle(frame):
                     return "disconnected" if frame.command == Command.DISCONNECT else "closed after an error"
+            if not self._hold_incomplete_frame(bool(frames)):
+                return "too many bytes of incomplete frames in the server"
         return "closed by the server"
+
+    def _drain_wake(self) -> None:
+        with contextlib.suppress(OSError):
+            while os.read(self._wake_read, 4096):
+                pass
+
+    def _pending_receipts(self) -> int:
+        with self._pending:
+            return len(self._receipts)
+
+    def _send_receipts(self) -> bool:
+        """Sends the RECEIPTs at the head of the queue that are done, in order;
+        False once a SEND failed (an ERROR frame with its receipt-id was sent
+        instead: the connection ends)."""
+        while True:
+            with self._pending:
+                if not self._receipts or not self._receipts[0].done:
+                    return True
+                receipt = self._receipts.popleft()
+            if receipt.error is not None:
+                self._error(f"a send failed: {receipt.error}", receipt=receipt.receipt_id)
+                return False
+            self._write(Frame(Command.RECEIPT, [("receipt-id", receipt.receipt_id)]))
+
+    def _receipt_done(self, receipt: _Receipt, error: BaseException | None) -> None:
+        """A receipted SEND completed (on the broker's completion thread): wakes
+        the reader if its receipt can go now."""
+        with self._pending:
+            receipt.done = True
+            receipt.error = error
+            ready = bool(self._receipts) and self._receipts[0].done
+            self._pending.notify_all()
+            if ready and self._wake_open:
+                with contextlib.suppress(BlockingIOError):  # full: a wake-up is pending anyway
+                    os.write(self._wake_write, b"\0")
+
+    def _wait_for_receipts(self, timeout: float) -> bool:
+        """Waits until every pending receipt is done and sends them; False if a send failed."""
+        with self._pending:
+            self._pending.wait_for(lambda: all(r.done for r in self._receipts), timeout)
+        return self._send_receipts()
 
     def _expired(self, now: float, connect_deadline: float) -> str | None:
         """Why the connection ends now for want of input (after an ERROR frame
@@ -323,26 +417,38 @@ class StompConnection:
         """Handles one frame; False: the connection ends (an ERROR was sent, or DISCONNECT)."""
         self._stats.frame_in(frame.command)
         headers = frame.header_map()
+        receipt_id = headers.get("receipt")
+        queued = receipt_id is not None and frame.command not in (
+            Command.CONNECT,
+            Command.STOMP,
+            Command.DISCONNECT,
+        )
+        receipt = _Receipt(receipt_id) if queued and receipt_id is not None else None
         with self._frame_lock:
             if self._closed:
                 return False
+            self._current_receipt = receipt
             try:
                 if not self._connected and frame.command not in (Command.CONNECT, Command.STOMP):
                     raise ProtocolError(f"the first frame must be CONNECT, not {frame.command}")
                 handler = getattr(self, f"_on_{frame.command.lower()}")
                 more: bool = handler(frame, headers)
-            except (ProtocolError, FrameError) as e:
-                self._error(str(e), frame)
+            except (ProtocolError, FrameError, JmsStoreError) as e:
+                # The receipts of the frames before it go first, as far as they can.
+                self._wait_for_receipts(self._settings.write_timeout)
+                message = str(e) if isinstance(e, (ProtocolError, FrameError)) else f"{type(e).__name__}: {e}"
+                self._error(message, frame)
                 return False
-            except JmsStoreError as e:
-                self._error(f"{type(e).__name__}: {e}", frame)
-                return False
-        receipt = headers.get("receipt")
-        replies = frame.command == Command.DISCONNECT or (
-            more and frame.command not in (Command.CONNECT, Command.STOMP)
-        )
-        if receipt is not None and replies:
-            self._write(Frame(Command.RECEIPT, [("receipt-id", receipt)]))
+            finally:
+                self._current_receipt = None
+        if receipt is not None and more:
+            with self._pending:
+                if not receipt.asynchronous:
+                    receipt.done = True
+                self._receipts.append(receipt)
+            return self._send_receipts()
+        if receipt_id is not None and frame.command == Command.DISCONNECT:
+            self._write(Frame(Command.RECEIPT, [("receipt-id", receipt_id)]))
         return more
 
     def _on_connect(self, frame: Frame, headers: dict[str, str]) -> bool:
@@ -411,8 +517,16 @@ class StompConnection:
             staged = producer.stage(*args)
             if staged is not None:
                 self._transaction(transaction).staged.append(staged)
-        elif "receipt" in headers:
-            producer.send(*args)  # durable (if persistent) and visible on return: then the receipt
+        elif self._current_receipt is not None:
+            receipt = self._current_receipt
+            receipt.asynchronous = True
+            try:
+                accepted = producer.send_async(*args, None, lambda _handle, error: self._receipt_done(receipt, error))
+            except BaseException:
+                receipt.asynchronous = False
+                raise
+            if not accepted:
+                self._receipt_done(receipt, None)  # dropped (non-persistent, over the broker-wide limits)
         else:
             with self._pending:
                 self._pending_sends += 1
@@ -618,6 +732,8 @@ class StompConnection:
         failed = self._take_send_failure()
         if failed is not None:
             raise ProtocolError(f"a send failed: {failed}")
+        if not self._wait_for_receipts(self._settings.write_timeout):
+            return False
         # And its unacknowledged messages are back before the receipt says so.
         self._close_subscriptions()
         return False
@@ -650,6 +766,10 @@ class StompConnection:
                 if locked:
                     self._frame_lock.release()
             self._sock.close()
+            with self._pending:
+                self._wake_open = False
+                os.close(self._wake_read)
+                os.close(self._wake_write)
         self._server.forget(self)
         log.info("stomp %s (%s): closed (%s)", self.peer, self.session, reason)
 
@@ -668,6 +788,8 @@ class StompConnection:
                 self._abort(tx)
             self._transactions.clear()
             self._wait_for_sends(self._settings.write_timeout)
+            with self._pending:
+                self._pending.wait_for(lambda: all(r.done for r in self._receipts), self._settings.write_timeout)
             if self._producer is not None:
                 self._producer.close()
         except JmsStoreError as e:
