@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
+import getpass
 import json
 import logging
 import os
@@ -32,9 +34,11 @@ from jmsstore.broker.server import JMSServer
 from jmsstore.broker.snapshot import StoreSnapshot
 from jmsstore.demo import default_directory, run_demo
 from jmsstore.errors import InvalidArgumentError, JmsStoreError, StoreLockedError
-from jmsstore.net.stomp.frames import FrameLimits
+from jmsstore.net.stomp import config as stomp_config
+from jmsstore.net.stomp.config import parse_address
+from jmsstore.net.stomp.security import hash_password
 from jmsstore.net.stomp.server import StompServer
-from jmsstore.net.stomp.settings import StompSettings
+from jmsstore.net.stomp.settings import StompSettings, frame_limits_of_size
 from jmsstore.progress import ProgressBar, ReadingProgress
 from jmsstore.store import FileStore
 from jmsstore.table import format_fields
@@ -476,38 +480,35 @@ def _seconds(text: str) -> float:
     return value
 
 
-def stomp_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The :class:`StompSettings` options ``jmsstore serve``'s options ask for
-    (those not given keep their defaults)."""
-    options: dict[str, Any] = {"auto_create": args.auto_create}
+def stomp_settings(args: argparse.Namespace, configured: dict[str, Any]) -> dict[str, Any]:
+    """The :class:`StompSettings` options of ``jmsstore serve``: the
+    configuration's, with the command's options given over them."""
+    options = dict(configured)
+    if args.auto_create is not None:
+        options["auto_create"] = args.auto_create
     for name in ("max_connections", "max_subscriptions", "max_total_subscriptions", "max_buffered_bytes"):
         if getattr(args, name) is not None:
             options[name] = getattr(args, name)
     if args.idle_timeout is not None:
         options["idle_timeout"] = args.idle_timeout
     if args.max_frame_bytes is not None:
-        # The body may fill the frame but for its head; ActiveMQ's header limits stay.
-        body = max(1, args.max_frame_bytes - 1024)
-        options["frame_limits"] = FrameLimits(max_frame_bytes=args.max_frame_bytes, max_body_bytes=body)
-        buffered = options.get("max_buffered_bytes", StompSettings().max_buffered_bytes)
-        if args.max_frame_bytes > buffered:
-            raise CommandError(
-                f"--max-frame-bytes ({args.max_frame_bytes}) is above --max-buffered-bytes ({buffered}):"
-                " such a frame could never be read"
-            )
+        options["frame_limits"] = frame_limits_of_size(args.max_frame_bytes)
+    limits = options.get("frame_limits")
+    buffered = options.get("max_buffered_bytes", StompSettings().max_buffered_bytes)
+    if limits is not None and limits.max_frame_bytes > buffered:
+        raise CommandError(
+            f"--max-frame-bytes ({limits.max_frame_bytes}) is above --max-buffered-bytes ({buffered}):"
+            " such a frame could never be read"
+        )
     return options
 
 
 def listen_address(text: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[IPV6]:PORT`` for an IPv6 address; port 0: any free port)."""
-    host, colon, port_text = text.rpartition(":")
-    if not colon or not host:
-        raise argparse.ArgumentTypeError(f"not HOST:PORT: {text!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not port_text.isascii() or not port_text.isdigit() or int(port_text) > 65535:
-        raise argparse.ArgumentTypeError(f"the port must be a number within 0..65535, not {port_text!r}")
-    return host, int(port_text)
+    try:
+        return parse_address(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _open_served(target: str, name: str | None) -> JMSServer:
@@ -525,10 +526,12 @@ def _open_served(target: str, name: str | None) -> JMSServer:
     return JMSServer(target) if name is None else JMSServer(target, name=name)
 
 
-def serve(target: str, name: str | None, listen: tuple[str, int], options: dict[str, Any]) -> int:
+def serve(target: str, name: str | None, args: argparse.Namespace) -> int:
     """Serves a JMS server to STOMP 1.2 clients until SIGTERM or SIGINT,
     then stops accepting, closes the connections (their unacknowledged
-    messages return) and closes the store."""
+    messages return) and closes the store. A TOML configuration's
+    ``[servers.NAME.stomp]`` table gives the endpoint (addresses, users,
+    limits); the command's options go over it."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = threading.Event()
     received: list[int] = []
@@ -542,22 +545,45 @@ def serve(target: str, name: str | None, listen: tuple[str, int], options: dict[
     try:
         server = _open_served(target, name)
         try:
-            stomp = StompServer(server, listen[0], listen[1], **options).start()
-            try:
-                host, port = stomp.address
-                print(f"jmsstore serve: STOMP 1.2 on {host}:{port}, JMS server {server.name!r}", flush=True)
+            configured = target.endswith(".toml")
+            endpoint = stomp_config.load(target, server.name) if configured else stomp_config.StompConfig()
+            options = stomp_settings(args, endpoint.options)
+            listen = [args.listen] if args.listen is not None else endpoint.listen
+            with contextlib.ExitStack() as running:
+                for host, port in listen:
+                    stomp = StompServer(server, host, port, security=endpoint.security, **options)
+                    running.callback(stomp.close)
+                    stomp.start()
+                    bound_host, bound_port = stomp.address
+                    print(
+                        f"jmsstore serve: STOMP 1.2 on {bound_host}:{bound_port}, JMS server {server.name!r}",
+                        flush=True,
+                    )
                 while not stop.wait(1.0):
                     pass
                 log = logging.getLogger("jmsstore.net.stomp")
                 log.info("stomp: %s received, shutting down", signal.Signals(received[0]).name)
-            finally:
-                stomp.close()
         finally:
             server.close()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     print("jmsstore serve: stopped", flush=True)
+    return 0
+
+
+def passwd(from_stdin: bool) -> int:
+    """Prints the salted hash of a password, for a user's ``password`` in
+    the ``[servers.NAME.stomp.users.USER]`` table of a configuration."""
+    if from_stdin or not sys.stdin.isatty():
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = getpass.getpass("password: ")
+        if getpass.getpass("again: ") != password:
+            raise CommandError("the passwords differ")
+    if not password:
+        raise CommandError("the password is empty")
+    print(hash_password(password))
     return 0
 
 
@@ -651,14 +677,15 @@ def parser() -> argparse.ArgumentParser:
     serve_cmd.add_argument(
         "--listen",
         type=listen_address,
-        default=("127.0.0.1", 61613),
         metavar="HOST:PORT",
-        help="the address to listen on (default 127.0.0.1:61613; port 0: any free port)",
+        help="the address to listen on (default: the configuration's listen, else 127.0.0.1:61613; "
+        "port 0: any free port)",
     )
     serve_cmd.add_argument(
         "--no-auto-create",
         dest="auto_create",
         action="store_false",
+        default=None,
         help="refuse destinations the server does not have (default: create them on first use, as ActiveMQ does)",
     )
     defaults = StompSettings()
@@ -700,6 +727,14 @@ def parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="cut off a client that sends nothing, not even a heart-beat, for that long (default 0: never)",
     )
+    passwd_cmd = commands.add_parser(
+        "passwd",
+        help="hash a password for a STOMP user of a configuration",
+        description="Print the salted scrypt hash of a password, for the password of a user in a configuration's "
+        "[servers.NAME.stomp.users.USER] table. Asks for it twice on a terminal; else reads one line.",
+        epilog=EPILOG,
+    )
+    passwd_cmd.add_argument("--stdin", action="store_true", help="read the password from standard input")
     return top
 
 
@@ -708,7 +743,9 @@ def run(args: argparse.Namespace, top: argparse.ArgumentParser) -> int:
     if args.command == "demo":
         return demo(args.dir, args.reset, args.messages, args.threads)
     if args.command == "serve":
-        return serve(args.target, args.name, args.listen, stomp_settings(args))
+        return serve(args.target, args.name, args)
+    if args.command == "passwd":
+        return passwd(args.stdin)
     if args.command == "stats":
         if (args.directory is None) == (args.config is None):
             top.error("stats needs a server directory or --config FILE (one of them)")

@@ -60,8 +60,9 @@ from jmsstore.net.stomp.frames import (
     encode,
     error_frame,
 )
-from jmsstore.net.stomp.mapping import ProtocolError, outgoing_message, parse_destination
+from jmsstore.net.stomp.mapping import ProtocolError, destination_name, outgoing_message, parse_destination
 from jmsstore.net.stomp.resources import ByteBudget, Slots
+from jmsstore.net.stomp.security import Security, User
 from jmsstore.net.stomp.settings import StompSettings
 from jmsstore.net.stomp.statistics import StompStatistics
 from jmsstore.net.stomp.subscription import ACK_MODES, Subscription
@@ -99,6 +100,9 @@ class _Server(Protocol):
 
     @property
     def subscription_slots(self) -> Slots: ...
+
+    @property
+    def security(self) -> Security: ...
 
     def ensure_destination(self, destination: Destination) -> None: ...
 
@@ -162,6 +166,7 @@ class StompConnection:
         self._connected = False
         self._connection_id = 0
         self.client_id: str | None = None
+        self.user: User | None = None
         self._producer: ProducerPort | None = None
         self._subscriptions: dict[str, Subscription] = {}
         self._by_serial: dict[int, Subscription] = {}
@@ -462,6 +467,16 @@ class StompConnection:
                 [("version", "1.2")],
             )
             return False
+        security = self._server.security
+        if security.required:
+            user = security.authenticate(headers.get("login"), headers.get("passcode"))
+            if user is None:
+                self._stats.login_failed()
+                # The same answer for an unknown login and a wrong passcode.
+                self._error("login failed: unknown login or wrong passcode", frame)
+                log.info("stomp %s (%s): login failed for %r", self.peer, self.session, headers.get("login", "")[:60])
+                return False
+            self.user = user
         client_send, client_receive = _heart_beat(headers.get("heart-beat", "0,0"))
         ours_send, ours_receive = self._settings.heart_beat
         send_ms = _negotiated(ours_send, client_receive)
@@ -490,9 +505,10 @@ class StompConnection:
             )
         )
         log.info(
-            "stomp %s (%s): connected%s, heart-beat %d,%d ms",
+            "stomp %s (%s): connected%s%s, heart-beat %d,%d ms",
             self.peer,
             self.session,
+            f" as user {self.user.name}" if self.user is not None else "",
             f" as client-id {client_id}" if client_id else "",
             send_ms,
             receive_ms,
@@ -501,13 +517,23 @@ class StompConnection:
 
     _on_stomp = _on_connect
 
-    def _destination(self, headers: dict[str, str]) -> Destination:
+    def _user_name(self) -> str:
+        return repr(self.user.name) if self.user is not None else "(anonymous)"
+
+    def _receivable(self, headers: dict[str, str]) -> Destination:
+        """The destination a SUBSCRIBE names, if the user may receive from it (created on first use)."""
         destination = parse_destination(headers.get("destination"))
+        name = destination_name(destination)
+        if not self._server.security.may_receive(self.user, name):
+            raise ProtocolError(f"user {self._user_name()} may not receive from {name}")
         self._server.ensure_destination(destination)
         return destination
 
     def _on_send(self, frame: Frame, headers: dict[str, str]) -> bool:
         outgoing = outgoing_message(headers, frame.body, time.time_ns() // 1_000_000)
+        name = destination_name(outgoing.destination)
+        if not self._server.security.may_send(self.user, name):
+            raise ProtocolError(f"user {self._user_name()} may not send to {name}")
         self._server.ensure_destination(outgoing.destination)
         producer = self._producer
         assert producer is not None
@@ -572,7 +598,7 @@ class StompConnection:
         selector = Selector(headers.get("selector"))
         if selector.text:
             selector.native()  # an invalid selector is refused here
-        destination = self._destination(headers)
+        destination = self._receivable(headers)
         name = headers.get("activemq.subscriptionName")
         if isinstance(destination, Topic) and name is not None:
             if self.client_id is None:

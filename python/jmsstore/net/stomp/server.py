@@ -49,6 +49,7 @@ from jmsstore.net.stomp.connection import StompConnection
 from jmsstore.net.stomp.frames import FrameLimits, encode, error_frame
 from jmsstore.net.stomp.mapping import ProtocolError, destination_name
 from jmsstore.net.stomp.resources import ByteBudget, Slots
+from jmsstore.net.stomp.security import Security
 from jmsstore.net.stomp.settings import StompSettings
 from jmsstore.net.stomp.statistics import StompStatistics
 
@@ -82,7 +83,9 @@ class StompServer:
     """Serves STOMP 1.2 clients on ``host:port`` (port 0: any free port;
     read :attr:`address` after :meth:`start`). ``settings`` or keyword
     options: see :class:`StompSettings`. Binds to the loopback interface
-    unless told otherwise."""
+    unless told otherwise. ``security``: the users who may connect and
+    what each may do (:class:`~jmsstore.net.stomp.security.Security`);
+    without it, or with no users, any client may connect and do anything."""
 
     def __init__(
         self,
@@ -90,6 +93,8 @@ class StompServer:
         host: str = "127.0.0.1",
         port: int = 61613,
         settings: StompSettings | None = None,
+        *,
+        security: Security | None = None,
         **options: Any,
     ) -> None:
         if settings is not None and options:
@@ -99,6 +104,7 @@ class StompServer:
         self.port: BrokerPort = jms_server.port
         self.send_options: SendOptions = jms_server.connection_factory().send_options()
         self.stats = StompStatistics()
+        self.security = security if security is not None else Security(())
         self.frame_limits: FrameLimits = self.settings.effective_frame_limits(jms_server.maximum_message_size)
         self.buffers = ByteBudget(self.settings.max_buffered_bytes)
         self.subscription_slots = Slots(self.settings.max_total_subscriptions)

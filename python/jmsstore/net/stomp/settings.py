@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from jmsstore.errors import InvalidArgumentError
 from jmsstore.net.stomp.frames import FrameLimits
 
-__all__ = ["StompSettings", "derived_frame_limits"]
+__all__ = ["StompSettings", "derived_frame_limits", "frame_limits_of_size"]
 
 _MiB = 1024 * 1024
 
@@ -136,3 +136,9 @@ def derived_frame_limits(maximum_message_size: int | None, max_buffered_bytes: i
         body = min(body, maximum_message_size)
     frame = min(body + HEAD_ALLOWANCE, max_buffered_bytes)
     return FrameLimits(max_frame_bytes=frame, max_body_bytes=min(body, frame))
+
+
+def frame_limits_of_size(max_frame_bytes: int) -> FrameLimits:
+    """Frame limits for frames of at most ``max_frame_bytes``: the body may
+    fill the frame but for a small head; ActiveMQ's header limits stay."""
+    return FrameLimits(max_frame_bytes=max_frame_bytes, max_body_bytes=max(1, max_frame_bytes - 1024))

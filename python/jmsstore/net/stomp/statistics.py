@@ -20,6 +20,7 @@ class StompStatistics:
         self.errors = 0
         self.heartbeat_timeouts = 0
         self.timeouts = 0
+        self.logins_failed = 0
         self._frames_in: Counter[str] = Counter()
         self._frames_out: Counter[str] = Counter()
 
@@ -50,6 +51,10 @@ class StompStatistics:
         with self._lock:
             self.heartbeat_timeouts += 1
 
+    def login_failed(self) -> None:
+        with self._lock:
+            self.logins_failed += 1
+
     def timed_out(self) -> None:
         with self._lock:
             self.timeouts += 1
@@ -63,6 +68,7 @@ class StompStatistics:
                 "errors": self.errors,
                 "heartbeat_timeouts": self.heartbeat_timeouts,
                 "timeouts": self.timeouts,
+                "logins_failed": self.logins_failed,
                 "subscriptions": subscriptions,
                 "buffered_bytes": buffered_bytes,
                 "frames_in": dict(self._frames_in),
