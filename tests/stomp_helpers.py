@@ -45,7 +45,8 @@ class Served:
         except queue.Empty:
             self.proc.kill()
             raise AssertionError(f"jmsstore serve did not start: {self.log}") from None
-        assert first.startswith("jmsstore serve: STOMP 1.2 on 127.0.0.1:"), first
+        assert first.startswith("jmsstore serve: STOMP 1.2 "), first
+        assert " on 127.0.0.1:" in first, first
         self.port = int(first.split("127.0.0.1:")[1].split(",")[0])
 
     @staticmethod

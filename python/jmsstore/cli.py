@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import signal
+import ssl
 import sys
 import threading
 from collections.abc import Sequence
@@ -34,11 +35,13 @@ from jmsstore.broker.server import JMSServer
 from jmsstore.broker.snapshot import StoreSnapshot
 from jmsstore.demo import default_directory, run_demo
 from jmsstore.errors import InvalidArgumentError, JmsStoreError, StoreLockedError
+from jmsstore.net.metrics import MetricsServer, render
 from jmsstore.net.stomp import config as stomp_config
 from jmsstore.net.stomp.config import parse_address
 from jmsstore.net.stomp.security import hash_password
 from jmsstore.net.stomp.server import StompServer
 from jmsstore.net.stomp.settings import StompSettings, frame_limits_of_size
+from jmsstore.net.stomp.transport import server_tls_context
 from jmsstore.progress import ProgressBar, ReadingProgress
 from jmsstore.store import FileStore
 from jmsstore.table import format_fields
@@ -549,16 +552,29 @@ def serve(target: str, name: str | None, args: argparse.Namespace) -> int:
             endpoint = stomp_config.load(target, server.name) if configured else stomp_config.StompConfig()
             options = stomp_settings(args, endpoint.options)
             listen = [args.listen] if args.listen is not None else endpoint.listen
+            tls = _tls_context(args, endpoint)
             with contextlib.ExitStack() as running:
+                endpoints: dict[str, StompServer] = {}
                 for host, port in listen:
-                    stomp = StompServer(server, host, port, security=endpoint.security, **options)
+                    stomp = StompServer(server, host, port, security=endpoint.security, tls=tls, **options)
                     running.callback(stomp.close)
                     stomp.start()
                     bound_host, bound_port = stomp.address
+                    endpoints[f"{bound_host}:{bound_port}"] = stomp
                     print(
-                        f"jmsstore serve: STOMP 1.2 on {bound_host}:{bound_port}, JMS server {server.name!r}",
+                        f"jmsstore serve: STOMP 1.2{' over TLS' if tls else ''} on {bound_host}:{bound_port},"
+                        f" JMS server {server.name!r}",
                         flush=True,
                     )
+                if args.metrics is not None:
+
+                    def collect() -> str:
+                        return render(server.statistics(), {a: s.statistics() for a, s in endpoints.items()})
+
+                    metrics = MetricsServer(collect, *args.metrics)
+                    running.callback(metrics.close)
+                    metrics_host, metrics_port = metrics.start().address
+                    print(f"jmsstore serve: metrics on http://{metrics_host}:{metrics_port}/metrics", flush=True)
                 while not stop.wait(1.0):
                     pass
                 log = logging.getLogger("jmsstore.net.stomp")
@@ -570,6 +586,20 @@ def serve(target: str, name: str | None, args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
     print("jmsstore serve: stopped", flush=True)
     return 0
+
+
+def _tls_context(args: argparse.Namespace, endpoint: stomp_config.StompConfig) -> ssl.SSLContext | None:
+    """The TLS context of ``--certfile``/``--keyfile``, else of the configuration; None: no TLS."""
+    certfile = args.certfile if args.certfile is not None else endpoint.certfile
+    keyfile = args.keyfile if args.keyfile is not None else endpoint.keyfile
+    if certfile is None and keyfile is None:
+        return None
+    if certfile is None or keyfile is None:
+        raise CommandError("TLS needs both --certfile and --keyfile")
+    try:
+        return server_tls_context(certfile, keyfile)
+    except ssl.SSLError as e:
+        raise CommandError(f"{certfile}, {keyfile}: not a usable certificate and key: {e.reason or e}") from None
 
 
 def passwd(from_stdin: bool) -> int:
@@ -681,6 +711,14 @@ def parser() -> argparse.ArgumentParser:
         help="the address to listen on (default: the configuration's listen, else 127.0.0.1:61613; "
         "port 0: any free port)",
     )
+    serve_cmd.add_argument(
+        "--metrics",
+        type=listen_address,
+        metavar="HOST:PORT",
+        help="serve the statistics as Prometheus text at http://HOST:PORT/metrics (such as 127.0.0.1:9464)",
+    )
+    serve_cmd.add_argument("--certfile", metavar="FILE", help="serve STOMP over TLS with this certificate (PEM)")
+    serve_cmd.add_argument("--keyfile", metavar="FILE", help="the certificate's private key (PEM)")
     serve_cmd.add_argument(
         "--no-auto-create",
         dest="auto_create",

@@ -40,6 +40,7 @@ import logging
 import os
 import select
 import socket
+import ssl
 import threading
 import time
 from collections import deque
@@ -66,6 +67,7 @@ from jmsstore.net.stomp.security import Security, User
 from jmsstore.net.stomp.settings import StompSettings
 from jmsstore.net.stomp.statistics import StompStatistics
 from jmsstore.net.stomp.subscription import ACK_MODES, Subscription
+from jmsstore.net.stomp.transport import PlainTransport, TlsTransport
 from jmsstore.selector import Selector
 
 __all__ = ["StompConnection"]
@@ -146,12 +148,13 @@ class StompConnection:
 
     _serials = itertools.count(1)
 
-    def __init__(self, server: _Server, sock: socket.socket, peer: str) -> None:
+    def __init__(self, server: _Server, sock: socket.socket, peer: str, tls: ssl.SSLContext | None = None) -> None:
         self._server = server
         self._settings = server.settings
         self._stats = server.stats
         self._port = server.port
         self._sock = sock
+        self._transport = PlainTransport(sock) if tls is None else TlsTransport(sock, tls)
         self.peer = peer
         self.session = f"jmsstore-{next(self._serials)}"
         self._parser = FrameParser(server.frame_limits, CLIENT_COMMANDS)
@@ -205,7 +208,7 @@ class StompConnection:
         data = encode(frame)
         with self._write_lock:
             try:
-                self._sock.sendall(data)
+                self._transport.sendall(data)
             except OSError:
                 self._break()
                 raise
@@ -221,7 +224,7 @@ class StompConnection:
         if not self._write_lock.acquire(blocking=False):
             return
         try:
-            self._sock.sendall(b"\n")
+            self._transport.sendall(b"\n")
             self._last_write = time.monotonic()
         except OSError:
             self._break()
@@ -230,8 +233,7 @@ class StompConnection:
 
     def _break(self) -> None:
         """The socket is unusable: wakes the reader so that it closes the connection."""
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
+        self._transport.shutdown()
 
     def _error(
         self,
@@ -263,6 +265,11 @@ class StompConnection:
     def _run(self) -> None:
         reason = "closed by the client"
         try:
+            try:
+                self._transport.handshake(self._settings.connect_timeout)
+            except (OSError, ssl.SSLError) as e:
+                reason = f"TLS handshake failed: {e}"
+                return
             reason = self._read_loop()
         except OSError as e:
             reason = f"connection lost: {e.strerror or e}"
@@ -306,9 +313,11 @@ class StompConnection:
                 continue
             if len(events) > 1:
                 self._drain_wake()
-            data = self._sock.recv(_READ_SIZE)
-            if not data:
+            data = self._transport.recv(_READ_SIZE)
+            if data is None:
                 return "closed by the client"
+            if not data:
+                continue  # part of a TLS record
             self._last_read = time.monotonic()
             try:
                 frames = self._parser.feed(data)
@@ -791,7 +800,7 @@ class StompConnection:
             finally:
                 if locked:
                     self._frame_lock.release()
-            self._sock.close()
+            self._transport.close()
             with self._pending:
                 self._wake_open = False
                 os.close(self._wake_read)

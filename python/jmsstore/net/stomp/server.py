@@ -37,6 +37,7 @@ import contextlib
 import errno
 import logging
 import socket
+import ssl
 import threading
 import time
 from typing import Any, Protocol
@@ -85,7 +86,10 @@ class StompServer:
     options: see :class:`StompSettings`. Binds to the loopback interface
     unless told otherwise. ``security``: the users who may connect and
     what each may do (:class:`~jmsstore.net.stomp.security.Security`);
-    without it, or with no users, any client may connect and do anything."""
+    without it, or with no users, any client may connect and do anything.
+    ``tls``: serve STOMP over TLS with this server-side context (see
+    :func:`~jmsstore.net.stomp.transport.server_tls_context`); the
+    handshake runs on the connection's thread, within ``connect_timeout``."""
 
     def __init__(
         self,
@@ -95,6 +99,7 @@ class StompServer:
         settings: StompSettings | None = None,
         *,
         security: Security | None = None,
+        tls: ssl.SSLContext | None = None,
         **options: Any,
     ) -> None:
         if settings is not None and options:
@@ -105,6 +110,7 @@ class StompServer:
         self.send_options: SendOptions = jms_server.connection_factory().send_options()
         self.stats = StompStatistics()
         self.security = security if security is not None else Security(())
+        self.tls = tls
         self.frame_limits: FrameLimits = self.settings.effective_frame_limits(jms_server.maximum_message_size)
         self.buffers = ByteBudget(self.settings.max_buffered_bytes)
         self.subscription_slots = Slots(self.settings.max_total_subscriptions)
@@ -166,7 +172,7 @@ class StompServer:
         with self._lock:
             full = len(self._connections) >= self.settings.max_connections
             if not full and not self._closed:
-                connection = StompConnection(self, sock, peer)
+                connection = StompConnection(self, sock, peer, self.tls)
                 self._connections.add(connection)
         if full or self._closed:
             self._refuse(sock, peer, "the server is shutting down" if self._closed else "too many connections")
@@ -185,9 +191,10 @@ class StompServer:
         self.stats.refused()
         log.info("stomp %s: refused (%s)", peer, why)
         try:
-            # A client that does not read must not hold up the accept thread.
-            sock.settimeout(1.0)
-            sock.sendall(encode(error_frame(why)))
+            if self.tls is None:  # (a TLS client could not read a frame sent in clear)
+                # A client that does not read must not hold up the accept thread.
+                sock.settimeout(1.0)
+                sock.sendall(encode(error_frame(why)))
         except OSError:
             pass
         finally:
@@ -253,6 +260,7 @@ class StompServer:
         ``connections_refused``, ``errors`` (ERROR frames sent),
         ``heartbeat_timeouts``, ``timeouts`` (connections cut off by
         ``connect_timeout``, ``frame_timeout`` or ``idle_timeout``),
+        ``logins_failed``,
         ``subscriptions`` (open now), ``buffered_bytes`` (of incomplete
         frames, now), and ``frames_in`` / ``frames_out`` by command."""
         return self.stats.snapshot(self.subscription_slots.used, self.buffers.used)
