@@ -6,6 +6,7 @@ SEND whose store write fails gets an ERROR frame, never a RECEIPT."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,8 @@ class _FailingPort:
 
 
 class _FailingProducer:
+    gate: threading.Event | None = None  # when set: completions wait until it opens
+
     def __init__(self, producer: Any) -> None:
         self._producer = producer
 
@@ -109,6 +112,14 @@ class _FailingProducer:
         return getattr(self._producer, name)
 
     def send_async(self, message: Any, *args: Any) -> int:
+        gate = _FailingProducer.gate
+        if gate is not None:
+            completed = args[-1]
+
+            def held(handle: Any, error: BaseException | None) -> None:
+                threading.Thread(target=lambda: (gate.wait(WAIT), completed(handle, error))).start()
+
+            return int(self._producer.send_async(message, *args[:-1], held))
         if message.body != b"fail":
             return int(self._producer.send_async(message, *args))
         completed = args[-1]
@@ -156,3 +167,26 @@ def test_disconnect_receipt_comes_after_every_pending_send_is_durable(
     replies = [client.next_frame().header("receipt-id") for _ in range(51)]
     assert replies == [*(f"r{i}" for i in range(50)), "bye"]
     assert jms.message_count(Queue("piped")) == 50
+
+
+def test_the_reader_stops_reading_while_too_many_receipts_are_pending(tmp_path: Path) -> None:
+    gate = threading.Event()
+    _FailingProducer.gate = gate
+    try:
+        with JMSServer(tmp_path / "held") as jms, serve(FailingWrites(jms), port=0, max_pending_receipts=2) as stomp:
+            client = RawClient(stomp.address, timeout=WAIT)
+            try:
+                assert client.connect().command == "CONNECTED"
+                client.send(b"".join(send_frame(f"r{i}", f"m{i}") for i in range(5)))
+                deadline = time.monotonic() + WAIT
+                while stomp.statistics()["frames_in"].get("SEND", 0) < 2:
+                    assert time.monotonic() < deadline, "the first two SENDs were not read"
+                    time.sleep(0.02)
+                time.sleep(0.3)  # were it reading, the other three would be read by now
+                assert stomp.statistics()["frames_in"]["SEND"] == 2
+                gate.set()
+                assert [client.next_frame().header("receipt-id") for _ in range(5)] == [f"r{i}" for i in range(5)]
+            finally:
+                client.close()
+    finally:
+        _FailingProducer.gate = None

@@ -304,6 +304,11 @@ class StompConnection:
             if room != reading:
                 poller.modify(self._sock, select.POLLIN if room else 0)
                 reading = room
+            if not reading:
+                # The server is not reading: the client's silence and slowness are not its own.
+                self._last_read = now
+                if self._frame_started is not None:
+                    self._frame_started = now
             # At half the interval: a late wake-up on a busy machine still keeps within it.
             if self._send_interval and now - self._last_write >= self._send_interval / 2:
                 self._heart_beat()
@@ -329,6 +334,8 @@ class StompConnection:
                 self._error(str(e))
                 return "malformed frame"
             for frame in frames:
+                if frame.command == Command.SEND and not self._room_for_a_receipt():
+                    return "a send failed"
                 if not self._handle(frame):
                     return "disconnected" if frame.command == Command.DISCONNECT else "closed after an error"
             if not self._hold_incomplete_frame(bool(frames)):
@@ -357,6 +364,20 @@ class StompConnection:
                 self._error(f"a send failed: {receipt.error}", receipt=receipt.receipt_id)
                 return False
             self._write(Frame(Command.RECEIPT, [("receipt-id", receipt.receipt_id)]))
+
+    def _room_for_a_receipt(self) -> bool:
+        """Waits until fewer than ``max_pending_receipts`` receipts are pending,
+        sending those that are done; False if a send failed (an ERROR was sent)."""
+        limit = self._settings.max_pending_receipts
+        while not self._closed:
+            with self._pending:
+                self._pending.wait_for(lambda: len(self._receipts) < limit or self._receipts[0].done, _TICK)
+            if not self._send_receipts():
+                return False
+            if self._pending_receipts() < limit:
+                return True
+            self._last_read = time.monotonic()  # waiting on the store, not on the client
+        return True
 
     def _receipt_done(self, receipt: _Receipt, error: BaseException | None) -> None:
         """A receipted SEND completed (on the broker's completion thread): wakes
