@@ -4,87 +4,45 @@ back, and bad arguments are usage errors."""
 
 from __future__ import annotations
 
-import queue
-import signal
+import argparse
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 import stomp
-from conftest import REPO_ROOT
-
-WAIT = 10.0
-
-
-class Served:
-    """A ``jmsstore serve`` child on a free loopback port."""
-
-    def __init__(self, home: Path) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jmsstore", "serve", str(home), "--listen", "127.0.0.1:0"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=REPO_ROOT,
-        )
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.log: list[str] = []
-        assert self.proc.stdout is not None and self.proc.stderr is not None
-        self._readers = [
-            threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines.put), daemon=True),
-            threading.Thread(target=self._pump, args=(self.proc.stderr, self.log.append), daemon=True),
-        ]
-        for reader in self._readers:
-            reader.start()
-        try:
-            first = self.lines.get(timeout=WAIT)
-        except queue.Empty:
-            self.proc.kill()
-            raise AssertionError(f"jmsstore serve did not start: {self.log}") from None
-        assert first.startswith("jmsstore serve: STOMP 1.2 on 127.0.0.1:"), first
-        self.port = int(first.split("127.0.0.1:")[1].split(",")[0])
-
-    @staticmethod
-    def _pump(stream: IO[str], put: Callable[[str], None]) -> None:
-        for line in stream:
-            put(line.rstrip("\n"))
-
-    def terminate(self) -> int:
-        """SIGTERM, then the exit status (bounded)."""
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=WAIT)
-        for reader in self._readers:
-            reader.join(timeout=WAIT)
-        return code
-
-    def kill(self) -> None:
-        """Ends the child if it still runs, and closes its pipes."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=WAIT)
-        for reader in self._readers:
-            reader.join(timeout=WAIT)
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                stream.close()
+from jmsstore.cli import byte_size
+from stomp_helpers import WAIT, Served
 
 
 @pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Callable[[], Served]]:
+def serve_with(tmp_path: Path) -> Iterator[Callable[..., Served]]:
+    """``serve_with(*options)``: a ``jmsstore serve`` child with those options, killed at the end."""
     started: list[Served] = []
 
-    def start() -> Served:
-        started.append(Served(tmp_path / "home"))
+    def start(*options: str) -> Served:
+        started.append(Served(tmp_path / "home", *options))
         return started[-1]
 
     yield start
     for served in started:
         served.kill()
+
+
+@pytest.fixture
+def serve(serve_with: Callable[..., Served]) -> Callable[[], Served]:
+    return serve_with
+
+
+class ErrorsOf(stomp.ConnectionListener):  # type: ignore[misc]
+    def __init__(self, errors: list[Any]) -> None:
+        self.errors = errors
+
+    def on_error(self, frame: Any) -> None:
+        self.errors.append(frame)
 
 
 class Inbox(stomp.ConnectionListener):  # type: ignore[misc]
@@ -181,3 +139,46 @@ def test_an_address_in_use_is_a_runtime_error(
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stderr.splitlines()[-1].startswith("jmsstore: ")
+
+
+@pytest.mark.parametrize(
+    ("text", "size"), [("1048576", 1 << 20), ("512K", 512 << 10), ("10M", 10 << 20), ("1GiB", 1 << 30)]
+)
+def test_sizes_take_binary_suffixes(text: str, size: int) -> None:
+    assert byte_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "0", "ten", "10X", "-5M", "1.5M"])
+def test_a_bad_size_is_refused(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        byte_size(text)
+
+
+def test_max_frame_bytes_limits_what_a_client_may_send(serve_with: Callable[..., Served]) -> None:
+    served = serve_with("--max-frame-bytes", "4K")
+    conn, _ = _connect(served.port)
+    errors: list[Any] = []
+    conn.set_listener("errors", ErrorsOf(errors))
+    conn.send("/queue/q", b"x" * 5000)
+    deadline = time.monotonic() + WAIT
+    while not errors and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert errors and "larger than" in errors[0].headers["message"]
+    assert served.terminate() == 0
+
+
+def test_a_frame_limit_over_the_buffer_budget_is_a_runtime_error(
+    tmp_path: Path, cli: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    proc = cli(
+        "serve",
+        str(tmp_path / "home"),
+        "--listen",
+        "127.0.0.1:0",
+        "--max-frame-bytes",
+        "8M",
+        "--max-buffered-bytes",
+        "4M",
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "--max-buffered-bytes" in proc.stderr and "Traceback" not in proc.stderr

@@ -4,7 +4,6 @@ only; every wait is bounded."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,7 +14,8 @@ import pytest
 import stomp
 from jmsstore import BytesMessage, DeliveryMode, JMSServer, Queue, TextMessage, Topic
 from jmsstore.net import StompServer, serve
-from jmsstore.net.stomp.frames import SERVER_COMMANDS, Frame, FrameLimits, FrameParser
+from jmsstore.net.stomp.frames import FrameLimits
+from stomp_helpers import RawClient
 
 WAIT = 5.0
 
@@ -136,47 +136,6 @@ def disconnect(conn: stomp.Connection12, collector: Collector) -> None:
     """Disconnects and waits for the DISCONNECT's receipt (everything before it is done)."""
     conn.disconnect(receipt="bye")
     collector.wait_receipt("bye")
-
-
-class RawClient:
-    """A socket speaking STOMP by hand, for frames stomp.py would not send."""
-
-    def __init__(self, address: tuple[str, int]) -> None:
-        self.sock = socket.create_connection(address, timeout=WAIT)
-        self.parser = FrameParser(commands=SERVER_COMMANDS)
-        self.frames: list[Frame] = []
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def connect(self, heart_beat: str = "0,0") -> Frame:
-        self.send(f"CONNECT\naccept-version:1.2\nhost:localhost\nheart-beat:{heart_beat}\n\n\x00".encode())
-        return self.next_frame()
-
-    def next_frame(self) -> Frame:
-        deadline = time.monotonic() + WAIT
-        while not self.frames:
-            assert time.monotonic() < deadline, "no frame in time"
-            data = self.sock.recv(65536)
-            assert data, "the server closed the connection"
-            self.frames += self.parser.feed(data)
-        return self.frames.pop(0)
-
-    def closed_by_server(self) -> bool:
-        """Whether the server closes the connection within WAIT (frames before are kept)."""
-        deadline = time.monotonic() + WAIT
-        while time.monotonic() < deadline:
-            try:
-                data = self.sock.recv(65536)
-            except ConnectionResetError:
-                return True
-            if not data:
-                return True
-            self.frames += self.parser.feed(data)
-        return False
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.fixture
@@ -332,7 +291,9 @@ def test_text_binary_and_utf8_bodies_round_trip_with_receipts(client: Callable[.
     assert collector.receipts == ["r1", "r2"]
     assert jms.message_count(Queue("bodies")) == 2  # stored and visible when the receipt came
     conn.subscribe("/queue/bodies", id="s")
-    first, second = collector.wait_messages(2)
+    # JMS orders a producer's messages within a delivery mode: the non-persistent
+    # one may be visible before the persistent one is on disk.
+    first, second = sorted(collector.wait_messages(2), key=lambda m: "persistent" not in m.headers)
     assert first.body == binary
     assert first.headers["content-length"] == str(len(binary))
     assert first.headers["persistent"] == "true"
@@ -656,8 +617,13 @@ def test_statistics_count_connections_frames_and_subscriptions(
     conn.subscribe("/queue/stats", id="s")
     conn.send("/queue/stats", b"x", receipt="r")
     collector.wait_messages(1)
+    collector.wait_receipt("r")
     # Counted once written: the client may see the frame a moment before.
-    eventually(lambda: served.statistics()["frames_out"].get("MESSAGE") == 1)
+    eventually(
+        lambda: (
+            served.statistics()["frames_out"].get("MESSAGE") == served.statistics()["frames_out"].get("RECEIPT") == 1
+        )
+    )
     stats = served.statistics()
     assert stats["connections_open"] == 1 and stats["connections_total"] == 1
     assert stats["subscriptions"] == 1

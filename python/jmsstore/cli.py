@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
+import getpass
 import json
 import logging
 import os
 import shutil
 import signal
+import ssl
 import sys
 import threading
 from collections.abc import Sequence
@@ -32,7 +35,13 @@ from jmsstore.broker.server import JMSServer
 from jmsstore.broker.snapshot import StoreSnapshot
 from jmsstore.demo import default_directory, run_demo
 from jmsstore.errors import InvalidArgumentError, JmsStoreError, StoreLockedError
+from jmsstore.net.metrics import MetricsServer, render
+from jmsstore.net.stomp import config as stomp_config
+from jmsstore.net.stomp.config import parse_address
+from jmsstore.net.stomp.security import hash_password
 from jmsstore.net.stomp.server import StompServer
+from jmsstore.net.stomp.settings import StompSettings, frame_limits_of_size
+from jmsstore.net.stomp.transport import server_tls_context
 from jmsstore.progress import ProgressBar, ReadingProgress
 from jmsstore.store import FileStore
 from jmsstore.table import format_fields
@@ -448,16 +457,61 @@ def _positive(text: str) -> int:
     return value
 
 
+_SIZE_SUFFIXES = {"": 1, "K": 1 << 10, "KI": 1 << 10, "M": 1 << 20, "MI": 1 << 20, "G": 1 << 30, "GI": 1 << 30}
+
+
+def byte_size(text: str) -> int:
+    """A number of bytes, with an optional K, M or G suffix (powers of 1024; KiB, MiB, GiB too)."""
+    upper = text.strip().upper().removesuffix("B")
+    digits = upper.rstrip("KMGI")
+    factor = _SIZE_SUFFIXES.get(upper[len(digits) :])
+    if factor is None or not digits.isascii() or not digits.isdigit() or len(digits) > 15:
+        raise argparse.ArgumentTypeError(f"not a number of bytes (such as 1048576, 512K or 10M): {text!r}")
+    value = int(digits) * factor
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 byte or more, not {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 <= value <= 86_400:
+        raise argparse.ArgumentTypeError(f"must be within 0..86400 seconds, not {text!r}")
+    return value
+
+
+def stomp_settings(args: argparse.Namespace, configured: dict[str, Any]) -> dict[str, Any]:
+    """The :class:`StompSettings` options of ``jmsstore serve``: the
+    configuration's, with the command's options given over them."""
+    options = dict(configured)
+    if args.auto_create is not None:
+        options["auto_create"] = args.auto_create
+    for name in ("max_connections", "max_subscriptions", "max_total_subscriptions", "max_buffered_bytes"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
+    if args.idle_timeout is not None:
+        options["idle_timeout"] = args.idle_timeout
+    if args.max_frame_bytes is not None:
+        options["frame_limits"] = frame_limits_of_size(args.max_frame_bytes)
+    limits = options.get("frame_limits")
+    buffered = options.get("max_buffered_bytes", StompSettings().max_buffered_bytes)
+    if limits is not None and limits.max_frame_bytes > buffered:
+        raise CommandError(
+            f"--max-frame-bytes ({limits.max_frame_bytes}) is above --max-buffered-bytes ({buffered}):"
+            " such a frame could never be read"
+        )
+    return options
+
+
 def listen_address(text: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[IPV6]:PORT`` for an IPv6 address; port 0: any free port)."""
-    host, colon, port_text = text.rpartition(":")
-    if not colon or not host:
-        raise argparse.ArgumentTypeError(f"not HOST:PORT: {text!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not port_text.isascii() or not port_text.isdigit() or int(port_text) > 65535:
-        raise argparse.ArgumentTypeError(f"the port must be a number within 0..65535, not {port_text!r}")
-    return host, int(port_text)
+    try:
+        return parse_address(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _open_served(target: str, name: str | None) -> JMSServer:
@@ -475,10 +529,12 @@ def _open_served(target: str, name: str | None) -> JMSServer:
     return JMSServer(target) if name is None else JMSServer(target, name=name)
 
 
-def serve(target: str, name: str | None, listen: tuple[str, int], auto_create: bool, max_connections: int) -> int:
+def serve(target: str, name: str | None, args: argparse.Namespace) -> int:
     """Serves a JMS server to STOMP 1.2 clients until SIGTERM or SIGINT,
     then stops accepting, closes the connections (their unacknowledged
-    messages return) and closes the store."""
+    messages return) and closes the store. A TOML configuration's
+    ``[servers.NAME.stomp]`` table gives the endpoint (addresses, users,
+    limits); the command's options go over it."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = threading.Event()
     received: list[int] = []
@@ -492,24 +548,72 @@ def serve(target: str, name: str | None, listen: tuple[str, int], auto_create: b
     try:
         server = _open_served(target, name)
         try:
-            stomp = StompServer(
-                server, listen[0], listen[1], auto_create=auto_create, max_connections=max_connections
-            ).start()
-            try:
-                host, port = stomp.address
-                print(f"jmsstore serve: STOMP 1.2 on {host}:{port}, JMS server {server.name!r}", flush=True)
+            configured = target.endswith(".toml")
+            endpoint = stomp_config.load(target, server.name) if configured else stomp_config.StompConfig()
+            options = stomp_settings(args, endpoint.options)
+            listen = [args.listen] if args.listen is not None else endpoint.listen
+            tls = _tls_context(args, endpoint)
+            with contextlib.ExitStack() as running:
+                endpoints: dict[str, StompServer] = {}
+                for host, port in listen:
+                    stomp = StompServer(server, host, port, security=endpoint.security, tls=tls, **options)
+                    running.callback(stomp.close)
+                    stomp.start()
+                    bound_host, bound_port = stomp.address
+                    endpoints[f"{bound_host}:{bound_port}"] = stomp
+                    print(
+                        f"jmsstore serve: STOMP 1.2{' over TLS' if tls else ''} on {bound_host}:{bound_port},"
+                        f" JMS server {server.name!r}",
+                        flush=True,
+                    )
+                if args.metrics is not None:
+
+                    def collect() -> str:
+                        return render(server.statistics(), {a: s.statistics() for a, s in endpoints.items()})
+
+                    metrics = MetricsServer(collect, *args.metrics)
+                    running.callback(metrics.close)
+                    metrics_host, metrics_port = metrics.start().address
+                    print(f"jmsstore serve: metrics on http://{metrics_host}:{metrics_port}/metrics", flush=True)
                 while not stop.wait(1.0):
                     pass
                 log = logging.getLogger("jmsstore.net.stomp")
                 log.info("stomp: %s received, shutting down", signal.Signals(received[0]).name)
-            finally:
-                stomp.close()
         finally:
             server.close()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     print("jmsstore serve: stopped", flush=True)
+    return 0
+
+
+def _tls_context(args: argparse.Namespace, endpoint: stomp_config.StompConfig) -> ssl.SSLContext | None:
+    """The TLS context of ``--certfile``/``--keyfile``, else of the configuration; None: no TLS."""
+    certfile = args.certfile if args.certfile is not None else endpoint.certfile
+    keyfile = args.keyfile if args.keyfile is not None else endpoint.keyfile
+    if certfile is None and keyfile is None:
+        return None
+    if certfile is None or keyfile is None:
+        raise CommandError("TLS needs both --certfile and --keyfile")
+    try:
+        return server_tls_context(certfile, keyfile)
+    except ssl.SSLError as e:
+        raise CommandError(f"{certfile}, {keyfile}: not a usable certificate and key: {e.reason or e}") from None
+
+
+def passwd(from_stdin: bool) -> int:
+    """Prints the salted hash of a password, for a user's ``password`` in
+    the ``[servers.NAME.stomp.users.USER]`` table of a configuration."""
+    if from_stdin or not sys.stdin.isatty():
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = getpass.getpass("password: ")
+        if getpass.getpass("again: ") != password:
+            raise CommandError("the passwords differ")
+    if not password:
+        raise CommandError("the password is empty")
+    print(hash_password(password))
     return 0
 
 
@@ -603,19 +707,72 @@ def parser() -> argparse.ArgumentParser:
     serve_cmd.add_argument(
         "--listen",
         type=listen_address,
-        default=("127.0.0.1", 61613),
         metavar="HOST:PORT",
-        help="the address to listen on (default 127.0.0.1:61613; port 0: any free port)",
+        help="the address to listen on (default: the configuration's listen, else 127.0.0.1:61613; "
+        "port 0: any free port)",
     )
+    serve_cmd.add_argument(
+        "--metrics",
+        type=listen_address,
+        metavar="HOST:PORT",
+        help="serve the statistics as Prometheus text at http://HOST:PORT/metrics (such as 127.0.0.1:9464)",
+    )
+    serve_cmd.add_argument("--certfile", metavar="FILE", help="serve STOMP over TLS with this certificate (PEM)")
+    serve_cmd.add_argument("--keyfile", metavar="FILE", help="the certificate's private key (PEM)")
     serve_cmd.add_argument(
         "--no-auto-create",
         dest="auto_create",
         action="store_false",
+        default=None,
         help="refuse destinations the server does not have (default: create them on first use, as ActiveMQ does)",
     )
+    defaults = StompSettings()
     serve_cmd.add_argument(
-        "--max-connections", type=_positive, default=1000, metavar="N", help="connections served at once (1000)"
+        "--max-connections",
+        type=_positive,
+        metavar="N",
+        help=f"connections served at once ({defaults.max_connections}); each has a thread",
     )
+    serve_cmd.add_argument(
+        "--max-subscriptions",
+        type=_positive,
+        metavar="N",
+        help=f"subscriptions per connection ({defaults.max_subscriptions}); each has a thread",
+    )
+    serve_cmd.add_argument(
+        "--max-total-subscriptions",
+        type=_positive,
+        metavar="N",
+        help=f"subscriptions in the whole server ({defaults.max_total_subscriptions})",
+    )
+    serve_cmd.add_argument(
+        "--max-frame-bytes",
+        type=byte_size,
+        metavar="SIZE",
+        help="the largest frame a client may send, such as 10M (default: the server's largest message, "
+        "at most 100M, plus 1M for headers)",
+    )
+    serve_cmd.add_argument(
+        "--max-buffered-bytes",
+        type=byte_size,
+        metavar="SIZE",
+        help=f"bytes of incomplete frames held for all clients together ({defaults.max_buffered_bytes >> 20}M); "
+        "the client that would go over is cut off",
+    )
+    serve_cmd.add_argument(
+        "--idle-timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="cut off a client that sends nothing, not even a heart-beat, for that long (default 0: never)",
+    )
+    passwd_cmd = commands.add_parser(
+        "passwd",
+        help="hash a password for a STOMP user of a configuration",
+        description="Print the salted scrypt hash of a password, for the password of a user in a configuration's "
+        "[servers.NAME.stomp.users.USER] table. Asks for it twice on a terminal; else reads one line.",
+        epilog=EPILOG,
+    )
+    passwd_cmd.add_argument("--stdin", action="store_true", help="read the password from standard input")
     return top
 
 
@@ -624,7 +781,9 @@ def run(args: argparse.Namespace, top: argparse.ArgumentParser) -> int:
     if args.command == "demo":
         return demo(args.dir, args.reset, args.messages, args.threads)
     if args.command == "serve":
-        return serve(args.target, args.name, args.listen, args.auto_create, args.max_connections)
+        return serve(args.target, args.name, args)
+    if args.command == "passwd":
+        return passwd(args.stdin)
     if args.command == "stats":
         if (args.directory is None) == (args.config is None):
             top.error("stats needs a server directory or --config FILE (one of them)")

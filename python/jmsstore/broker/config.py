@@ -31,6 +31,9 @@ messages_limit_override = 1000
 [servers.jms1.connection_factories.default]
 messages_maximum = 10
 send_timeout = 10
+
+[servers.jms1.stomp]             # served by jmsstore serve: jmsstore.net.stomp.config
+listen = ["127.0.0.1:61613"]
 ```
 
 Everything is checked before anything is opened or changed: an unknown
@@ -116,7 +119,8 @@ SERVER_KEYS = {
     "messages_threshold_low": int,
     "expiration_scan_interval": float,
 }
-SERVER_TABLES = ("quotas", "templates", "queues", "topics", "connection_factories")
+# "stomp": the server's STOMP endpoint, read by jmsstore serve (jmsstore.net.stomp.config).
+SERVER_TABLES = ("quotas", "templates", "queues", "topics", "connection_factories", "stomp")
 QUOTA_KEYS = {"messages_maximum": int, "bytes_maximum": int, "shared": bool, "policy": str}
 FACTORY_KEYS = {
     "client_id": str,

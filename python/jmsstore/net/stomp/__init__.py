@@ -16,8 +16,10 @@ from jmsstore.net.stomp.frames import (
     error_frame,
 )
 from jmsstore.net.stomp.mapping import ProtocolError
+from jmsstore.net.stomp.security import Security, User, hash_password, verify_password
 from jmsstore.net.stomp.server import StompServer, serve
 from jmsstore.net.stomp.settings import StompSettings
+from jmsstore.net.stomp.transport import server_tls_context
 
 __all__ = [
     "ALL_COMMANDS",
@@ -31,9 +33,14 @@ __all__ = [
     "FrameLimits",
     "FrameParser",
     "ProtocolError",
+    "Security",
     "StompServer",
     "StompSettings",
+    "User",
     "encode",
     "error_frame",
+    "hash_password",
     "serve",
+    "server_tls_context",
+    "verify_password",
 ]

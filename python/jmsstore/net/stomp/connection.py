@@ -3,7 +3,11 @@ frames in order, and what they change (subscriptions, transactions).
 
 The reader thread reads bytes, feeds the frame parser and handles each
 frame before the next; it also sends heart-beats and cuts off a client
-that has been silent for twice the negotiated interval. Writes come from
+that has been silent for twice the negotiated interval, one that has not
+sent CONNECT within ``connect_timeout``, one whose frame has not been
+completed within ``frame_timeout`` of its start, and (when set) one that
+has sent nothing for ``idle_timeout``. What its parser holds of an
+incomplete frame is charged to the server's ``max_buffered_bytes``. Writes come from
 the reader (CONNECTED, RECEIPT, ERROR) and from the subscriptions'
 dispatchers (MESSAGE), one at a time under the connection's write lock;
 a write to a client that does not read blocks up to ``write_timeout``,
@@ -11,9 +15,17 @@ then the connection is dropped.
 
 A RECEIPT is sent once the frame's effect is durable: a SEND that asks
 for one is stored (if persistent) and visible first; an ACK's delete, a
-COMMIT's store transaction are written first. SENDs without a receipt go
-on without waiting for the disk (their failure ends the connection with
-an ERROR frame). In a transaction, SENDs are staged and ACKs set aside
+COMMIT's store transaction are written first. RECEIPTs go out in the
+order of the frames that asked for them. A receipted SEND does not hold
+up the frames after it: it is handed to the broker without waiting, and
+its RECEIPT waits in the connection's queue of pending receipts until the
+store has it (a client that pipelines its sends has them share one group
+commit); a SEND whose write fails gets an ERROR frame carrying its
+``receipt-id``, never a RECEIPT, and the connection closes. At most
+``max_pending_receipts`` wait at once: the reader stops reading until
+the oldest is durable. SENDs without a receipt go on without waiting
+for the disk too (their failure ends the connection with an ERROR
+frame). In a transaction, SENDs are staged and ACKs set aside
 until COMMIT applies them in one store transaction; ABORT drops the
 sends and returns the messages acknowledged (or NACKed) in it for
 redelivery. Any protocol error, malformed frame or failed operation
@@ -25,10 +37,13 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import selectors
+import os
+import select
 import socket
+import ssl
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -36,11 +51,23 @@ from jmsstore._native import __version__
 from jmsstore.client.port import BrokerPort, Delivery, ProducerPort, SendOptions
 from jmsstore.errors import InvalidArgumentError, JmsStoreError
 from jmsstore.jms.destination import Destination, Queue, Topic, check_name
-from jmsstore.net.stomp.frames import CLIENT_COMMANDS, Command, Frame, FrameError, FrameParser, encode, error_frame
-from jmsstore.net.stomp.mapping import ProtocolError, outgoing_message, parse_destination
+from jmsstore.net.stomp.frames import (
+    CLIENT_COMMANDS,
+    Command,
+    Frame,
+    FrameError,
+    FrameLimits,
+    FrameParser,
+    encode,
+    error_frame,
+)
+from jmsstore.net.stomp.mapping import ProtocolError, destination_name, outgoing_message, parse_destination
+from jmsstore.net.stomp.resources import ByteBudget, Slots
+from jmsstore.net.stomp.security import Security, User
 from jmsstore.net.stomp.settings import StompSettings
 from jmsstore.net.stomp.statistics import StompStatistics
 from jmsstore.net.stomp.subscription import ACK_MODES, Subscription
+from jmsstore.net.stomp.transport import PlainTransport, TlsTransport
 from jmsstore.selector import Selector
 
 __all__ = ["StompConnection"]
@@ -67,6 +94,18 @@ class _Server(Protocol):
     @property
     def send_options(self) -> SendOptions: ...
 
+    @property
+    def frame_limits(self) -> FrameLimits: ...
+
+    @property
+    def buffers(self) -> ByteBudget: ...
+
+    @property
+    def subscription_slots(self) -> Slots: ...
+
+    @property
+    def security(self) -> Security: ...
+
     def ensure_destination(self, destination: Destination) -> None: ...
 
     def forget(self, connection: StompConnection) -> None: ...
@@ -79,6 +118,17 @@ class _Transaction:
     staged: list[object] = field(default_factory=list)
     acks: list[Delivery] = field(default_factory=list)
     nacks: list[Delivery] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Receipt:
+    """A frame's receipt, sent once ``done`` (a receipted SEND: once durable),
+    in the order the frames came; ``error``: the SEND failed, ERROR instead."""
+
+    receipt_id: str
+    asynchronous: bool = False
+    done: bool = False
+    error: BaseException | None = None
 
 
 def _heart_beat(text: str) -> tuple[int, int]:
@@ -98,15 +148,20 @@ class StompConnection:
 
     _serials = itertools.count(1)
 
-    def __init__(self, server: _Server, sock: socket.socket, peer: str) -> None:
+    def __init__(self, server: _Server, sock: socket.socket, peer: str, tls: ssl.SSLContext | None = None) -> None:
         self._server = server
         self._settings = server.settings
         self._stats = server.stats
         self._port = server.port
         self._sock = sock
+        self._transport = PlainTransport(sock) if tls is None else TlsTransport(sock, tls)
         self.peer = peer
         self.session = f"jmsstore-{next(self._serials)}"
-        self._parser = FrameParser(self._settings.frame_limits, CLIENT_COMMANDS)
+        self._parser = FrameParser(server.frame_limits, CLIENT_COMMANDS)
+        self._buffers = server.buffers
+        self._charged = 0  # bytes of an incomplete frame charged to the server's budget
+        self._charge_lock = threading.Lock()  # the reader charges, close releases
+        self._frame_started: float | None = None  # when the incomplete frame held began
         self._write_lock = threading.Lock()
         self._frame_lock = threading.Lock()  # held while a frame is handled: close waits for it
         self._close_lock = threading.Lock()
@@ -114,6 +169,7 @@ class StompConnection:
         self._connected = False
         self._connection_id = 0
         self.client_id: str | None = None
+        self.user: User | None = None
         self._producer: ProducerPort | None = None
         self._subscriptions: dict[str, Subscription] = {}
         self._by_serial: dict[int, Subscription] = {}
@@ -123,6 +179,15 @@ class StompConnection:
         self._pending = threading.Condition()
         self._pending_sends = 0
         self._send_failure: BaseException | None = None
+        # Receipts in frame order, sent from the head as each is done (guarded by _pending).
+        self._receipts: deque[_Receipt] = deque()
+        self._current_receipt: _Receipt | None = None  # of the frame being handled
+        # The broker's completion thread wakes the reader through this pipe to send
+        # receipts: it must never block on a client's socket itself.
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_read, False)
+        os.set_blocking(self._wake_write, False)
+        self._wake_open = True
         self._send_interval = 0.0  # seconds between our heart-beats (0: none)
         self._receive_interval = 0.0  # the client's (0: none)
         self._last_read = time.monotonic()
@@ -143,7 +208,7 @@ class StompConnection:
         data = encode(frame)
         with self._write_lock:
             try:
-                self._sock.sendall(data)
+                self._transport.sendall(data)
             except OSError:
                 self._break()
                 raise
@@ -159,7 +224,7 @@ class StompConnection:
         if not self._write_lock.acquire(blocking=False):
             return
         try:
-            self._sock.sendall(b"\n")
+            self._transport.sendall(b"\n")
             self._last_write = time.monotonic()
         except OSError:
             self._break()
@@ -168,12 +233,19 @@ class StompConnection:
 
     def _break(self) -> None:
         """The socket is unusable: wakes the reader so that it closes the connection."""
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
+        self._transport.shutdown()
 
-    def _error(self, message: str, frame: Frame | None = None, extra: list[tuple[str, str]] | None = None) -> None:
-        """Sends an ERROR frame (the connection closes after it)."""
-        receipt = frame.header("receipt") if frame is not None else None
+    def _error(
+        self,
+        message: str,
+        frame: Frame | None = None,
+        extra: list[tuple[str, str]] | None = None,
+        receipt: str | None = None,
+    ) -> None:
+        """Sends an ERROR frame (the connection closes after it), with the
+        ``receipt-id`` of the frame (or receipt) that failed."""
+        if frame is not None:
+            receipt = frame.header("receipt")
         error = error_frame(message.replace("\n", " "), receipt)
         if extra:
             error.headers.extend(extra)
@@ -193,6 +265,11 @@ class StompConnection:
     def _run(self) -> None:
         reason = "closed by the client"
         try:
+            try:
+                self._transport.handshake(self._settings.connect_timeout)
+            except (OSError, ssl.SSLError) as e:
+                reason = f"TLS handshake failed: {e}"
+                return
             reason = self._read_loop()
         except OSError as e:
             reason = f"connection lost: {e.strerror or e}"
@@ -204,42 +281,157 @@ class StompConnection:
             self.close(reason)
 
     def _read_loop(self) -> str:
-        with selectors.DefaultSelector() as selector:
-            selector.register(self._sock, selectors.EVENT_READ)
-            connect_deadline = time.monotonic() + self._settings.connect_timeout
-            while not self._closed:
-                now = time.monotonic()
-                if not self._connected and now >= connect_deadline:
-                    self._error(f"no CONNECT frame within {self._settings.connect_timeout:g} s")
-                    return "no CONNECT in time"
-                failed = self._take_send_failure()
-                if failed is not None:
-                    self._error(f"a send failed: {failed}")
-                    return "a send failed"
-                if self._receive_interval and now - self._last_read > 2 * self._receive_interval:
-                    self._stats.heartbeat_timeout()
-                    return f"no heart-beat from the client for {2 * self._receive_interval:g} s"
-                # At half the interval: a late wake-up on a busy machine still keeps within it.
-                if self._send_interval and now - self._last_write >= self._send_interval / 2:
-                    self._heart_beat()
-                if not selector.select(self._tick()):
-                    continue
-                data = self._sock.recv(_READ_SIZE)
-                if not data:
-                    return "closed by the client"
-                self._last_read = time.monotonic()
-                try:
-                    frames = self._parser.feed(data)
-                except FrameError as e:
-                    for frame in e.frames:
-                        if not self._handle(frame):
-                            return "closed after an error"
-                    self._error(str(e))
-                    return "malformed frame"
-                for frame in frames:
+        # poll, not a selector: it holds no file descriptor of its own per connection.
+        poller = select.poll()
+        poller.register(self._sock, select.POLLIN)
+        poller.register(self._wake_read, select.POLLIN)
+        reading = True
+        sock_fd = self._sock.fileno()
+        connect_deadline = time.monotonic() + self._settings.connect_timeout
+        while not self._closed:
+            now = time.monotonic()
+            expired = self._expired(now, connect_deadline)
+            if expired is not None:
+                return expired
+            failed = self._take_send_failure()
+            if failed is not None:
+                self._error(f"a send failed: {failed}")
+                return "a send failed"
+            if not self._send_receipts():
+                return "a send failed"
+            # Too many receipts pending: the client waits (TCP holds its frames) until the oldest is durable.
+            room = self._pending_receipts() < self._settings.max_pending_receipts
+            if room != reading:
+                poller.modify(self._sock, select.POLLIN if room else 0)
+                reading = room
+            if not reading:
+                # The server is not reading: the client's silence and slowness are not its own.
+                self._last_read = now
+                if self._frame_started is not None:
+                    self._frame_started = now
+            # At half the interval: a late wake-up on a busy machine still keeps within it.
+            if self._send_interval and now - self._last_write >= self._send_interval / 2:
+                self._heart_beat()
+            events = poller.poll(self._tick() * 1000)
+            if not any(fd == sock_fd for fd, _ in events):
+                self._drain_wake()
+                continue
+            if len(events) > 1:
+                self._drain_wake()
+            data = self._transport.recv(_READ_SIZE)
+            if data is None:
+                return "closed by the client"
+            if not data:
+                continue  # part of a TLS record
+            self._last_read = time.monotonic()
+            try:
+                frames = self._parser.feed(data)
+            except FrameError as e:
+                for frame in e.frames:
                     if not self._handle(frame):
-                        return "disconnected" if frame.command == Command.DISCONNECT else "closed after an error"
+                        return "closed after an error"
+                self._wait_for_receipts(self._settings.write_timeout)
+                self._error(str(e))
+                return "malformed frame"
+            for frame in frames:
+                if frame.command == Command.SEND and not self._room_for_a_receipt():
+                    return "a send failed"
+                if not self._handle(frame):
+                    return "disconnected" if frame.command == Command.DISCONNECT else "closed after an error"
+            if not self._hold_incomplete_frame(bool(frames)):
+                return "too many bytes of incomplete frames in the server"
         return "closed by the server"
+
+    def _drain_wake(self) -> None:
+        with contextlib.suppress(OSError):
+            while os.read(self._wake_read, 4096):
+                pass
+
+    def _pending_receipts(self) -> int:
+        with self._pending:
+            return len(self._receipts)
+
+    def _send_receipts(self) -> bool:
+        """Sends the RECEIPTs at the head of the queue that are done, in order;
+        False once a SEND failed (an ERROR frame with its receipt-id was sent
+        instead: the connection ends)."""
+        while True:
+            with self._pending:
+                if not self._receipts or not self._receipts[0].done:
+                    return True
+                receipt = self._receipts.popleft()
+            if receipt.error is not None:
+                self._error(f"a send failed: {receipt.error}", receipt=receipt.receipt_id)
+                return False
+            self._write(Frame(Command.RECEIPT, [("receipt-id", receipt.receipt_id)]))
+
+    def _room_for_a_receipt(self) -> bool:
+        """Waits until fewer than ``max_pending_receipts`` receipts are pending,
+        sending those that are done; False if a send failed (an ERROR was sent)."""
+        limit = self._settings.max_pending_receipts
+        while not self._closed:
+            with self._pending:
+                self._pending.wait_for(lambda: len(self._receipts) < limit or self._receipts[0].done, _TICK)
+            if not self._send_receipts():
+                return False
+            if self._pending_receipts() < limit:
+                return True
+            self._last_read = time.monotonic()  # waiting on the store, not on the client
+        return True
+
+    def _receipt_done(self, receipt: _Receipt, error: BaseException | None) -> None:
+        """A receipted SEND completed (on the broker's completion thread): wakes
+        the reader if its receipt can go now."""
+        with self._pending:
+            receipt.done = True
+            receipt.error = error
+            ready = bool(self._receipts) and self._receipts[0].done
+            self._pending.notify_all()
+            if ready and self._wake_open:
+                with contextlib.suppress(BlockingIOError):  # full: a wake-up is pending anyway
+                    os.write(self._wake_write, b"\0")
+
+    def _wait_for_receipts(self, timeout: float) -> bool:
+        """Waits until every pending receipt is done and sends them; False if a send failed."""
+        with self._pending:
+            self._pending.wait_for(lambda: all(r.done for r in self._receipts), timeout)
+        return self._send_receipts()
+
+    def _expired(self, now: float, connect_deadline: float) -> str | None:
+        """Why the connection ends now for want of input (after an ERROR frame
+        where one helps), or None."""
+        settings = self._settings
+        if not self._connected and now >= connect_deadline:
+            self._stats.timed_out()
+            self._error(f"no CONNECT frame within {settings.connect_timeout:g} s")
+            return "no CONNECT in time"
+        if self._frame_started is not None and now - self._frame_started > settings.frame_timeout:
+            self._stats.timed_out()
+            self._error(f"a frame was not completed within {settings.frame_timeout:g} s")
+            return "a frame not completed in time"
+        if self._receive_interval and now - self._last_read > 2 * self._receive_interval:
+            self._stats.heartbeat_timeout()
+            return f"no heart-beat from the client for {2 * self._receive_interval:g} s"
+        if settings.idle_timeout and now - self._last_read > settings.idle_timeout:
+            self._stats.timed_out()
+            self._error(f"nothing received for {settings.idle_timeout:g} s")
+            return "idle"
+        return None
+
+    def _hold_incomplete_frame(self, completed_any: bool) -> bool:
+        """Charges what the parser holds now to the server's budget and notes
+        when the incomplete frame began; False if the budget is exhausted
+        (an ERROR frame was sent)."""
+        held = self._parser.buffered
+        if not self._buffers.charge(self._charged, held):
+            self._error("the server holds too much of incomplete frames from its clients; try again later")
+            return False
+        self._charged = held
+        if held == 0:
+            self._frame_started = None
+        elif completed_any or self._frame_started is None:
+            self._frame_started = self._last_read
+        return True
 
     def _tick(self) -> float:
         tick = _TICK
@@ -260,26 +452,38 @@ class StompConnection:
         """Handles one frame; False: the connection ends (an ERROR was sent, or DISCONNECT)."""
         self._stats.frame_in(frame.command)
         headers = frame.header_map()
+        receipt_id = headers.get("receipt")
+        queued = receipt_id is not None and frame.command not in (
+            Command.CONNECT,
+            Command.STOMP,
+            Command.DISCONNECT,
+        )
+        receipt = _Receipt(receipt_id) if queued and receipt_id is not None else None
         with self._frame_lock:
             if self._closed:
                 return False
+            self._current_receipt = receipt
             try:
                 if not self._connected and frame.command not in (Command.CONNECT, Command.STOMP):
                     raise ProtocolError(f"the first frame must be CONNECT, not {frame.command}")
                 handler = getattr(self, f"_on_{frame.command.lower()}")
                 more: bool = handler(frame, headers)
-            except (ProtocolError, FrameError) as e:
-                self._error(str(e), frame)
+            except (ProtocolError, FrameError, JmsStoreError) as e:
+                # The receipts of the frames before it go first, as far as they can.
+                self._wait_for_receipts(self._settings.write_timeout)
+                message = str(e) if isinstance(e, (ProtocolError, FrameError)) else f"{type(e).__name__}: {e}"
+                self._error(message, frame)
                 return False
-            except JmsStoreError as e:
-                self._error(f"{type(e).__name__}: {e}", frame)
-                return False
-        receipt = headers.get("receipt")
-        replies = frame.command == Command.DISCONNECT or (
-            more and frame.command not in (Command.CONNECT, Command.STOMP)
-        )
-        if receipt is not None and replies:
-            self._write(Frame(Command.RECEIPT, [("receipt-id", receipt)]))
+            finally:
+                self._current_receipt = None
+        if receipt is not None and more:
+            with self._pending:
+                if not receipt.asynchronous:
+                    receipt.done = True
+                self._receipts.append(receipt)
+            return self._send_receipts()
+        if receipt_id is not None and frame.command == Command.DISCONNECT:
+            self._write(Frame(Command.RECEIPT, [("receipt-id", receipt_id)]))
         return more
 
     def _on_connect(self, frame: Frame, headers: dict[str, str]) -> bool:
@@ -293,6 +497,16 @@ class StompConnection:
                 [("version", "1.2")],
             )
             return False
+        security = self._server.security
+        if security.required:
+            user = security.authenticate(headers.get("login"), headers.get("passcode"))
+            if user is None:
+                self._stats.login_failed()
+                # The same answer for an unknown login and a wrong passcode.
+                self._error("login failed: unknown login or wrong passcode", frame)
+                log.info("stomp %s (%s): login failed for %r", self.peer, self.session, headers.get("login", "")[:60])
+                return False
+            self.user = user
         client_send, client_receive = _heart_beat(headers.get("heart-beat", "0,0"))
         ours_send, ours_receive = self._settings.heart_beat
         send_ms = _negotiated(ours_send, client_receive)
@@ -321,9 +535,10 @@ class StompConnection:
             )
         )
         log.info(
-            "stomp %s (%s): connected%s, heart-beat %d,%d ms",
+            "stomp %s (%s): connected%s%s, heart-beat %d,%d ms",
             self.peer,
             self.session,
+            f" as user {self.user.name}" if self.user is not None else "",
             f" as client-id {client_id}" if client_id else "",
             send_ms,
             receive_ms,
@@ -332,13 +547,23 @@ class StompConnection:
 
     _on_stomp = _on_connect
 
-    def _destination(self, headers: dict[str, str]) -> Destination:
+    def _user_name(self) -> str:
+        return repr(self.user.name) if self.user is not None else "(anonymous)"
+
+    def _receivable(self, headers: dict[str, str]) -> Destination:
+        """The destination a SUBSCRIBE names, if the user may receive from it (created on first use)."""
         destination = parse_destination(headers.get("destination"))
+        name = destination_name(destination)
+        if not self._server.security.may_receive(self.user, name):
+            raise ProtocolError(f"user {self._user_name()} may not receive from {name}")
         self._server.ensure_destination(destination)
         return destination
 
     def _on_send(self, frame: Frame, headers: dict[str, str]) -> bool:
         outgoing = outgoing_message(headers, frame.body, time.time_ns() // 1_000_000)
+        name = destination_name(outgoing.destination)
+        if not self._server.security.may_send(self.user, name):
+            raise ProtocolError(f"user {self._user_name()} may not send to {name}")
         self._server.ensure_destination(outgoing.destination)
         producer = self._producer
         assert producer is not None
@@ -348,8 +573,16 @@ class StompConnection:
             staged = producer.stage(*args)
             if staged is not None:
                 self._transaction(transaction).staged.append(staged)
-        elif "receipt" in headers:
-            producer.send(*args)  # durable (if persistent) and visible on return: then the receipt
+        elif self._current_receipt is not None:
+            receipt = self._current_receipt
+            receipt.asynchronous = True
+            try:
+                accepted = producer.send_async(*args, None, lambda _handle, error: self._receipt_done(receipt, error))
+            except BaseException:
+                receipt.asynchronous = False
+                raise
+            if not accepted:
+                self._receipt_done(receipt, None)  # dropped (non-persistent, over the broker-wide limits)
         else:
             with self._pending:
                 self._pending_sends += 1
@@ -395,19 +628,37 @@ class StompConnection:
         selector = Selector(headers.get("selector"))
         if selector.text:
             selector.native()  # an invalid selector is refused here
-        destination = self._destination(headers)
+        destination = self._receivable(headers)
         name = headers.get("activemq.subscriptionName")
-        if isinstance(destination, Topic):
-            if name is not None:
-                if self.client_id is None:
-                    raise ProtocolError(
-                        "a durable subscription (activemq.subscriptionName) needs a client-id on CONNECT"
-                    )
-                try:
-                    check_name("subscription", name)
-                except InvalidArgumentError as e:
-                    raise ProtocolError(str(e)) from None
+        if isinstance(destination, Topic) and name is not None:
+            if self.client_id is None:
+                raise ProtocolError("a durable subscription (activemq.subscriptionName) needs a client-id on CONNECT")
+            try:
+                check_name("subscription", name)
+            except InvalidArgumentError as e:
+                raise ProtocolError(str(e)) from None
+        slots = self._server.subscription_slots
+        if not slots.take():
+            raise ProtocolError(f"the server has its most subscriptions open ({slots.limit}); try again later")
+        try:
             no_local = headers.get("activemq.noLocal", "false").lower() == "true"
+            self._open_subscription(subscription_id, ack_mode, prefetch, selector, destination, name, no_local)
+        except BaseException:
+            slots.give_back()
+            raise
+        return True
+
+    def _open_subscription(
+        self,
+        subscription_id: str,
+        ack_mode: str,
+        prefetch: int,
+        selector: Selector,
+        destination: Destination,
+        name: str | None,
+        no_local: bool,
+    ) -> None:
+        if isinstance(destination, Topic):
             consumer = self._port.open_subscription(
                 destination, name, self.client_id, selector, name is not None, False, no_local, self._connection_id
             )
@@ -426,10 +677,13 @@ class StompConnection:
             self.fail,
             name if isinstance(destination, Topic) else None,
         )
+        try:
+            subscription.start()
+        except RuntimeError:  # no thread for it
+            subscription.close()
+            raise ProtocolError("the server cannot start another subscription now") from None
         self._subscriptions[subscription_id] = subscription
         self._by_serial[serial] = subscription
-        subscription.start()
-        return True
 
     def _on_unsubscribe(self, frame: Frame, headers: dict[str, str]) -> bool:
         subscription_id = headers.get("id")
@@ -440,6 +694,7 @@ class StompConnection:
             raise ProtocolError(f"no subscription {subscription_id!r} on this connection")
         self._by_serial.pop(subscription.serial, None)
         subscription.close()
+        self._server.subscription_slots.give_back()
         # ActiveMQ: UNSUBSCRIBE naming the durable subscription deletes it; without, it only stops.
         name = headers.get("activemq.subscriptionName")
         if name is not None:
@@ -533,6 +788,8 @@ class StompConnection:
         failed = self._take_send_failure()
         if failed is not None:
             raise ProtocolError(f"a send failed: {failed}")
+        if not self._wait_for_receipts(self._settings.write_timeout):
+            return False
         # And its unacknowledged messages are back before the receipt says so.
         self._close_subscriptions()
         return False
@@ -554,14 +811,21 @@ class StompConnection:
             # The frame being handled finishes first (bounded: a send blocked on a full quota waits).
             locked = self._frame_lock.acquire(timeout=self._settings.write_timeout)
             try:
-                self._closed = True
+                with self._charge_lock:
+                    self._closed = True
+                    self._buffers.charge(self._charged, 0)
+                    self._charged = 0
                 # The socket first: a dispatcher blocked writing to a client that does not read is freed.
                 self._break()
                 self._release_everything()
             finally:
                 if locked:
                     self._frame_lock.release()
-            self._sock.close()
+            self._transport.close()
+            with self._pending:
+                self._wake_open = False
+                os.close(self._wake_read)
+                os.close(self._wake_write)
         self._server.forget(self)
         log.info("stomp %s (%s): closed (%s)", self.peer, self.session, reason)
 
@@ -571,6 +835,7 @@ class StompConnection:
         self._by_serial.clear()
         for subscription in subscriptions:
             subscription.close()
+            self._server.subscription_slots.give_back()
 
     def _release_everything(self) -> None:
         try:
@@ -579,6 +844,8 @@ class StompConnection:
                 self._abort(tx)
             self._transactions.clear()
             self._wait_for_sends(self._settings.write_timeout)
+            with self._pending:
+                self._pending.wait_for(lambda: all(r.done for r in self._receipts), self._settings.write_timeout)
             if self._producer is not None:
                 self._producer.close()
         except JmsStoreError as e:

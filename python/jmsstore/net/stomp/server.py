@@ -14,8 +14,12 @@ dispatcher thread per subscription, with one write lock per connection.
 The broker's calls block (a send waiting for the disk or for room in a
 quota, a fetch writing its delivery record) and release the GIL while
 they wait, so threads let one slow client hold up only itself.
-``max_connections`` and ``max_subscriptions`` bound the threads; a
-connection over the limit gets an ERROR frame and is closed.
+``max_connections``, ``max_subscriptions`` (per connection) and
+``max_total_subscriptions`` bound the threads; a connection over the
+limit gets an ERROR frame and is closed. The bytes of incomplete frames
+held for all connections together are bounded by ``max_buffered_bytes``
+(see :class:`StompSettings`), so the server's memory stays bounded
+whatever its clients send.
 
 Example::
 
@@ -30,9 +34,12 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import socket
+import ssl
 import threading
+import time
 from typing import Any, Protocol
 
 from jmsstore.client.factory import ConnectionFactory
@@ -40,8 +47,10 @@ from jmsstore.client.port import BrokerPort, SendOptions
 from jmsstore.errors import IllegalStateError, InvalidDestinationError
 from jmsstore.jms.destination import Destination, Queue, Topic
 from jmsstore.net.stomp.connection import StompConnection
-from jmsstore.net.stomp.frames import encode, error_frame
+from jmsstore.net.stomp.frames import FrameLimits, encode, error_frame
 from jmsstore.net.stomp.mapping import ProtocolError, destination_name
+from jmsstore.net.stomp.resources import ByteBudget, Slots
+from jmsstore.net.stomp.security import Security
 from jmsstore.net.stomp.settings import StompSettings
 from jmsstore.net.stomp.statistics import StompStatistics
 
@@ -49,12 +58,20 @@ __all__ = ["Broker", "StompServer", "serve"]
 
 log = logging.getLogger("jmsstore.net.stomp")
 
+# accept() errors that say the process or system is short of a resource
+# (file descriptors, buffers): retrying at once would spin.
+_SHORT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+_ACCEPT_BACK_OFF = 0.1
+
 
 class Broker(Protocol):
     """What a STOMP server needs of a JMS server (:class:`~jmsstore.JMSServer` has it)."""
 
     @property
     def port(self) -> BrokerPort: ...
+
+    @property
+    def maximum_message_size(self) -> int: ...
 
     def create_queue(self, name: str) -> Queue: ...
 
@@ -67,7 +84,12 @@ class StompServer:
     """Serves STOMP 1.2 clients on ``host:port`` (port 0: any free port;
     read :attr:`address` after :meth:`start`). ``settings`` or keyword
     options: see :class:`StompSettings`. Binds to the loopback interface
-    unless told otherwise."""
+    unless told otherwise. ``security``: the users who may connect and
+    what each may do (:class:`~jmsstore.net.stomp.security.Security`);
+    without it, or with no users, any client may connect and do anything.
+    ``tls``: serve STOMP over TLS with this server-side context (see
+    :func:`~jmsstore.net.stomp.transport.server_tls_context`); the
+    handshake runs on the connection's thread, within ``connect_timeout``."""
 
     def __init__(
         self,
@@ -75,6 +97,9 @@ class StompServer:
         host: str = "127.0.0.1",
         port: int = 61613,
         settings: StompSettings | None = None,
+        *,
+        security: Security | None = None,
+        tls: ssl.SSLContext | None = None,
         **options: Any,
     ) -> None:
         if settings is not None and options:
@@ -84,6 +109,11 @@ class StompServer:
         self.port: BrokerPort = jms_server.port
         self.send_options: SendOptions = jms_server.connection_factory().send_options()
         self.stats = StompStatistics()
+        self.security = security if security is not None else Security(())
+        self.tls = tls
+        self.frame_limits: FrameLimits = self.settings.effective_frame_limits(jms_server.maximum_message_size)
+        self.buffers = ByteBudget(self.settings.max_buffered_bytes)
+        self.subscription_slots = Slots(self.settings.max_total_subscriptions)
         self._host = host
         self._port_number = port
         self._listener: socket.socket | None = None
@@ -121,35 +151,54 @@ class StompServer:
         while not self._closed:
             try:
                 sock, address = listener.accept()
-            except OSError:
+            except OSError as e:
                 if self._closed:
                     return
-                continue  # a connection reset before it was accepted
+                if e.errno in _SHORT_OF_RESOURCES:
+                    log.warning("stomp: cannot accept a connection: %s", e.strerror or e)
+                    time.sleep(_ACCEPT_BACK_OFF)
+                continue  # else a connection reset before it was accepted
             peer = f"{address[0]}:{address[1]}"
-            self._admit(sock, peer)
+            try:
+                self._admit(sock, peer)
+            except Exception:
+                # The accept thread must outlive whatever one connection does to it.
+                log.exception("stomp %s: admitting the connection failed", peer)
+                with contextlib.suppress(OSError):
+                    sock.close()
 
     def _admit(self, sock: socket.socket, peer: str) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self._lock:
             full = len(self._connections) >= self.settings.max_connections
             if not full and not self._closed:
-                connection = StompConnection(self, sock, peer)
+                connection = StompConnection(self, sock, peer, self.tls)
                 self._connections.add(connection)
         if full or self._closed:
-            self.stats.refused()
-            log.info("stomp %s: refused (%s)", peer, "shutting down" if self._closed else "too many connections")
-            try:
-                sock.settimeout(1.0)
-                why = "the server is shutting down" if self._closed else "too many connections"
-                sock.sendall(encode(error_frame(why)))
-            except OSError:
-                pass
-            finally:
-                sock.close()
+            self._refuse(sock, peer, "the server is shutting down" if self._closed else "too many connections")
             return
         self.stats.opened()
+        try:
+            connection.start()
+        except RuntimeError:  # no thread for it
+            self.forget(connection)
+            self._refuse(sock, peer, "the server cannot take another connection now")
+            return
         log.info("stomp %s (%s): accepted", peer, connection.session)
-        connection.start()
+
+    def _refuse(self, sock: socket.socket, peer: str, why: str) -> None:
+        """Tells a connection why it is refused, in an ERROR frame, and closes it."""
+        self.stats.refused()
+        log.info("stomp %s: refused (%s)", peer, why)
+        try:
+            if self.tls is None:  # (a TLS client could not read a frame sent in clear)
+                # A client that does not read must not hold up the accept thread.
+                sock.settimeout(1.0)
+                sock.sendall(encode(error_frame(why)))
+        except OSError:
+            pass
+        finally:
+            sock.close()
 
     def forget(self, connection: StompConnection) -> None:
         """A connection closed (for :class:`StompConnection`)."""
@@ -209,11 +258,12 @@ class StompServer:
     def statistics(self) -> dict[str, Any]:
         """Plain data: ``connections_open``, ``connections_total``,
         ``connections_refused``, ``errors`` (ERROR frames sent),
-        ``heartbeat_timeouts``, ``subscriptions`` (open now), and
-        ``frames_in`` / ``frames_out`` by command."""
-        with self._lock:
-            subscriptions = sum(c.subscriptions for c in self._connections)
-        return self.stats.snapshot(subscriptions)
+        ``heartbeat_timeouts``, ``timeouts`` (connections cut off by
+        ``connect_timeout``, ``frame_timeout`` or ``idle_timeout``),
+        ``logins_failed``,
+        ``subscriptions`` (open now), ``buffered_bytes`` (of incomplete
+        frames, now), and ``frames_in`` / ``frames_out`` by command."""
+        return self.stats.snapshot(self.subscription_slots.used, self.buffers.used)
 
 
 def serve(jms_server: Broker, host: str = "127.0.0.1", port: int = 61613, **options: Any) -> StompServer:

@@ -19,6 +19,8 @@ class StompStatistics:
         self.connections_refused = 0
         self.errors = 0
         self.heartbeat_timeouts = 0
+        self.timeouts = 0
+        self.logins_failed = 0
         self._frames_in: Counter[str] = Counter()
         self._frames_out: Counter[str] = Counter()
 
@@ -49,7 +51,15 @@ class StompStatistics:
         with self._lock:
             self.heartbeat_timeouts += 1
 
-    def snapshot(self, subscriptions: int) -> dict[str, Any]:
+    def login_failed(self) -> None:
+        with self._lock:
+            self.logins_failed += 1
+
+    def timed_out(self) -> None:
+        with self._lock:
+            self.timeouts += 1
+
+    def snapshot(self, subscriptions: int, buffered_bytes: int) -> dict[str, Any]:
         with self._lock:
             return {
                 "connections_open": self.connections_open,
@@ -57,7 +67,10 @@ class StompStatistics:
                 "connections_refused": self.connections_refused,
                 "errors": self.errors,
                 "heartbeat_timeouts": self.heartbeat_timeouts,
+                "timeouts": self.timeouts,
+                "logins_failed": self.logins_failed,
                 "subscriptions": subscriptions,
+                "buffered_bytes": buffered_bytes,
                 "frames_in": dict(self._frames_in),
                 "frames_out": dict(self._frames_out),
             }

@@ -1,0 +1,192 @@
+"""Receipts of pipelined SENDs: each RECEIPT waits until its SEND is
+durable, they come in the order of the frames that asked for them, and
+the SENDs share the store's group commit instead of one write each. A
+SEND whose store write fails gets an ERROR frame, never a RECEIPT."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jmsstore import JMSServer, Queue, StoreFullError
+from jmsstore.net import StompServer, serve
+from jmsstore.store import FileStore
+from stomp_helpers import WAIT, RawClient
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[FileStore]:
+    opened = FileStore(tmp_path / "home" / "store")
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.fixture
+def served(store: FileStore, tmp_path: Path) -> Iterator[tuple[JMSServer, StompServer]]:
+    jms = JMSServer(store=store, paging_directory=tmp_path / "home" / "paging")
+    stomp = serve(jms, port=0)
+    try:
+        yield jms, stomp
+    finally:
+        stomp.close()
+        jms.close()
+
+
+@pytest.fixture
+def client(served: tuple[JMSServer, StompServer]) -> Iterator[RawClient]:
+    r = RawClient(served[1].address, timeout=WAIT)
+    assert r.connect().command == "CONNECTED"
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+def send_frame(receipt: str, body: str, destination: str = "/queue/piped") -> bytes:
+    """A persistent receipted SEND of a bytes message (it has a content-length)."""
+    data = body.encode()
+    head = f"SEND\ndestination:{destination}\npersistent:true\nreceipt:{receipt}\ncontent-length:{len(data)}\n\n"
+    return head.encode() + data + b"\x00"
+
+
+def test_pipelined_receipts_come_in_frame_order_and_share_group_commits(
+    served: tuple[JMSServer, StompServer], store: FileStore, client: RawClient
+) -> None:
+    jms, _ = served
+    count = 300
+    frames = [send_frame(f"r{i}", f"m{i}") for i in range(count)]
+    # A frame handled at once between them: its receipt still waits its turn.
+    frames.insert(count // 2, b"SUBSCRIBE\nid:s\ndestination:/queue/other\nreceipt:sub\n\n\x00")
+    expected = [f"r{i}" for i in range(count)]
+    expected.insert(count // 2, "sub")
+    fsyncs = store.stats()["fsyncs"]
+    client.send(b"".join(frames))
+    received = []
+    for _ in expected:
+        frame = client.next_frame()
+        assert frame.command == "RECEIPT", frame
+        received.append(frame.header("receipt-id"))
+    assert received == expected
+    assert jms.message_count(Queue("piped")) == count
+    # One store write each would be one fsync each; pipelined, they share them.
+    assert store.stats()["fsyncs"] - fsyncs < count
+
+
+class FailingWrites:
+    """A JMS server whose store writes of messages with the body ``fail``
+    fail, as a full disk fails them: reported later, on another thread, as
+    the broker's group commit reports them."""
+
+    def __init__(self, jms: JMSServer) -> None:
+        self._jms = jms
+        self.port = _FailingPort(jms.port)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._jms, name)
+
+
+class _FailingPort:
+    def __init__(self, port: Any) -> None:
+        self._port = port
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._port, name)
+
+    def open_producer(self, *args: Any) -> Any:
+        return _FailingProducer(self._port.open_producer(*args))
+
+
+class _FailingProducer:
+    gate: threading.Event | None = None  # when set: completions wait until it opens
+
+    def __init__(self, producer: Any) -> None:
+        self._producer = producer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._producer, name)
+
+    def send_async(self, message: Any, *args: Any) -> int:
+        gate = _FailingProducer.gate
+        if gate is not None:
+            completed = args[-1]
+
+            def held(handle: Any, error: BaseException | None) -> None:
+                threading.Thread(target=lambda: (gate.wait(WAIT), completed(handle, error))).start()
+
+            return int(self._producer.send_async(message, *args[:-1], held))
+        if message.body != b"fail":
+            return int(self._producer.send_async(message, *args))
+        completed = args[-1]
+        error = StoreFullError("no space left on device (the test's)")
+        threading.Thread(target=completed, args=(None, error)).start()
+        return 1
+
+
+def test_a_send_whose_store_write_fails_gets_an_error_never_a_receipt(tmp_path: Path) -> None:
+    with JMSServer(tmp_path / "failing") as jms, serve(FailingWrites(jms), port=0) as stomp:
+        client = RawClient(stomp.address, timeout=WAIT)
+        try:
+            assert client.connect().command == "CONNECTED"
+            client.send(send_frame("before", "stored") + send_frame("failing", "fail", "/queue/bytes"))
+            assert client.next_frame().header("receipt-id") == "before"
+            error = client.next_frame()
+            assert error.command == "ERROR", error
+            assert error.header("receipt-id") == "failing"
+            assert "no space left" in (error.header("message") or "")
+            assert client.closed_by_server()
+            assert all(frame.command != "RECEIPT" for frame in client.frames)
+            assert jms.message_count(Queue("piped")) == 1
+        finally:
+            client.close()
+
+
+def test_receipts_before_a_failed_send_are_all_sent_first(
+    served: tuple[JMSServer, StompServer], client: RawClient
+) -> None:
+    # The last frame names a destination that cannot exist: an ERROR after the receipts.
+    client.send(
+        b"".join(send_frame(f"r{i}", f"m{i}") for i in range(20))
+        + b"SEND\ndestination:/queue/bad name\nreceipt:bad\n\nx\x00"
+    )
+    replies = [client.next_frame() for _ in range(21)]
+    assert [f.header("receipt-id") for f in replies] == [*(f"r{i}" for i in range(20)), "bad"]
+    assert [f.command for f in replies] == ["RECEIPT"] * 20 + ["ERROR"]
+
+
+def test_disconnect_receipt_comes_after_every_pending_send_is_durable(
+    served: tuple[JMSServer, StompServer], client: RawClient
+) -> None:
+    jms, _ = served
+    client.send(b"".join(send_frame(f"r{i}", f"m{i}") for i in range(50)) + b"DISCONNECT\nreceipt:bye\n\n\x00")
+    replies = [client.next_frame().header("receipt-id") for _ in range(51)]
+    assert replies == [*(f"r{i}" for i in range(50)), "bye"]
+    assert jms.message_count(Queue("piped")) == 50
+
+
+def test_the_reader_stops_reading_while_too_many_receipts_are_pending(tmp_path: Path) -> None:
+    gate = threading.Event()
+    _FailingProducer.gate = gate
+    try:
+        with JMSServer(tmp_path / "held") as jms, serve(FailingWrites(jms), port=0, max_pending_receipts=2) as stomp:
+            client = RawClient(stomp.address, timeout=WAIT)
+            try:
+                assert client.connect().command == "CONNECTED"
+                client.send(b"".join(send_frame(f"r{i}", f"m{i}") for i in range(5)))
+                deadline = time.monotonic() + WAIT
+                while stomp.statistics()["frames_in"].get("SEND", 0) < 2:
+                    assert time.monotonic() < deadline, "the first two SENDs were not read"
+                    time.sleep(0.02)
+                time.sleep(0.3)  # were it reading, the other three would be read by now
+                assert stomp.statistics()["frames_in"]["SEND"] == 2
+                gate.set()
+                assert [client.next_frame().header("receipt-id") for _ in range(5)] == [f"r{i}" for i in range(5)]
+            finally:
+                client.close()
+    finally:
+        _FailingProducer.gate = None
