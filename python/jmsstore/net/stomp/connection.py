@@ -166,6 +166,7 @@ class StompConnection:
         self._frame_lock = threading.Lock()  # held while a frame is handled: close waits for it
         self._close_lock = threading.Lock()
         self._closed = False
+        self._released = False  # what it holds in the broker given back
         self._connected = False
         self._connection_id = 0
         self.client_id: str | None = None
@@ -790,8 +791,9 @@ class StompConnection:
             raise ProtocolError(f"a send failed: {failed}")
         if not self._wait_for_receipts(self._settings.write_timeout):
             return False
-        # And its unacknowledged messages are back before the receipt says so.
-        self._close_subscriptions()
+        # And its unacknowledged messages are back, and its client id free, before the
+        # receipt says so: a client reconnecting at once with the same id is not refused.
+        self._release_everything()
         return False
 
     # ------------------------------------------------------------ closing
@@ -838,6 +840,11 @@ class StompConnection:
             self._server.subscription_slots.give_back()
 
     def _release_everything(self) -> None:
+        """Gives back what the connection holds in the broker, once (at
+        DISCONNECT, before its receipt, or at close)."""
+        if self._released:
+            return
+        self._released = True
         try:
             self._close_subscriptions()
             for tx in self._transactions.values():
