@@ -25,6 +25,12 @@ How it runs:
 The target must not exist or be an empty directory (``append``), or be a
 store that no process has open (``overwrite``: swapped with the new one in
 one ``renameat2`` exchange once that is complete).
+
+:func:`import_each_store` imports each source store's rows into a store of
+its own, the target stores written in parallel: the source tasks stage
+their rows by target, the rows of each target go to one task (partitioned
+by target exactly), which sorts and loads them into a new store beside its
+target; the driver publishes every store once all tasks have succeeded.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from jmsstore import FileStore
+from jmsstore import FileStore, _native
 from jmsstore.broker.layout import (
     MAX_BOOT,
     ServerLayout,
@@ -814,6 +820,7 @@ def import_each_store(
     for path in paths:
         check_target(path, overwrite)
     check_name("server", server)
+    _native.compress(codec, b"")  # an unknown codec is refused before any task runs
     plan = _EachStorePlan(sources, paths, columns, server, codec, overwrite)
     count = len(paths)
     staged = df.select(*columns).mapInArrow(
