@@ -52,6 +52,19 @@ def _java() -> str | None:
     return shutil.which("java")
 
 
+def _missing() -> str | None:
+    """Why no standalone cluster can start here, or None."""
+    if _spark_class() is None:
+        return "pyspark/bin/spark-class is not installed"
+    if _java() is None:
+        return "no java on PATH or in JAVA_HOME: a standalone Spark cluster needs one"
+    return None
+
+
+# Decided at collection, before the session-wide local Spark fixture would start (and fail) without Java.
+pytestmark = pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
@@ -88,10 +101,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A standalone master and one worker (1 core, 1 GiB) on 127.0.0.1, both
     stopped afterwards."""
     spark_class = _spark_class()
-    if spark_class is None:
-        pytest.skip("pyspark/bin/spark-class is not installed")
-    if _java() is None:
-        pytest.skip("no java on PATH or in JAVA_HOME: a standalone Spark cluster needs one")
+    assert spark_class is not None  # else the module is skipped
     home = tmp_path_factory.mktemp("cluster")
     for name in ("conf", "logs", "work"):
         (home / name).mkdir()
