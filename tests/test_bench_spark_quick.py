@@ -33,3 +33,13 @@ def test_quick_spark_benchmark_report(tmp_path: Path) -> None:
     assert math.isclose(
         damaged["damaged_over_clean"], damaged["damaged_seconds"] / damaged["clean_seconds"], rel_tol=1e-3
     )
+    stores = report["benchmarks"]["stores"]
+    assert stores["messages_per_store"] == 1250
+    for figure in stores.values():
+        assert positive(figure)
+    for count in (1, 2, 4):
+        rate = count * 1250 / stores[f"export_{count}_seconds"]
+        assert math.isclose(stores[f"export_{count}_messages_per_s"], rate, rel_tol=1e-3)
+    for count in (2, 4):
+        expected = stores[f"export_{count}_messages_per_s"] / stores["export_1_messages_per_s"]
+        assert math.isclose(stores[f"export_{count}_over_1"], expected, rel_tol=1e-3)

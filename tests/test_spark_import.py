@@ -285,6 +285,16 @@ def test_the_import_command(tmp_path: Path, spark: Any) -> None:
         [*cmd, str(tmp_path / "dst" / "store"), *spark_args], capture_output=True, text=True, env=env, timeout=300
     )
     assert bad.returncode == 2 and "is not empty: an import writes a new store" in bad.stderr
+    each = subprocess.run(
+        [*cmd, str(tmp_path / "each"), "--each-store", *spark_args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert each.returncode == 0, each.stderr[-2000:]
+    assert f"imported 7 messages into 1 queues and subscriptions of {tmp_path / 'each' / 'store'}" in each.stdout
+    assert "imported 7 messages into 1 stores" in each.stdout
     with JMSServer(tmp_path / "dst") as server, server.connection_factory().create_connection() as c:
         c.start()
         consumer = c.create_session().create_consumer(Queue("jobs"))
@@ -391,3 +401,56 @@ def test_the_commit_refuses_parts_the_driver_does_not_see_whole(tmp_path: Path) 
         _check_staged([StagedPart(str(staged), 3, {})])
     with pytest.raises(OutputError, match=r"part-00001.arrow, staged by a task, is not readable here .* share"):
         _check_staged([StagedPart(str(tmp_path / "part-00001.arrow"), 3, {})])
+
+
+def test_each_source_store_is_imported_into_its_own_store_by_its_own_task(spark: Any, tmp_path: Path) -> None:
+    from jmsstore_spark.cli import import_each, target_stores
+
+    _source(tmp_path / "src" / "a")
+    for count, name in ((6, "b"), (7, "c")):
+        with JMSServer(tmp_path / "src" / name) as server, server.connection_factory().create_connection() as c:
+            producer = c.create_session().create_producer(server.create_queue(f"jobs-{name}"))
+            for i in range(count):
+                producer.send(TextMessage(f"{name} {i}"))
+    sources = [str(tmp_path / "src" / name / "store") for name in "abc"]
+    export(spark, sources, str(tmp_path / "parquet"))
+    targets = target_stores(sources, str(tmp_path / "dst"))
+    assert targets == {s: str(tmp_path / "dst" / name / "store") for s, name in zip(sources, "abc", strict=True)}
+
+    result = import_each(spark, [str(tmp_path / "parquet")], str(tmp_path / "dst"))
+
+    for source, target in targets.items():
+        assert _by_target(spark, Path(target)) == _by_target(spark, Path(source))  # its messages, and only those
+    assert [s["messages"] for s in result["stores"]] == [77, 6, 7]
+    assert [s["to"] for s in result["stores"]] == list(targets.values())
+    # One job stage of three tasks, one per target store.
+    assert sorted(s["partition"] for s in result["stores"]) == [0, 1, 2]
+    assert len({s["stage"] for s in result["stores"]}) == 1
+    assert not [p for p in (tmp_path / "dst").rglob("*") if ".import-" in p.name]  # no staging left
+    assert _drain(tmp_path / "dst" / "a") == _drain(tmp_path / "src" / "a")
+
+
+def test_a_failed_target_leaves_no_store_behind(spark: Any, tmp_path: Path) -> None:
+    from jmsstore_spark.cli import import_each
+
+    for name in ("a", "b"):
+        with JMSServer(tmp_path / "src" / name) as server, server.connection_factory().create_connection() as c:
+            producer = c.create_session().create_producer(None)
+            producer.send(TextMessage(name), destination=server.create_queue("jobs"))
+            producer.send(TextMessage(name), destination=server.create_queue("other"))
+    export(spark, [str(tmp_path / "src" / "*" / "store")], str(tmp_path / "parquet"))
+    # b's rows make 'jobs' both a queue and a topic: refused by the task that
+    # loads b's store, and a's store, loaded by its own task, is not published.
+    frame = spark.read.parquet(str(tmp_path / "parquet")).drop("encoded")
+    moved = F.col("store").endswith("b/store") & (F.col("destination") == "other")
+    frame = frame.withColumns(
+        {
+            "destination_type": F.when(moved, "topic").otherwise(F.col("destination_type")),
+            "subscription": F.when(moved, "s").otherwise(F.col("subscription")),
+            "destination": F.when(moved, "jobs").otherwise(F.col("destination")),
+        }
+    )
+    frame.write.parquet(str(tmp_path / "edited"))
+    with pytest.raises(Exception, match="'jobs' of server 'jms1' is both a queue and a topic"):
+        import_each(spark, [str(tmp_path / "edited")], str(tmp_path / "dst"))
+    assert not [p for p in (tmp_path / "dst").rglob("*") if p.is_file()]

@@ -2,6 +2,7 @@
 
     jmsstore-spark export STORE... --to DIR [--view messages|records]
     jmsstore-spark import PARQUET... --to STORE [--server NAME] [--codec C] [--overwrite]
+    jmsstore-spark import PARQUET... --each-store --to DIR [...]
     jmsstore-spark report STORE... [--to DIR] [--redelivered N] [--rows N]
 
 (each also takes ``--master URL``, ``--conf KEY=VALUE ...`` and ``--verbose``)
@@ -16,7 +17,11 @@ read from the stores (else exit 1 and nothing at DIR; see
 ``import`` loads exported messages (Parquet, as ``export`` writes it) into
 a new store through the store's write path, so a JMSServer opened on it
 delivers them (see :mod:`jmsstore_spark.imports`); the store appears
-complete or not at all.
+complete or not at all. With ``--each-store`` the messages of each source
+store go into a new store of their own under DIR, at the source's path
+relative to the sources' common directory (``/x/a/store`` and
+``/x/b/store`` become ``DIR/a/store`` and ``DIR/b/store``), the stores
+written in parallel, one Spark task each.
 
 ``report`` prints the forensic reports (see :mod:`jmsstore_spark.reports`)
 as tables and, with ``--to``, writes them as Parquet and JSON.
@@ -59,7 +64,16 @@ from jmsstore.jms.destination import check_name
 
 from jmsstore_spark.checks import check_new_directory, check_parquet, check_target, local_path, store_paths
 
-__all__ = ["check_arguments", "export", "import_messages", "main", "session", "spark_settings"]
+__all__ = [
+    "check_arguments",
+    "export",
+    "import_each",
+    "import_messages",
+    "main",
+    "session",
+    "spark_settings",
+    "target_stores",
+]
 
 #: What the driver JVM prints on stderr that no log4j setting reaches (Spark
 #: 4 always adds the incubating vector module); dropped unless --verbose.
@@ -193,12 +207,63 @@ def import_messages(
         writer = df.write.format("jmsstore").mode("overwrite" if overwrite else "append")
         writer.option("server", server).option("codec", codec).save(target)
     seconds = time.monotonic() - started
-    live, _ = inspect.live(target)
+    messages = _messages_by_collection(target)
+    return {"messages": sum(messages.values()), "collections": len(messages), "seconds": seconds, "to": target}
+
+
+def _messages_by_collection(store: str) -> dict[str, int]:
+    live, _ = inspect.live(store)
     messages: dict[str, int] = {}
     for _, collection, _, _ in live:
         if message_collection(collection) is not None:
             messages[collection] = messages.get(collection, 0) + 1
-    return {"messages": sum(messages.values()), "collections": len(messages), "seconds": seconds, "to": target}
+    return messages
+
+
+def target_stores(sources: Sequence[str], to: str) -> dict[str, str]:
+    """The new store under ``to`` of each source store: its path relative to
+    the sources' common directory (one source: its own name)."""
+    if not sources:
+        return {}
+    common = os.path.commonpath(sources)
+    if common in sources:
+        common = os.path.dirname(common)
+    return {source: os.path.join(to, os.path.relpath(source, common)) for source in sources}
+
+
+def import_each(
+    spark: Any,
+    parquet: Sequence[str],
+    to: str,
+    *,
+    server: str = "jms1",
+    codec: str = "none",
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Loads the messages of each source store of a Parquet export into a new
+    store of its own under ``to`` (see :func:`target_stores`), one Spark task
+    per store; returns per store ``to``, ``messages`` and ``collections``,
+    and seconds taken."""
+    from pyspark.sql import functions as F
+
+    from jmsstore_spark.imports import StoreImportError, import_each_store
+
+    started = time.monotonic()
+    with _setting(spark, "spark.sql.sources.partitionColumnTypeInference.enabled", "false"):
+        df = spark.read.parquet(*parquet)
+        if "store" not in df.columns:
+            raise StoreImportError("--each-store needs the column 'store' (an export of several stores has it)")
+        sources = sorted(r[0] for r in df.select("store").distinct().collect() if r[0] is not None)
+        if not sources:
+            raise StoreImportError("--each-store: no rows name their store")
+        if df.filter(F.col("store").isNull()).limit(1).count():
+            raise StoreImportError("--each-store: some rows have no store")
+        loaded = import_each_store(
+            df, target_stores(sources, os.path.abspath(to)), server=server, codec=codec, overwrite=overwrite
+        )
+    seconds = time.monotonic() - started
+    stores = [{**result, "collections": len(_messages_by_collection(result["to"]))} for result in loaded]
+    return {"stores": stores, "messages": sum(s["messages"] for s in stores), "seconds": seconds}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -236,7 +301,12 @@ def _parser() -> argparse.ArgumentParser:
     _spark_options(exp)
     imp = commands.add_parser("import", help="load exported messages into a new store")
     imp.add_argument("parquet", nargs="+", help="Parquet directories written by export (or URIs Spark reads)")
-    imp.add_argument("--to", required=True, help="the store directory to create")
+    imp.add_argument("--to", required=True, help="the store directory to create (with --each-store: their parent)")
+    imp.add_argument(
+        "--each-store",
+        action="store_true",
+        help="a new store under --to for each source store, written in parallel (one Spark task each)",
+    )
     imp.add_argument("--server", default="jms1", help="server name for rows without one (default jms1)")
     imp.add_argument("--codec", default="none", help=f"the new store's codec: {', '.join(_native.codecs())}")
     imp.add_argument("--overwrite", action="store_true", help="replace an existing store at --to")
@@ -266,7 +336,8 @@ def check_arguments(args: argparse.Namespace) -> None:
         if target is None:
             raise ValueError(f"{args.to}: an import writes a store on the local file system (a path or a file:// URI)")
         args.to = os.path.abspath(target)
-        check_target(args.to, args.overwrite)
+        if not args.each_store:  # else each target is checked once the source stores are known
+            check_target(args.to, args.overwrite)
         check_name("server", args.server)
         if args.codec not in _native.codecs():
             raise ValueError(f"--codec is one of {', '.join(_native.codecs())}, not {args.codec!r}")
@@ -285,6 +356,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "export":
             result = export(spark, args.stores, args.to, args.view)
             print(f"exported {result['rows']} rows to {result['to']} in {result['seconds']:.1f} s")
+        elif args.command == "import" and args.each_store:
+            result = import_each(
+                spark, args.parquet, args.to, server=args.server, codec=args.codec, overwrite=args.overwrite
+            )
+            for store in result["stores"]:
+                print(
+                    f"imported {store['messages']} messages into {store['collections']} queues and "
+                    f"subscriptions of {store['to']}"
+                )
+            count, seconds = len(result["stores"]), result["seconds"]
+            print(f"imported {result['messages']} messages into {count} stores in {seconds:.1f} s")
         elif args.command == "import":
             result = import_messages(
                 spark, args.parquet, args.to, server=args.server, codec=args.codec, overwrite=args.overwrite

@@ -25,6 +25,12 @@ How it runs:
 The target must not exist or be an empty directory (``append``), or be a
 store that no process has open (``overwrite``: swapped with the new one in
 one ``renameat2`` exchange once that is complete).
+
+:func:`import_each_store` imports each source store's rows into a store of
+its own, the target stores written in parallel: the source tasks stage
+their rows by target, the rows of each target go to one task (partitioned
+by target exactly), which sorts and loads them into a new store beside its
+target; the driver publishes every store once all tasks have succeeded.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from jmsstore import FileStore
+from jmsstore import FileStore, _native
 from jmsstore.broker.layout import (
     MAX_BOOT,
     ServerLayout,
@@ -77,7 +83,7 @@ from jmsstore_spark.checks import StoreImportError, check_target, is_store
 from jmsstore_spark.messages import stored_boots
 from jmsstore_spark.outputs import OutputError
 
-__all__ = ["COLUMNS", "StoreImportError", "StoreWriter", "check_columns", "check_target"]
+__all__ = ["COLUMNS", "StoreImportError", "StoreWriter", "check_columns", "check_target", "import_each_store"]
 
 _TEXT = ("string",)
 _INTEGRAL = ("tinyint", "smallint", "int", "bigint")
@@ -550,8 +556,9 @@ def _check_subscription_keys(table: pa.Table) -> None:
             )
 
 
-def _load(store_dir: str, parts: list[StagedPart], codec: str, replaced_boots: dict[str, int]) -> None:
-    """Loads the staged parts (each sorted) into a new store at ``store_dir``, merging them in order."""
+def _load(store_dir: str, parts: list[StagedPart], codec: str, replaced_boots: dict[str, int]) -> int:
+    """Loads the staged parts (each sorted) into a new store at ``store_dir``,
+    merging them in order; returns the messages loaded."""
     paths = [p.path for p in parts if p.rows]
     total = sum(p.rows for p in parts)
     _check_staged(parts)
@@ -620,6 +627,7 @@ def _load(store_dir: str, parts: list[StagedPart], codec: str, replaced_boots: d
         store.close()
     if loader.messages != total:
         raise OutputError(f"import: {loader.messages} messages loaded, not the {total} rows the tasks staged")
+    return loader.messages
 
 
 def _check_staged(parts: list[StagedPart]) -> None:
@@ -687,3 +695,165 @@ def _publish(store_dir: str, target: str, overwrite: bool, staging: str) -> None
     else:
         os.rename(store_dir, target)  # replaces an empty directory, or creates it
     _fsync_dir(parent)
+
+
+class _EachStorePlan:
+    """What every task of :func:`import_each_store` needs (shipped with the job)."""
+
+    def __init__(
+        self, sources: list[str], targets: list[str], columns: list[str], server: str, codec: str, overwrite: bool
+    ) -> None:
+        self.index = {source: i for i, source in enumerate(sources)}
+        self.targets = targets
+        self.columns = columns
+        self.server = server
+        self.codec = codec
+        self.overwrite = overwrite
+        # Staging directories of one job share this tag: the driver removes
+        # every one of them, whichever task attempt made it, if the job fails.
+        self.tag = uuid.uuid4().hex[:12]
+        self.replaced = [stored_boots(t) if overwrite and is_store(t) else {} for t in targets]
+
+    def staging_prefix(self, target: str) -> str:
+        parent, name = os.path.split(target)
+        return os.path.join(parent, f".{name}.import-{self.tag}-")
+
+
+def _stage_by_target(plan: _EachStorePlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A source task's rows, checked, encoded and split by target store: one
+    row (target index, the staged rows as an Arrow IPC stream whose metadata
+    holds the boot counters seen) per batch and target."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    part = context.partitionId() if context is not None else 0
+    first_rows: dict[int, int] = {}
+    for batch in batches:
+        stores = batch.column("store").to_pylist() if "store" in batch.schema.names else [None] * batch.num_rows
+        rows_of: dict[int, list[int]] = {}
+        for row, store in enumerate(stores):
+            index = plan.index.get(store) if store is not None else None
+            if index is None:
+                raise StoreImportError(f"row {row} of partition {part}: store {store!r} has no target store")
+            rows_of.setdefault(index, []).append(row)
+        out: dict[str, list[Any]] = {"target": [], "staged": []}
+        for index, rows in rows_of.items():
+            boots: dict[str, int] = {}
+            first = first_rows.get(index, 0)
+            first_rows[index] = first + len(rows)
+            staged = stage(batch.take(pa.array(rows)), plan.columns, part, first, plan.server, boots)
+            sink = pa.BufferOutputStream()
+            schema = _STAGED.with_metadata({"boots": json.dumps(boots)})
+            with pa.ipc.new_stream(sink, schema) as writer:
+                writer.write_batch(staged.replace_schema_metadata(schema.metadata))
+            out["target"].append(index)
+            out["staged"].append(sink.getvalue().to_pybytes())
+        yield pa.RecordBatch.from_pydict(out, schema=_STAGED_BY_TARGET)
+
+
+_STAGED_BY_TARGET = pa.schema([("target", pa.int32()), ("staged", pa.binary())])
+
+
+def _load_target(plan: _EachStorePlan, index: int, blobs: Iterator[tuple[int, bytes]]) -> Iterator[dict[str, Any]]:
+    """One task: every staged row of target store ``index``, sorted and loaded
+    into a new store in a staging directory beside the target (published by
+    the driver once every target is loaded)."""
+    from pyspark import TaskContext
+
+    target = plan.targets[index]
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    staging = plan.staging_prefix(target) + uuid.uuid4().hex[:8]
+    os.mkdir(staging)
+    try:
+        boots: dict[str, int] = {}
+        tables = []
+        for key, blob in blobs:
+            if key != index:
+                raise OutputError(f"import: rows of target {key} reached the task of target {index}")
+            table = pa.ipc.open_stream(blob).read_all()
+            for server, boot in json.loads((table.schema.metadata or {}).get(b"boots", b"{}")).items():
+                boots[server] = max(boots.get(server, 0), boot)
+            tables.append(table.replace_schema_metadata(None))
+        table = pa.concat_tables(tables) if tables else _STAGED.empty_table()
+        table = table.take(pc.sort_indices(table, sort_keys=[(k, "ascending") for k in _ORDER]))
+        path = os.path.join(staging, "part.arrow")
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, _STAGED) as out:
+            out.write_table(table, max_chunksize=_STAGED_BATCH_ROWS)
+        store_dir = os.path.join(staging, "store")
+        messages = _load(store_dir, [StagedPart(path, table.num_rows, boots)], plan.codec, plan.replaced[index])
+        os.remove(path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    context = TaskContext.get()
+    yield {
+        "target": index,
+        "staging": staging,
+        "messages": messages,
+        "partition": context.partitionId() if context is not None else index,
+        "stage": context.stageId() if context is not None else -1,
+    }
+
+
+def import_each_store(
+    df: Any, targets: dict[str, str], *, server: str = "jms1", codec: str = "none", overwrite: bool = False
+) -> list[dict[str, Any]]:
+    """Imports the rows of each source store (the ``store`` column) into its
+    own new store, ``targets[store]``, the target stores written in
+    parallel: one Spark task per target store loads it, in a staging
+    directory beside it. Once every task has succeeded the driver makes each
+    store visible in one rename (each appears complete or not at all); if
+    any fails, none is published. Targets must be on storage the driver and
+    every executor share, at the same path.
+
+    Returns, per target in the order of ``targets``: ``to``, ``messages``,
+    and the ``partition`` and ``stage`` of the Spark task that loaded it."""
+    columns = check_columns(df.schema)
+    if "store" not in columns:
+        raise StoreImportError("an import into one store per source store needs the column 'store'")
+    if not targets:
+        raise StoreImportError("no target stores given")
+    sources = list(targets)
+    paths = [os.path.abspath(targets[source]) for source in sources]
+    if len(set(paths)) != len(paths):
+        raise StoreImportError("two source stores have the same target store")
+    for path in paths:
+        check_target(path, overwrite)
+    check_name("server", server)
+    _native.compress(codec, b"")  # an unknown codec is refused before any task runs
+    plan = _EachStorePlan(sources, paths, columns, server, codec, overwrite)
+    count = len(paths)
+    staged = df.select(*columns).mapInArrow(
+        lambda batches: _stage_by_target(plan, batches), "target int, staged binary"
+    )
+    # Keyed by target index, partitioned by it exactly: partition i holds
+    # target i's rows only, so each target store is one task's work.
+    keyed = staged.rdd.map(lambda row: (row[0], bytes(row[1])))
+    loaded = keyed.partitionBy(count, lambda index: index).mapPartitionsWithIndex(
+        lambda index, blobs: _load_target(plan, index, blobs)
+    )
+    try:
+        results = sorted(loaded.collect(), key=lambda result: result["target"])
+        if [r["target"] for r in results] != list(range(count)):
+            raise OutputError(f"import: {len(results)} target stores loaded, not {count}")
+        for result in results:
+            store_dir = os.path.join(result["staging"], "store")
+            if not is_store(store_dir):
+                raise OutputError(
+                    f"import: {store_dir}, loaded by a task, is not visible here; the target stores must be on "
+                    "storage the driver and every executor share"
+                )
+        for result in results:
+            _publish(os.path.join(result["staging"], "store"), paths[result["target"]], overwrite, result["staging"])
+            shutil.rmtree(result["staging"], ignore_errors=True)
+    finally:
+        for path in paths:
+            prefix = plan.staging_prefix(path)
+            parent = os.path.dirname(prefix)
+            for name in os.listdir(parent) if os.path.isdir(parent) else ():
+                if os.path.join(parent, name).startswith(prefix):
+                    shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+    return [
+        {"to": paths[r["target"]], "messages": r["messages"], "partition": r["partition"], "stage": r["stage"]}
+        for r in results
+    ]

@@ -14,8 +14,12 @@
   the same reports of the store without damage: the ratio of the times
   (goal: at most 1.5), and the Spark jobs each took.
 
-``--only export,import,report`` runs some of them (the import needs the
-export).
+- stores: the export's throughput for 1, 2 and 4 stores of N/4 messages
+  each (copies of one store), against that of 1 store: how the fixed
+  costs of a job spread over more stores.
+
+``--only export,import,report,stores`` runs some of them (the import
+needs the export).
 
 Spark's own start-up (the session) is outside both timings; its per-job
 overhead is inside.
@@ -175,7 +179,8 @@ def timed_report(spark: Any, store: Path) -> tuple[float, int, dict[str, int]]:
     return seconds, jobs, counts
 
 
-BENCHMARKS = ("export", "import", "report")
+BENCHMARKS = ("export", "import", "report", "stores")
+STORE_COUNTS = (1, 2, 4)
 
 
 def run(ctx: Context) -> None:
@@ -192,10 +197,20 @@ def run(ctx: Context) -> None:
     ctx.settings["spark"] = {"messages": n, "queues": QUEUES, "text_chars": TEXT_CHARS, "master": "local[*]"}
     ctx.settings["benchmarks"] = [name for name in BENCHMARKS if name in only]
     source = ctx.scratch / "source" / "store"
-    ctx.step(f"source store: {n:,} messages over {QUEUES} queues")
-    build_store(ctx, source, n)
-    source_bytes = sum(int(s["size"]) for s in inspect.segments(source))
+    source_bytes = 0
+    if set(only) & {"export", "import", "report"}:  # the stores benchmark builds its own
+        ctx.step(f"source store: {n:,} messages over {QUEUES} queues")
+        build_store(ctx, source, n)
+        source_bytes = sum(int(s["size"]) for s in inspect.segments(source))
     damaged_records = 0
+    per_store = max(1000, n // 4)
+    stores: list[Path] = []
+    if "stores" in only:
+        ctx.step(f"stores: {max(STORE_COUNTS)} stores of {per_store:,} messages")
+        stores = [ctx.scratch / "stores" / f"s{k}" / "store" for k in range(1, max(STORE_COUNTS) + 1)]
+        build_store(ctx, stores[0], per_store)
+        for copy in stores[1:]:
+            shutil.copytree(stores[0], copy)
     if "report" in only:
         ctx.step("report: a copy of the source store with damage")
         damaged_records = damage_copy(source, ctx.scratch / "damaged" / "store", every=1000, run=5)
@@ -234,6 +249,18 @@ def run(ctx: Context) -> None:
             damaged_s, damaged_jobs, damaged = timed_report(spark, ctx.scratch / "damaged" / "store")
             if clean["damage"] != 0 or not 0 < damaged["damage"] <= damaged_records:
                 raise RuntimeError(f"damage report: {clean['damage']} and {damaged['damage']} ranges")
+        stores_s: dict[int, float] = {}
+        if "stores" in only:
+            if "export" not in only:
+                ctx.step("stores: warm-up (the session's first job starts its workers)")
+                export(spark, [str(stores[0])], str(ctx.scratch / "stores-warm-up"))
+            for count in STORE_COUNTS:
+                ctx.step(f"stores: export of {count}")
+                started = time.perf_counter()
+                result = export(spark, [str(p) for p in stores[:count]], str(ctx.scratch / f"stores-export-{count}"))
+                stores_s[count] = time.perf_counter() - started
+                if result["rows"] != count * per_store:
+                    raise RuntimeError(f"exported {result['rows']} rows of {count} stores of {per_store}")
     finally:
         spark.stop()
     rows: list[list[Any]] = []
@@ -279,11 +306,30 @@ def run(ctx: Context) -> None:
             "damaged_over_clean": ratio(damaged_s, clean_s),
         }
         rows.append(["report with damage, s", damaged_s, clean_s, "same store, no damage", ratio(damaged_s, clean_s)])
+    if "stores" in only:
+        rates = {count: count * per_store / seconds for count, seconds in stores_s.items()}
+        ctx.results["stores"] = {
+            "messages_per_store": per_store,
+            **{f"export_{count}_seconds": stores_s[count] for count in STORE_COUNTS},
+            **{f"export_{count}_messages_per_s": rates[count] for count in STORE_COUNTS},
+            **{f"export_{count}_over_1": ratio(rates[count], rates[1]) for count in STORE_COUNTS[1:]},
+        }
+        for count in STORE_COUNTS[1:]:
+            rows.append(
+                [
+                    f"export of {count} stores, msg/s",
+                    rates[count],
+                    rates[1],
+                    "export of 1 store",
+                    ratio(rates[count], rates[1]),
+                ]
+            )
     ctx.table(
         "Spark loader",
         ["what", "ours (Spark)", "baseline", "baseline is", "ratio"],
         rows,
         footer=f"{n:,} messages of {TEXT_CHARS} characters in {QUEUES} queues; Spark {version}, local[*], "
         f"{ctx.machine['cores']} cores. Export ratio: loop time / Spark time; import ratio: rate / put_async rate; "
-        f"report ratio: time with {damaged_records} damaged records / time without (goal: at most 1.5).",
+        f"report ratio: time with {damaged_records} damaged records / time without (goal: at most 1.5); "
+        f"stores ratio: export rate of K stores of {per_store:,} messages / that of 1 store.",
     )
