@@ -24,6 +24,7 @@ from typing import Protocol
 
 from jmsstore.errors import JmsStoreError
 from jmsstore.net.remote.errors import StompConnectionError, server_error
+from jmsstore.net.stomp import heartbeat
 from jmsstore.net.stomp.frames import SERVER_COMMANDS, Command, Frame, FrameError, FrameParser, encode
 
 __all__ = ["Inbox", "StompLink"]
@@ -31,7 +32,6 @@ __all__ = ["Inbox", "StompLink"]
 log = logging.getLogger("jmsstore.net.remote")
 
 _READ_SIZE = 64 * 1024
-_TICK = 1.0  # how often the reader looks at the clock when heart-beats ask for nothing sooner
 
 Outcome = Callable[[JmsStoreError | None], None]
 
@@ -57,11 +57,6 @@ class _Receipt:
     def settle(self, error: JmsStoreError | None) -> None:
         self.error = error
         self.done.set()
-
-
-def _negotiated(ours: int, theirs: int) -> int:
-    """STOMP 1.2 heart-beat negotiation: 0 if either side cannot, else the larger."""
-    return 0 if ours == 0 or theirs == 0 else max(ours, theirs)
 
 
 class StompLink:
@@ -174,8 +169,8 @@ class StompLink:
             server_send, server_receive = (int(part) for part in text.split(","))
         except ValueError:
             raise StompConnectionError(f"{self.where} sent a malformed heart-beat header {text[:40]!r}") from None
-        self._send_interval = _negotiated(self._heart_beat[0], server_receive) / 1000
-        self._receive_interval = _negotiated(self._heart_beat[1], server_send) / 1000
+        self._send_interval = heartbeat.negotiated(self._heart_beat[0], server_receive) / 1000
+        self._receive_interval = heartbeat.negotiated(self._heart_beat[1], server_send) / 1000
 
     # ------------------------------------------------------------ writing
 
@@ -281,12 +276,7 @@ class StompLink:
                     self._handle(frame)
 
     def _tick(self) -> float:
-        tick = _TICK
-        if self._send_interval:
-            tick = min(tick, self._send_interval / 4)
-        if self._receive_interval:
-            tick = min(tick, self._receive_interval / 2)
-        return tick
+        return heartbeat.tick(self._send_interval, self._receive_interval)
 
     def _beat(self) -> None:
         # Skipped while a frame is being written: that is a sign of life too.

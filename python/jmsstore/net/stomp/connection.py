@@ -51,6 +51,7 @@ from jmsstore._native import __version__
 from jmsstore.client.port import BrokerPort, Delivery, ProducerPort, SendOptions
 from jmsstore.errors import InvalidArgumentError, JmsStoreError
 from jmsstore.jms.destination import Destination, Queue, Topic, check_name
+from jmsstore.net.stomp import heartbeat
 from jmsstore.net.stomp.frames import (
     CLIENT_COMMANDS,
     Command,
@@ -75,8 +76,6 @@ __all__ = ["StompConnection"]
 log = logging.getLogger("jmsstore.net.stomp")
 
 _READ_SIZE = 64 * 1024
-# How often the reader looks at the clock when no heart-beat asks for more.
-_TICK = 1.0
 
 
 class _Server(Protocol):
@@ -136,11 +135,6 @@ def _heart_beat(text: str) -> tuple[int, int]:
     if len(parts) != 2 or not all(p.strip().isdigit() and len(p.strip()) <= 10 for p in parts):
         raise ProtocolError(f"heart-beat must be two whole numbers of milliseconds, 'cx,cy', not {text[:40]!r}")
     return int(parts[0]), int(parts[1])
-
-
-def _negotiated(ours: int, theirs: int) -> int:
-    """STOMP 1.2 heart-beat negotiation: 0 if either side cannot, else the larger."""
-    return 0 if ours == 0 or theirs == 0 else max(ours, theirs)
 
 
 class StompConnection:
@@ -372,7 +366,9 @@ class StompConnection:
         limit = self._settings.max_pending_receipts
         while not self._closed:
             with self._pending:
-                self._pending.wait_for(lambda: len(self._receipts) < limit or self._receipts[0].done, _TICK)
+                self._pending.wait_for(
+                    lambda: len(self._receipts) < limit or self._receipts[0].done, heartbeat.LONGEST_TICK
+                )
             if not self._send_receipts():
                 return False
             if self._pending_receipts() < limit:
@@ -435,12 +431,7 @@ class StompConnection:
         return True
 
     def _tick(self) -> float:
-        tick = _TICK
-        if self._send_interval:
-            tick = min(tick, self._send_interval / 4)
-        if self._receive_interval:
-            tick = min(tick, self._receive_interval / 2)
-        return tick
+        return heartbeat.tick(self._send_interval, self._receive_interval)
 
     def _take_send_failure(self) -> BaseException | None:
         with self._pending:
@@ -510,8 +501,8 @@ class StompConnection:
             self.user = user
         client_send, client_receive = _heart_beat(headers.get("heart-beat", "0,0"))
         ours_send, ours_receive = self._settings.heart_beat
-        send_ms = _negotiated(ours_send, client_receive)
-        receive_ms = _negotiated(ours_receive, client_send)
+        send_ms = heartbeat.negotiated(ours_send, client_receive)
+        receive_ms = heartbeat.negotiated(ours_receive, client_send)
         client_id = headers.get("client-id")
         if client_id is not None:
             try:
