@@ -246,6 +246,8 @@ def survival(ctx: Context, peers: Peers, name: str, count: int, body: bytes) -> 
     server.crash()
     out["restart_s"] = server.start()
     reader = peers.client(name, "persistent", body, queue)
+    # Where the client can tell (RabbitMQ): was the durable queue there after the restart, and how full.
+    out["found_after_restart"] = getattr(reader, "found_messages", "unknown")
     try:
         reader.expect(1, count)
         receive, close = reader.consumer()
@@ -406,6 +408,13 @@ def run(ctx: Context) -> None:
     _report(ctx, rows, peers, durability, rounds_n)
 
 
+def _found(found: Any) -> Any:
+    """What the durability table says of the queue found after a restart."""
+    if found is None:
+        return "no queue"
+    return "-" if found == "unknown" else found
+
+
 def _range(low: Any, high: Any, digits: int = 0) -> str:
     if low is None or high is None or low == high:
         return ""
@@ -484,11 +493,20 @@ def _report(
     if durability:
         ctx.table(
             "Durability: persistent messages, broker killed (SIGKILL) and restarted on the same data",
-            ["broker", "sent", "received after restart", "left on queue", "restart s", "survived"],
+            [
+                "broker",
+                "sent",
+                "on the queue at restart",
+                "received after restart",
+                "left on queue",
+                "restart s",
+                "survived",
+            ],
             [
                 [
                     d["system"],
                     d.get("sent"),
+                    _found(d.get("found_after_restart")),
                     d.get("received_after_restart"),
                     d.get("remaining"),
                     d.get("restart_s"),

@@ -177,6 +177,7 @@ class RabbitMQClient(Client):
         self.rabbit = server
         self.queue = queue or f"bench-{os.getpid()}-{next(_names)}"
         self._control = server.connect()
+        self.found_messages = self._existing_depth()
         self._channel = self._control.channel()
         self._channel.queue_declare(self.queue, durable=True)
         self.properties = pika.BasicProperties(delivery_mode=2 if mode != "non-persistent" else 1)
@@ -246,6 +247,20 @@ class RabbitMQClient(Client):
 
         self._joined()
         return receive, close
+
+    def _existing_depth(self) -> int | None:
+        """The messages on the queue if it exists already (before this client
+        declares it), else None: after a restart, whether the broker came
+        back with its durable queue. A passive declare of a missing queue
+        closes its channel, hence a channel of its own."""
+        channel = self._control.channel()
+        try:
+            return int(channel.queue_declare(self.queue, durable=True, passive=True).method.message_count)
+        except pika.exceptions.ChannelClosedByBroker:
+            return None
+        finally:
+            if channel.is_open:
+                channel.close()
 
     def remaining(self) -> int:
         return int(self._channel.queue_declare(self.queue, durable=True, passive=True).method.message_count)
