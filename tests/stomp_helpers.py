@@ -1,5 +1,6 @@
-"""What the STOMP tests share: a ``jmsstore serve`` child process and a
-client speaking STOMP by hand over a socket."""
+"""What the STOMP tests share: a ``jmsstore serve`` child process, a
+client speaking STOMP by hand over a socket, and a stomp.py listener that
+collects messages and receipts."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
+import stomp
 from conftest import REPO_ROOT
 from jmsstore.net.stomp.frames import SERVER_COMMANDS, Frame, FrameParser
 
@@ -114,3 +116,26 @@ class RawClient:
 
     def close(self) -> None:
         self.sock.close()
+
+
+class Inbox(stomp.ConnectionListener):  # type: ignore[misc]
+    """A stomp.py listener keeping the MESSAGE frames and receipt ids it gets."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.messages: list[Any] = []
+        self.receipts: set[str] = set()
+
+    def on_message(self, frame: Any) -> None:
+        with self.cond:
+            self.messages.append(frame)
+            self.cond.notify_all()
+
+    def on_receipt(self, frame: Any) -> None:
+        with self.cond:
+            self.receipts.add(frame.headers["receipt-id"])
+            self.cond.notify_all()
+
+    def wait(self, predicate: Callable[[], bool]) -> None:
+        with self.cond:
+            assert self.cond.wait_for(predicate, WAIT), "timed out"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 import pytest
 import stomp
 from jmsstore.cli import byte_size
-from stomp_helpers import WAIT, Served
+from stomp_helpers import WAIT, Inbox, Served
 
 
 @pytest.fixture
@@ -43,27 +42,6 @@ class ErrorsOf(stomp.ConnectionListener):  # type: ignore[misc]
 
     def on_error(self, frame: Any) -> None:
         self.errors.append(frame)
-
-
-class Inbox(stomp.ConnectionListener):  # type: ignore[misc]
-    def __init__(self) -> None:
-        self.cond = threading.Condition()
-        self.messages: list[Any] = []
-        self.receipts: set[str] = set()
-
-    def on_message(self, frame: Any) -> None:
-        with self.cond:
-            self.messages.append(frame)
-            self.cond.notify_all()
-
-    def on_receipt(self, frame: Any) -> None:
-        with self.cond:
-            self.receipts.add(frame.headers["receipt-id"])
-            self.cond.notify_all()
-
-    def wait(self, predicate: Callable[[], bool]) -> None:
-        with self.cond:
-            assert self.cond.wait_for(predicate, WAIT), "timed out"
 
 
 def _connect(port: int) -> tuple[stomp.Connection12, Inbox]:

@@ -8,7 +8,6 @@ import shutil
 import socket
 import ssl
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import stomp
 from jmsstore import JMSServer
 from jmsstore.net import StompServer, serve
 from jmsstore.net.stomp.transport import server_tls_context
-from stomp_helpers import WAIT, RawClient, Served
+from stomp_helpers import WAIT, Inbox, RawClient, Served
 
 pytestmark = pytest.mark.skipif(
     shutil.which("openssl") is None, reason="the openssl command is needed to make a self-signed certificate"
@@ -54,27 +53,6 @@ def tls_served(tmp_path: Path, certificate: tuple[Path, Path]) -> Iterator[Stomp
     finally:
         server.close()
         jms.close()
-
-
-class Inbox(stomp.ConnectionListener):  # type: ignore[misc]
-    def __init__(self) -> None:
-        self.cond = threading.Condition()
-        self.messages: list[Any] = []
-        self.receipts: set[str] = set()
-
-    def on_message(self, frame: Any) -> None:
-        with self.cond:
-            self.messages.append(frame)
-            self.cond.notify_all()
-
-    def on_receipt(self, frame: Any) -> None:
-        with self.cond:
-            self.receipts.add(frame.headers["receipt-id"])
-            self.cond.notify_all()
-
-    def wait(self, predicate: Any) -> None:
-        with self.cond:
-            assert self.cond.wait_for(predicate, WAIT), "timed out"
 
 
 def tls_client(address: tuple[str, int], cert: Path) -> tuple[stomp.Connection12, Inbox]:

@@ -33,11 +33,11 @@ import itertools
 import os
 import queue
 import shutil
-import subprocess
 import threading
 from pathlib import Path
 from typing import Any
 
+from jmsstore.bench.peers import debian
 from jmsstore.bench.peers.servers import Client, Close, Receive, Send, Server, free_port
 
 try:
@@ -102,16 +102,6 @@ def missing() -> str | None:
     return None
 
 
-def package_version() -> str | None:
-    try:
-        out = subprocess.run(
-            ["dpkg-query", "-W", "-f", "${Version}", PACKAGES[0]], capture_output=True, text=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
-
-
 class ActiveMQ(Server):
     """An ActiveMQ Classic broker under ``root`` with one STOMP connector on loopback."""
 
@@ -165,7 +155,7 @@ class ActiveMQ(Server):
         self.connect().disconnect()
 
     def version(self) -> str | None:
-        return package_version()
+        return debian.installed_version(PACKAGES[0])
 
     def settings(self) -> dict[str, Any]:
         return {

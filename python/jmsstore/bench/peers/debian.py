@@ -36,6 +36,17 @@ def installed(package: str) -> bool:
     return out.returncode == 0 and out.stdout.strip().endswith(" installed")
 
 
+def installed_version(package: str) -> str | None:
+    """The version dpkg has of ``package`` (None: not installed, or no dpkg)."""
+    try:
+        out = subprocess.run(
+            ["dpkg-query", "-W", "-f", "${Version}", package], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
 def cannot_install() -> str | None:
     """Why apt-get cannot be used here (None: it can)."""
     if shutil.which("apt-get") is None or shutil.which("dpkg-query") is None:

@@ -33,10 +33,10 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
+from jmsstore.bench.peers import debian
 from jmsstore.bench.peers.servers import Client, Close, Receive, Send, Server, free_port
 
 try:
@@ -70,16 +70,6 @@ def missing() -> str | None:
     if shutil.which(EPMD) is None:
         return "epmd (Erlang) is not on PATH"
     return None
-
-
-def package_version() -> str | None:
-    try:
-        out = subprocess.run(
-            ["dpkg-query", "-W", "-f", "${Version}", PACKAGES[0]], capture_output=True, text=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
 
 
 class RabbitMQ(Server):
@@ -149,7 +139,7 @@ class RabbitMQ(Server):
         self.connect().close()
 
     def version(self) -> str | None:
-        return package_version()
+        return debian.installed_version(PACKAGES[0])
 
     def crash(self, keep: tuple[str, ...] = ("epmd",)) -> None:
         super().crash(keep)
