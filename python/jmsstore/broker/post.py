@@ -73,8 +73,9 @@ class PostOffice:
 
     def stamp(
         self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int
-    ) -> bytes:
-        """Sets the headers a send sets (JMS 2.0 §3.4) and encodes the message."""
+    ) -> tuple[bytes, Header]:
+        """Sets the headers a send sets (JMS 2.0 §3.4) and encodes the
+        message; with the header the core indexes it by."""
         # JMSCorrelationID and JMSType go to the native header index as
         # text: a lone surrogate is refused here, before anything is set.
         correlation_id, message_type = message.correlation_id, message.type
@@ -85,11 +86,11 @@ class PostOffice:
         seq = next(self._sequence)
         now = time.time_ns() // 1_000_000
         # numeric_id and message_id of the layout, inline: this runs per send.
-        message.id = self._id_base | seq
+        message.id = ident = self._id_base | seq
         message.message_id = f"{self._id_prefix}{seq}"
         message.timestamp = now
-        message.expiration = now + ttl if ttl > 0 else 0
-        message.delivery_time = now + delay
+        message.expiration = expiration = now + ttl if ttl > 0 else 0
+        message.delivery_time = delivery_time = now + delay
         message.delivery_mode = DELIVERY_MODES[mode]
         message.priority = priority
         message.destination = destination
@@ -101,7 +102,7 @@ class PostOffice:
                 f"the message is {len(data)} bytes encoded, more than the server's maximum message size "
                 f"of {self.maximum_message_size}"
             )
-        return data
+        return data, (ident, priority, now, expiration, delivery_time, correlation_id, message_type)
 
     def state(self, destination: Destination) -> State:
         """The destination's state, if production is not paused there."""
@@ -181,18 +182,6 @@ class OneWayWaiter:
             thread.join()
 
 
-def _header(message: Message) -> Header:
-    return (
-        message.id,
-        message.priority,
-        message.timestamp,
-        message.expiration,
-        message.delivery_time,
-        message.correlation_id,
-        message.type,
-    )
-
-
 class ProducerLink:
     """A producer's way into the broker (``client.port.ProducerPort``):
     its sends, and its flow control."""
@@ -227,7 +216,7 @@ class ProducerLink:
 
     def _prepare(
         self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int
-    ) -> tuple[State, bytes]:
+    ) -> tuple[State, bytes, Header]:
         post = self._post
         state = self._state
         if state is None or state.native.deleted or destination is not self.destination:
@@ -238,31 +227,29 @@ class ProducerLink:
         # The call only when anything is paused at all: this runs per send.
         if (pause.server or state.paused) and pause.production_paused(state):
             raise DestinationPausedError(f"production is paused on {destination!r}")
-        data = post.stamp(message, destination, mode, priority, ttl, delay)
+        data, header = post.stamp(message, destination, mode, priority, ttl, delay)
         flow = self._flow
         # Cheap when nothing is armed and the producer is not limited: the common case.
         if flow is not None and (flow.limit is not None or state.gauge.armed or post.limits.gauge.armed):
             gauge, server_gauge = state.gauge, post.limits.gauge
             flow.before_send(lambda: server_gauge.armed or gauge.armed)
-        return state, data
+        return state, data, header
 
     def send(self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int) -> None:
-        state, data = self._prepare(message, destination, mode, priority, ttl, delay)
+        state, data, header = self._prepare(message, destination, mode, priority, ttl, delay)
         persistent = mode == DeliveryMode.PERSISTENT
         status, routes = self._native.send(
-            state.native, data, _header(message), persistent, self._connection, self._client_id, True
+            state.native, data, header, persistent, self._connection, self._client_id, True
         )
         if status != _ADMITTED:
             assert routes is not None
             if self._post.admit_after_wait(state, routes, len(data), persistent, status, self._timeout):
-                header = _header(message)
                 self._native.send(
                     state.native, data, header, persistent, birth_record=True, routes=routes, admitted=True
                 )
 
     def send_one_way(self, message: Message, destination: Destination, priority: int, ttl: int, delay: int) -> bool:
-        state, data = self._prepare(message, destination, DeliveryMode.NON_PERSISTENT, priority, ttl, delay)
-        header = _header(message)
+        state, data, header = self._prepare(message, destination, DeliveryMode.NON_PERSISTENT, priority, ttl, delay)
         status, routes = self._native.send(state.native, data, header, False, self._connection, self._client_id, True)
         post = self._post
         if status in (_ADMITTED, _DROPPED):  # dropped: over the broker-wide limits, counted as any such send
@@ -296,9 +283,8 @@ class ProducerLink:
         durable: Signal | None,
         completed: Completed | None,
     ) -> int:
-        state, data = self._prepare(message, destination, mode, priority, ttl, delay)
+        state, data, header = self._prepare(message, destination, mode, priority, ttl, delay)
         persistent = mode == DeliveryMode.PERSISTENT
-        header = _header(message)
         status, routes = self._native.send_async(
             state.native, data, header, persistent, self._connection, self._client_id, completed, durable
         )
@@ -313,9 +299,8 @@ class ProducerLink:
         return len(data)
 
     def stage(self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int) -> Any:
-        state, data = self._prepare(message, destination, mode, priority, ttl, delay)
+        state, data, header = self._prepare(message, destination, mode, priority, ttl, delay)
         persistent = mode == DeliveryMode.PERSISTENT
-        header = _header(message)
         status, staged = self._native.stage(state.native, data, header, persistent, self._connection, self._client_id)
         if status == _ADMITTED:
             return staged

@@ -244,8 +244,13 @@ class MessageConsumer:
         is none."""
         if timeout is not None and not (type(timeout) is float and 0.0 <= timeout <= 1e6):
             timeout = checked_timeout(timeout)  # NaN, a bool, a type, a negative, an int, a huge wait
-        self._check_receivable()
+        # The checks inline: this runs per receive.
+        if self._closed:
+            raise IllegalStateError("the consumer is closed")
         session = self._session
+        session.check_open()
+        if self._listener is not None:
+            raise IllegalStateError("a consumer with a message listener cannot receive synchronously")
         # Held for the whole call, so that closing from another thread can
         # wait for it (JMS 2.0 §4.3.5) and then see the message it returned.
         with self._receiving:
@@ -258,13 +263,6 @@ class MessageConsumer:
     def receive_no_wait(self) -> Message | None:
         """The next message if one is available now, else None."""
         return self.receive(0)
-
-    def _check_receivable(self) -> None:
-        if self._closed:
-            raise IllegalStateError("the consumer is closed")
-        self._session.check_open()
-        if self._listener is not None:
-            raise IllegalStateError("a consumer with a message listener cannot receive synchronously")
 
     @property
     def message_listener(self) -> MessageListener | None:

@@ -60,7 +60,7 @@ class SendFuture(Future[Message]):
         self.set_running_or_notify_cancel()  # sent already: it cannot be cancelled
         self.message = message
         self.on_completion = on_completion
-        self.finished = False
+        self.window: AsyncWindow | None = None  # the producer's, once the send is in it
 
     def result(self, timeout: float | None = None) -> Message:
         return super().result(checked_timeout(timeout, negative_is_zero=True))
@@ -81,7 +81,80 @@ class SendFuture(Future[Message]):
             self.set_result(self.message)
         else:
             self.set_exception(error)
-        self.finished = True  # read by the producer's window without the future's lock
+        window = self.window
+        if window is not None:
+            window.completed += 1
+            if window.waiting:
+                window.room.set()
+
+    # The broker calls the future itself: no bound method made per send.
+    __call__ = completed
+
+
+class AsyncWindow:
+    """A producer's asynchronous sends not yet seen completed, kept as two
+    counts that each have one writer, so that a send adds no object and
+    takes no lock: the producer's thread counts the sends (and their sizes,
+    oldest first), the callback thread counts the completions, which come
+    in send order."""
+
+    __slots__ = ("completed", "last", "room", "seen", "sizes", "total_bytes", "waiting")
+
+    def __init__(self) -> None:
+        self.completed = 0  # written by the callback thread only
+        self.seen = 0  # completions already taken off ``sizes``
+        self.sizes: deque[int] = deque()
+        self.total_bytes = 0
+        self.last: SendFuture | None = None  # the newest send: done, all are (close waits for it)
+        self.waiting = False  # the producer waits for ``room``
+        self.room = Signal()
+
+    def add(self, future: SendFuture, size: int) -> None:
+        """A send of ``size`` encoded bytes is in (the producer's thread)."""
+        self.sizes.append(size)
+        self.total_bytes += size
+        self.last = future
+        done = self.completed - self.seen
+        if done:
+            self._forget(done)
+
+    def _forget(self, done: int) -> None:
+        self.seen += done
+        sizes = self.sizes
+        for _ in range(done):
+            self.total_bytes -= sizes.popleft()
+
+    def outstanding(self) -> int:
+        """Sends not yet completed (the producer's thread)."""
+        done = self.completed - self.seen
+        if done:
+            self._forget(done)
+        return len(self.sizes)
+
+    def wait_until_under(self, max_messages: int, max_bytes: int) -> None:
+        """Blocks until at most ``max_messages`` sends of at most
+        ``max_bytes`` are outstanding."""
+        room = self.room
+        try:
+            while True:
+                room.clear()
+                self.waiting = True  # before looking: a completion after the look sets ``room``
+                if self.outstanding() <= max_messages and self.total_bytes <= max_bytes:
+                    return
+                room.wait()
+        finally:
+            self.waiting = False
+
+    def drain(self, wait: bool) -> None:
+        """Empties the window, once every send is complete if ``wait``
+        (their outcomes are their own)."""
+        last = self.last
+        if wait and last is not None:
+            last.exception()
+        self.sizes.clear()
+        self.total_bytes = 0
+        self.seen = self.completed
+        self.last = None
 
 
 ONE_WAY_MODES = ("queues_and_topics", "topics_only")
@@ -131,10 +204,8 @@ class MessageProducer:
         self._one_way_window = settings.one_way_window
         self._sends_since_two_way = 0
         self._two_way_until_room = False  # a two-way send found the quota full: no one-way sends until room
-        # Asynchronous sends not known to be complete, oldest first, with their sizes; only the
-        # sending thread changes them (a session, and so its producers, is used by one thread).
-        self._outstanding: deque[tuple[SendFuture, int]] = deque()
-        self._outstanding_bytes = 0
+        # A session, and so its producers, is used by one thread: the sending side of the window is its.
+        self._async = AsyncWindow()
         self.delivery_mode = DeliveryMode.PERSISTENT
         self.priority = 4
         self.time_to_live = 0
@@ -280,33 +351,27 @@ class MessageProducer:
                 self._session.completing(future)
                 _complete_soon(future)
             return future
-        size = self.port.send_async(message, target, mode, prio, ttl, delay, None, future.completed)
+        window = self._async
+        future.window = window  # before the send: its completion may come before the call returns
+        size = self.port.send_async(message, target, mode, prio, ttl, delay, None, future)
         if not size:
-            _complete_soon(future)  # dropped (non-persistent, over the broker-wide limits)
+            future.window = None  # dropped (non-persistent, over the broker-wide limits): not in the window
+            _complete_soon(future)
             return future
-        outstanding = self._outstanding
-        outstanding.append((future, size))
-        self._outstanding_bytes += size
-        while outstanding[0][0].finished:  # completions come in send order
-            self._outstanding_bytes -= outstanding.popleft()[1]
-            if not outstanding:
-                break
-        window = self._window
-        if len(outstanding) > window.max_messages or self._outstanding_bytes > window.max_bytes:
+        window.add(future, size)
+        limits = self._window
+        if len(window.sizes) > limits.max_messages or window.total_bytes > limits.max_bytes:
             self._wait_for_window()
         return future
 
     def _wait_for_window(self) -> None:
-        """Blocks until the oldest sends complete, back under the window. Not
-        on the callback thread: a completion listener sending would wait for
-        itself (its own completions run after it returns)."""
+        """Blocks until completions bring the producer back under its window.
+        Not on the callback thread: a completion listener sending would wait
+        for itself (its own completions run after it returns)."""
         if on_callback_thread():
             return
-        outstanding, window = self._outstanding, self._window
-        while outstanding and (len(outstanding) > window.max_messages or self._outstanding_bytes > window.max_bytes):
-            oldest, size = outstanding.popleft()
-            oldest.exception()  # waits; the outcome is the send's own
-            self._outstanding_bytes -= size
+        limits = self._window
+        self._async.wait_until_under(limits.max_messages, limits.max_bytes)
 
     def close(self) -> None:
         """Closes the producer once its asynchronous sends have completed
@@ -316,11 +381,7 @@ class MessageProducer:
             if self._closed:
                 return
             self._closed = True
-        if not on_callback_thread():
-            for future, _ in self._outstanding:
-                future.exception()
-        self._outstanding.clear()
-        self._outstanding_bytes = 0
+        self._async.drain(wait=not on_callback_thread())
         self.port.close()
 
     @property

@@ -285,7 +285,7 @@ class BytesMessage(Message):
 
     def __init__(self, body: bytes | bytearray | memoryview = b"") -> None:
         super().__init__()
-        self._body = _bytes(body)
+        self._body = body if type(body) is bytes else _bytes(body)
 
     @property
     def body(self) -> bytes:
