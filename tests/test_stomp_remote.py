@@ -362,15 +362,15 @@ def test_features_without_a_stomp_form_raise_naming_them(remote: Broker) -> None
 
 
 def test_heart_beats_keep_an_idle_connection_alive(tmp_path: Path) -> None:
-    # The server cuts off a client silent for twice the negotiated 50 ms: this one is not.
-    beating = Broker(tmp_path / "beating", remote=True, heart_beat=(50, 50))
+    # The server cuts off a client silent for twice the negotiated 100 ms: this one is not.
+    beating = Broker(tmp_path / "beating", remote=True, heart_beat=(100, 100))
     try:
         queue = beating.queue("idle")
-        with connect(beating.url, heart_beat=(50, 50)).create_connection() as connection:
+        with connect(beating.url, heart_beat=(100, 100)).create_connection() as connection:
             connection.start()
             session = connection.create_session()
             consumer = session.create_consumer(queue)
-            assert consumer.receive(0.5) is None  # idle for ten intervals
+            assert consumer.receive(1.0) is None  # idle for ten intervals
             session.create_producer(queue).send(TextMessage("still here"))
             assert texts([consumer.receive(WAIT)]) == ["still here"]
     finally:

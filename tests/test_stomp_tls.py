@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 import stomp
-from jmsstore import JMSServer
+from jmsstore import AckMode, DeliveryMode, JMSServer, Queue, connect
+from jmsstore.errors import InvalidArgumentError
 from jmsstore.net import StompServer, serve
-from jmsstore.net.stomp.transport import server_tls_context
+from jmsstore.net.remote import StompConnectionError
+from jmsstore.net.stomp.transport import client_tls_context, server_tls_context
 from stomp_helpers import WAIT, Inbox, RawClient, Served
 
 pytestmark = pytest.mark.skipif(
@@ -122,3 +124,88 @@ def test_a_missing_certificate_is_a_runtime_error(tmp_path: Path, cli: Any) -> N
                "--keyfile", str(tmp_path / "none.key"))  # fmt: skip
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.startswith("jmsstore: ") and "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------- the remote client over TLS
+
+
+def test_the_remote_client_sends_and_receives_over_tls(tls_served: StompServer, certificate: tuple[Path, Path]) -> None:
+    """``jmsstore.connect("stomp+ssl://...")`` with the server's certificate as
+    its trusted authority: receipted and asynchronous sends, CLIENT acknowledgement,
+    over one TLS connection whose reader and writers run at once."""
+    host, port = tls_served.address
+    factory = connect(f"stomp+ssl://{host}:{port}", cafile=str(certificate[0]), timeout=WAIT)
+    queue = Queue("secure")
+    with factory.create_connection() as connection:
+        connection.start()
+        session = connection.create_session(ack_mode=AckMode.CLIENT)
+        consumer = session.create_consumer(queue)
+        producer = session.create_producer(queue)
+        producer.send(session.create_text_message("first"), delivery_mode=DeliveryMode.PERSISTENT)
+        futures = [producer.send_async(session.create_bytes_message(bytes([i]) * 2000)) for i in range(50)]
+        for future in futures:
+            future.result(WAIT)
+        got = []
+        for i in range(51):
+            message = consumer.receive(WAIT)
+            assert message is not None, f"message {i} did not come"
+            got.append(message)
+            if i % 8 == 7:
+                message.acknowledge()  # CLIENT: everything received so far, which makes room in the prefetch
+        assert got[0].text == "first"  # type: ignore[attr-defined]
+        assert [m.body for m in got[1:]] == [bytes([i]) * 2000 for i in range(50)]  # type: ignore[attr-defined]
+        got[-1].acknowledge()
+        assert consumer.receive(0.2) is None
+    # Acknowledged: nothing comes back on a new connection.
+    with factory.create_connection() as connection:
+        connection.start()
+        assert connection.create_session().create_consumer(queue).receive(0.5) is None
+
+
+def test_the_remote_client_refuses_a_server_it_cannot_trust(
+    tls_served: StompServer, certificate: tuple[Path, Path]
+) -> None:
+    """Without the self-signed certificate among its authorities the client
+    refuses the server in the handshake, with an error that says so; a
+    certificate for another name is refused too."""
+    host, port = tls_served.address
+    untrusting = connect(f"stomp+ssl://{host}:{port}", timeout=WAIT)  # the system's authorities only
+    with pytest.raises(StompConnectionError, match="TLS handshake"):
+        untrusting.create_connection()
+    # The certificate is for 127.0.0.1, not "localhost".
+    wrong_name = connect(f"stomp+ssl://localhost:{port}", cafile=str(certificate[0]), timeout=WAIT)
+    with pytest.raises(StompConnectionError, match="TLS handshake"):
+        wrong_name.create_connection()
+    # The server goes on serving the client it trusts.
+    trusting = connect(f"stomp+ssl://{host}:{port}", ssl_context=client_tls_context(str(certificate[0])), timeout=WAIT)
+    with trusting.create_connection() as connection:
+        connection.create_session().create_producer(Queue("q")).send(
+            connection.create_session().create_text_message("ok")
+        )
+
+
+def test_tls_to_a_plain_server_fails_within_the_timeout(tmp_path: Path, certificate: tuple[Path, Path]) -> None:
+    jms = JMSServer(tmp_path / "home")
+    plain = serve(jms, port=0, connect_timeout=2.0)
+    try:
+        host, port = plain.address
+        factory = connect(f"stomp+ssl://{host}:{port}", cafile=str(certificate[0]), timeout=2.0)
+        with pytest.raises(StompConnectionError, match="TLS handshake"):
+            factory.create_connection()
+    finally:
+        plain.close()
+        jms.close()
+
+
+def test_tls_settings_are_checked(tmp_path: Path, certificate: tuple[Path, Path]) -> None:
+    with pytest.raises(InvalidArgumentError, match="stomp\\+ssl"):
+        connect("stomp://127.0.0.1:1", cafile=str(certificate[0]))
+    with pytest.raises(InvalidArgumentError, match="not both"):
+        connect("stomp+ssl://127.0.0.1:1", cafile=str(certificate[0]), ssl_context=client_tls_context())
+    with pytest.raises(InvalidArgumentError, match="cafile"):
+        connect("stomp+ssl://127.0.0.1:1", cafile=str(tmp_path / "missing.pem"))
+    with pytest.raises(TypeError, match="ssl_context"):
+        connect("stomp+ssl://127.0.0.1:1", ssl_context="yes")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="stomp\\+ssl://HOST:PORT"):
+        connect("stomps://127.0.0.1:1")
+    assert not list(tmp_path.iterdir())  # nothing made

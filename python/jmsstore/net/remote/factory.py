@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -9,22 +10,24 @@ from jmsstore.client.factory import ConnectionFactory
 from jmsstore.errors import InvalidArgumentError
 from jmsstore.net.remote.errors import UnsupportedOverStompError
 from jmsstore.net.remote.port import RemotePort
+from jmsstore.net.stomp.transport import client_tls_context
 
-__all__ = ["DEFAULT_PORT", "connect"]
+__all__ = ["DEFAULT_PORT", "DEFAULT_TLS_PORT", "connect"]
 
 DEFAULT_PORT = 61613
+DEFAULT_TLS_PORT = 61612  # ActiveMQ's stomp+ssl connector's
 
 # Connection-factory settings the embedded broker applies to sends; over
 # STOMP the server applies its own (quotas, blocking sends, flow control).
 _SERVER_SIDE = ("send_timeout", "flow_control_enabled", "flow_maximum", "flow_minimum", "flow_interval", "flow_steps")
 
 
-def _address(url: str) -> tuple[str, int, str | None, str | None]:
+def _address(url: str) -> tuple[str, int, str | None, str | None, bool]:
     if not isinstance(url, str):
         raise TypeError(f"url is a str, not {type(url).__name__}")
     parts = urlsplit(url)
-    if parts.scheme != "stomp":
-        raise InvalidArgumentError(f"the url must be stomp://HOST:PORT, not {url!r}")
+    if parts.scheme not in ("stomp", "stomp+ssl"):
+        raise InvalidArgumentError(f"the url must be stomp://HOST:PORT or stomp+ssl://HOST:PORT, not {url!r}")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
         raise InvalidArgumentError(f"a stomp url names a host and port only, not {url!r}")
     try:
@@ -35,7 +38,10 @@ def _address(url: str) -> tuple[str, int, str | None, str | None]:
         raise InvalidArgumentError(f"the url names no host: {url!r}")
     login = unquote(parts.username) if parts.username is not None else None
     passcode = unquote(parts.password) if parts.password is not None else None
-    return parts.hostname, port if port is not None else DEFAULT_PORT, login, passcode
+    secure = parts.scheme == "stomp+ssl"
+    if port is None:
+        port = DEFAULT_TLS_PORT if secure else DEFAULT_PORT
+    return parts.hostname, port, login, passcode, secure
 
 
 def connect(
@@ -45,12 +51,18 @@ def connect(
     *,
     heart_beat: tuple[int, int] = (10_000, 10_000),
     timeout: float = 30.0,
+    cafile: str | None = None,
+    ssl_context: ssl.SSLContext | None = None,
     **factory_options: Any,
 ) -> ConnectionFactory:
     """A connection factory for the server at ``url`` (``stomp://HOST:PORT``,
     port 61613 by default; ``stomp://LOGIN:PASSCODE@HOST:PORT`` works too),
     with the embedded API: the same connections, sessions, producers and
-    consumers, each JMS connection one STOMP 1.2 connection. It speaks to
+    consumers, each JMS connection one STOMP 1.2 connection.
+    ``stomp+ssl://HOST:PORT`` (port 61612 by default, as ActiveMQ's) runs
+    it over TLS: the server's certificate must be valid for HOST and signed
+    by an authority in ``cafile`` (PEM), or the system's without one; or
+    give your own ``ssl_context`` (client certificates, other checks). It speaks to
     jmsstore's own server (``jmsstore serve``) and to other STOMP 1.2
     brokers (ActiveMQ Classic was tried).
 
@@ -67,7 +79,15 @@ def connect(
 
     Nothing connects until ``create_connection()``.
     """
-    host, port, url_login, url_passcode = _address(url)
+    host, port, url_login, url_passcode, secure = _address(url)
+    if ssl_context is not None and not isinstance(ssl_context, ssl.SSLContext):
+        raise TypeError(f"ssl_context is an ssl.SSLContext, not {type(ssl_context).__name__}")
+    if cafile is not None and not isinstance(cafile, str):
+        raise TypeError(f"cafile is a path (str), not {type(cafile).__name__}")
+    if not secure and (ssl_context is not None or cafile is not None):
+        raise InvalidArgumentError(f"TLS settings need a stomp+ssl:// url, not {url!r}")
+    if ssl_context is not None and cafile is not None:
+        raise InvalidArgumentError("give ssl_context or cafile, not both")
     for name in _SERVER_SIDE:
         if name in factory_options:
             raise UnsupportedOverStompError(f"{name} is the server's to apply to sends; it has no STOMP form")
@@ -79,11 +99,18 @@ def connect(
         raise InvalidArgumentError(f"heart_beat is two whole numbers of milliseconds (0: none), not {heart_beat!r}")
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 86_400:
         raise InvalidArgumentError(f"timeout must be within 0..86400 seconds, not {timeout!r}")
+    tls: ssl.SSLContext | None = None
+    if secure:
+        try:
+            tls = ssl_context if ssl_context is not None else client_tls_context(cafile)
+        except (OSError, ssl.SSLError) as e:
+            raise InvalidArgumentError(f"cannot load the certificates of cafile {cafile!r}: {e}") from None
     port_ = RemotePort(
         (host, port),
         login if login is not None else url_login,
         passcode if passcode is not None else url_passcode,
         heart_beat,
         timeout,
+        tls,
     )
     return ConnectionFactory(port_, **factory_options)

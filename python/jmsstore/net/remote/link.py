@@ -12,11 +12,11 @@ forever for a server that is gone.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import selectors
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +26,7 @@ from jmsstore.errors import JmsStoreError
 from jmsstore.net.remote.errors import StompConnectionError, server_error
 from jmsstore.net.stomp import heartbeat
 from jmsstore.net.stomp.frames import SERVER_COMMANDS, Command, Frame, FrameError, FrameParser, encode
+from jmsstore.net.stomp.transport import PlainTransport, TlsTransport
 
 __all__ = ["Inbox", "StompLink"]
 
@@ -64,7 +65,9 @@ class StompLink:
 
     ``heart_beat``: (we send at least every N ms, we want the server to
     send every M ms), negotiated with the server's. ``timeout`` (s) bounds
-    the connect, each write, and each wait for a RECEIPT."""
+    the connect (and its TLS handshake), each write, and each wait for a
+    RECEIPT. With ``tls``, the connection runs over TLS and the server's
+    certificate is checked as that context says, against the host name."""
 
     def __init__(
         self,
@@ -74,8 +77,10 @@ class StompLink:
         client_id: str | None,
         heart_beat: tuple[int, int],
         timeout: float,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.address = address
+        self._tls = tls
         self.client_id = client_id
         self._login = login
         self._passcode = passcode
@@ -93,13 +98,14 @@ class StompLink:
         self._send_interval = 0.0
         self._receive_interval = 0.0
         self._last_read = self._last_write = time.monotonic()
-        self._sock = self._connect()
+        self._transport = self._connect()
         self._reader = threading.Thread(target=self._run, name=f"jmsstore-remote-{address[1]}", daemon=True)
         self._reader.start()
 
     @property
     def where(self) -> str:
-        return f"stomp://{self.address[0]}:{self.address[1]}"
+        scheme = "stomp+ssl" if self._tls is not None else "stomp"
+        return f"{scheme}://{self.address[0]}:{self.address[1]}"
 
     def next_id(self) -> str:
         """A fresh id for a subscription, receipt or transaction on this connection."""
@@ -107,13 +113,14 @@ class StompLink:
 
     # ------------------------------------------------------------ the handshake
 
-    def _connect(self) -> socket.socket:
+    def _connect(self) -> PlainTransport:
         try:
             sock = socket.create_connection(self.address, timeout=self._timeout)
         except OSError as e:
             raise StompConnectionError(f"cannot connect to {self.where}: {e.strerror or e}") from None
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # a receipt waits on the last frame
+            transport = self._secure(sock) if self._tls is not None else PlainTransport(sock)
             headers = [("accept-version", "1.2"), ("host", self.address[0])]
             headers.append(("heart-beat", f"{self._heart_beat[0]},{self._heart_beat[1]}"))
             if self._login is not None:
@@ -122,28 +129,45 @@ class StompLink:
                 headers.append(("passcode", self._passcode))
             if self.client_id is not None:
                 headers.append(("client-id", self.client_id))
-            sock.sendall(encode(Frame(Command.CONNECT, headers)))
-            connected = self._first_frame(sock, time.monotonic() + self._timeout)
+            transport.sendall(encode(Frame(Command.CONNECT, headers)))
+            connected = self._first_frame(transport, time.monotonic() + self._timeout)
             self._negotiate(connected)
+        except OSError as e:
+            sock.close()
+            raise StompConnectionError(f"connecting to {self.where}: {e.strerror or e}") from None
         except BaseException:
             sock.close()
             raise
-        return sock
+        return transport
 
-    def _first_frame(self, sock: socket.socket, deadline: float) -> Frame:
+    def _secure(self, sock: socket.socket) -> TlsTransport:
+        assert self._tls is not None
+        transport = TlsTransport(sock, self._tls, server_hostname=self.address[0])
+        try:
+            transport.handshake(self._timeout)
+        except ssl.SSLError as e:
+            raise StompConnectionError(f"the TLS handshake with {self.where} failed: {e.reason or e}") from None
+        except (OSError, TimeoutError) as e:
+            raise StompConnectionError(f"the TLS handshake with {self.where} failed: {e}") from None
+        return transport
+
+    def _first_frame(self, transport: PlainTransport, deadline: float) -> Frame:
+        sock = transport.sock
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise StompConnectionError(f"no CONNECTED frame from {self.where} within {self._timeout:g} s")
             sock.settimeout(remaining)
             try:
-                data = sock.recv(_READ_SIZE)
+                data = transport.recv(_READ_SIZE)
             except TimeoutError:
                 continue
             except OSError as e:
                 raise StompConnectionError(f"connecting to {self.where}: {e.strerror or e}") from None
-            if not data:
+            if data is None:
                 raise StompConnectionError(f"{self.where} closed the connection before CONNECTED")
+            if not data:
+                continue  # part of a TLS record
             try:
                 frames = self._parser.feed(data)
             except FrameError as e:
@@ -199,7 +223,7 @@ class StompLink:
                 self._receipts[receipt] = outcome
         with self._write_lock:
             try:
-                self._sock.sendall(data)
+                self._transport.sendall(data)
             except OSError as e:
                 error = StompConnectionError(f"writing to {self.where}: {e.strerror or e}")
                 if outcome is not None:
@@ -248,7 +272,7 @@ class StompLink:
 
     def _read_loop(self) -> None:
         with selectors.DefaultSelector() as selector:
-            selector.register(self._sock, selectors.EVENT_READ)
+            selector.register(self._transport.sock, selectors.EVENT_READ)
             while self._failure is None:
                 now = time.monotonic()
                 if self._receive_interval and now - self._last_read > 2 * self._receive_interval:
@@ -258,13 +282,15 @@ class StompLink:
                 # At half the interval: a late wake-up on a busy machine still keeps within it.
                 if self._send_interval and now - self._last_write >= self._send_interval / 2:
                     self._beat()
-                if not selector.select(self._tick()):
+                if not self._transport.buffered() and not selector.select(self._tick()):
                     continue
-                data = self._sock.recv(_READ_SIZE)
-                if not data:
+                data = self._transport.recv(_READ_SIZE)
+                if data is None:
                     self._fail(StompConnectionError(f"{self.where} closed the connection"))
                     return
                 self._last_read = time.monotonic()
+                if not data:
+                    continue  # part of a TLS record
                 try:
                     frames = self._parser.feed(data)
                 except FrameError as e:
@@ -283,7 +309,7 @@ class StompLink:
         if not self._write_lock.acquire(blocking=False):
             return
         try:
-            self._sock.sendall(b"\n")
+            self._transport.sendall(b"\n")
             self._last_write = time.monotonic()
         except OSError as e:
             self._fail(StompConnectionError(f"writing to {self.where}: {e.strerror or e}"))
@@ -320,8 +346,7 @@ class StompLink:
             self._failure = error
             receipts, self._receipts = self._receipts, {}
             inboxes = list(self._inboxes.values())
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
+        self._transport.shutdown()
         if not self._closing:
             log.warning("stomp connection to %s failed: %s", self.where, error)
         lost = StompConnectionError(f"the connection to {self.where} is lost: {error}")
@@ -350,4 +375,4 @@ class StompLink:
         self._fail(StompConnectionError("the connection is closed"))
         if self._reader is not threading.current_thread():
             self._reader.join(self._timeout)
-        self._sock.close()
+        self._transport.close()

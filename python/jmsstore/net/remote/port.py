@@ -26,6 +26,7 @@ it closes (STOMP cannot return a message unseen).
 from __future__ import annotations
 
 import itertools
+import ssl
 import threading
 import time
 from collections import deque
@@ -267,7 +268,7 @@ class _Connected:
 
 class RemotePort:
     """A server reached over STOMP 1.2 at ``address`` (see the module
-    documentation); ``heart_beat`` and ``timeout`` as for :class:`StompLink`."""
+    documentation); ``heart_beat``, ``timeout`` and ``tls`` as for :class:`StompLink`."""
 
     def __init__(
         self,
@@ -276,8 +277,10 @@ class RemotePort:
         passcode: str | None,
         heart_beat: tuple[int, int],
         timeout: float,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.address = address
+        self._tls = tls
         self._login = login
         self._passcode = passcode
         self._heart_beat = heart_beat
@@ -291,7 +294,9 @@ class RemotePort:
     def _open_link(self, client_id: str | None) -> StompLink:
         while True:
             try:
-                return StompLink(self.address, self._login, self._passcode, client_id, self._heart_beat, self._timeout)
+                return StompLink(
+                    self.address, self._login, self._passcode, client_id, self._heart_beat, self._timeout, self._tls
+                )
             except InvalidClientIDError:
                 # A server may answer DISCONNECT before it frees the client id: one this
                 # process has just given up is retried for a moment, then refused.

@@ -307,7 +307,10 @@ class StompConnection:
             # At half the interval: a late wake-up on a busy machine still keeps within it.
             if self._send_interval and now - self._last_write >= self._send_interval / 2:
                 self._heart_beat()
-            events = poller.poll(self._tick() * 1000)
+            if reading and self._transport.buffered():
+                events = [(sock_fd, select.POLLIN)]  # bytes that came with the TLS handshake
+            else:
+                events = poller.poll(self._tick() * 1000)
             if not any(fd == sock_fd for fd, _ in events):
                 self._drain_wake()
                 continue

@@ -18,7 +18,7 @@ import ssl
 import threading
 import time
 
-__all__ = ["PlainTransport", "TlsTransport", "Transport", "server_tls_context"]
+__all__ = ["PlainTransport", "TlsTransport", "Transport", "client_tls_context", "server_tls_context"]
 
 
 def server_tls_context(certfile: str, keyfile: str) -> ssl.SSLContext:
@@ -30,6 +30,16 @@ def server_tls_context(certfile: str, keyfile: str) -> ssl.SSLContext:
     return context
 
 
+def client_tls_context(cafile: str | None = None) -> ssl.SSLContext:
+    """A client-side TLS context with the standard library's defaults (TLS
+    1.2 or later, the server's certificate checked against its host name),
+    trusting the certificates in ``cafile`` (PEM) or, without one, the
+    system's certificate authorities."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cafile)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
 class PlainTransport:
     """A TCP socket as it is."""
 
@@ -38,6 +48,11 @@ class PlainTransport:
 
     def handshake(self, timeout: float) -> None:
         """Nothing to agree on."""
+
+    def buffered(self) -> bool:
+        """Whether :meth:`recv` has bytes without reading the socket (a
+        reader must not wait for the socket then)."""
+        return False
 
     def recv(self, size: int) -> bytes | None:
         """Bytes received (``b""``: none yet); None once the peer has closed."""
@@ -56,15 +71,22 @@ class PlainTransport:
 
 
 class TlsTransport(PlainTransport):
-    """TLS over a TCP socket, the server's side (see the module documentation)."""
+    """TLS over a TCP socket (see the module documentation): the server's
+    side, or with ``server_hostname`` the client's, which checks the
+    server's certificate against that name as ``context`` says."""
 
-    def __init__(self, sock: socket.socket, context: ssl.SSLContext) -> None:
+    def __init__(self, sock: socket.socket, context: ssl.SSLContext, server_hostname: str | None = None) -> None:
         super().__init__(sock)
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
-        self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
+        self._tls = context.wrap_bio(
+            self._incoming, self._outgoing, server_side=server_hostname is None, server_hostname=server_hostname
+        )
         self._lock = threading.Lock()  # the TLS state
         self._send_lock = threading.Lock()  # taking bytes from the outgoing buffer and sending them
+        # What came in the handshake's last read after it finished: a peer
+        # may send its first bytes in the same flight as its Finished message.
+        self._early: list[bytes] = []
 
     def handshake(self, timeout: float) -> None:
         """Runs the TLS handshake within ``timeout`` seconds (``ssl.SSLError``,
@@ -77,6 +99,8 @@ class TlsTransport(PlainTransport):
                     done = True
                 except ssl.SSLWantReadError:
                     done = False
+                if done:
+                    self._early, _ = self._read_plain()
             self._flush()
             if done:
                 return
@@ -90,40 +114,45 @@ class TlsTransport(PlainTransport):
             finally:
                 self.sock.settimeout(previous)
             if not data:
-                raise ConnectionResetError("the client closed the connection during the TLS handshake")
+                raise ConnectionResetError("the peer closed the connection during the TLS handshake")
             with self._lock:
                 self._incoming.write(data)
 
+    def buffered(self) -> bool:
+        return bool(self._early)
+
     def recv(self, size: int) -> bytes | None:
+        if self._early:
+            early, self._early = self._early, []
+            return b"".join(early)
         data = self.sock.recv(size)
-        closed = not data
-        plain: list[bytes] = []
         with self._lock:
-            if closed:
-                self._incoming.write_eof()
-            else:
+            if data:
                 self._incoming.write(data)
-            while True:
-                try:
-                    chunk = self._tls.read(64 * 1024)
-                except ssl.SSLWantReadError:
-                    break
-                except ssl.SSLZeroReturnError:  # close_notify
-                    closed = True
-                    break
-                except ssl.SSLEOFError:
-                    closed = True
-                    break
-                if not chunk:
-                    closed = True
-                    break
-                plain.append(chunk)
+            else:
+                self._incoming.write_eof()
+            plain, closed = self._read_plain()
             answer = self._outgoing.pending > 0
         if answer:
             self._flush()  # what reading made TLS say (a key update, an alert)
         if plain:
             return b"".join(plain)
-        return None if closed else b""
+        return None if closed or not data else b""
+
+    def _read_plain(self) -> tuple[list[bytes], bool]:
+        """The plain bytes of the records in the incoming buffer, and whether
+        the peer has closed (under the TLS lock)."""
+        plain: list[bytes] = []
+        while True:
+            try:
+                chunk = self._tls.read(64 * 1024)
+            except ssl.SSLWantReadError:
+                return plain, False
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):  # close_notify, or the end without it
+                return plain, True
+            if not chunk:
+                return plain, True
+            plain.append(chunk)
 
     def sendall(self, data: bytes) -> None:
         with self._send_lock:
