@@ -361,6 +361,51 @@ def test_features_without_a_stomp_form_raise_naming_them(remote: Broker) -> None
         producer.send(TextMessage("still connected"))  # none of these broke the connection
 
 
+def test_a_consumer_holding_its_whole_prefetch_unacknowledged_is_told_so(remote: Broker) -> None:
+    """STOMP has no "delivered" acknowledgement, so a CLIENT or transacted
+    consumer holding ``messages_maximum`` messages unacknowledged gets no
+    more from the server: the receive that finds it so raises, naming the
+    prefetch, instead of waiting in vain; acknowledging (or committing)
+    lets the rest come. DUPS_OK and AUTO, whose acknowledgements the
+    session sends as it goes, never see it."""
+    queue, tx_queue, dups_queue = remote.queue("held"), remote.queue("held-tx"), remote.queue("held-dups")
+    factory = remote.factory(messages_maximum=3)
+    with factory.create_connection() as connection:
+        connection.start()
+        session = connection.create_session(ack_mode=AckMode.CLIENT)
+        producer = session.create_producer(queue)
+        for n in range(6):
+            producer.send(TextMessage(f"c{n}"))
+        consumer = session.create_consumer(queue)
+        held = [consumer.receive(WAIT) for _ in range(3)]
+        assert texts(held) == ["c0", "c1", "c2"]
+        with pytest.raises(UnsupportedOverStompError, match="prefetch"):
+            consumer.receive(WAIT)
+        held[-1].acknowledge()  # type: ignore[union-attr]
+        assert texts([consumer.receive(WAIT) for _ in range(3)]) == ["c3", "c4", "c5"]
+        session.acknowledge()
+
+        transacted = connection.create_session(transacted=True)
+        sender = transacted.create_producer(tx_queue)
+        for n in range(4):
+            sender.send(TextMessage(f"t{n}"))
+        transacted.commit()
+        receiver = transacted.create_consumer(tx_queue)
+        assert texts([receiver.receive(WAIT) for _ in range(3)]) == ["t0", "t1", "t2"]
+        with pytest.raises(UnsupportedOverStompError, match="messages_maximum"):
+            receiver.receive(WAIT)
+        transacted.commit()
+        assert texts([receiver.receive(WAIT)]) == ["t3"]
+        transacted.commit()
+
+        dups = connection.create_session(ack_mode=AckMode.DUPS_OK)
+        dups_producer = dups.create_producer(dups_queue)
+        for n in range(10):
+            dups_producer.send(TextMessage(f"d{n}"))
+        dups_consumer = dups.create_consumer(dups_queue)
+        assert texts([dups_consumer.receive(WAIT) for _ in range(10)]) == [f"d{n}" for n in range(10)]
+
+
 def test_heart_beats_keep_an_idle_connection_alive(tmp_path: Path) -> None:
     # The server cuts off a client silent for twice the negotiated 100 ms: this one is not.
     beating = Broker(tmp_path / "beating", remote=True, heart_beat=(100, 100))

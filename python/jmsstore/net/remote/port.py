@@ -18,7 +18,10 @@ session decides what is acknowledged and when:
   (the server redelivers them flagged ``redelivered``).
 
 A consumer's prefetch is ``activemq.prefetchSize``: the messages the server
-may have delivered and not yet seen acknowledged, at most. Messages a
+may have delivered and not yet seen acknowledged, at most. A CLIENT or
+transacted consumer whose application holds all of them gets no more (STOMP
+has no "delivered" acknowledgement to widen the window): its receive raises
+:class:`UnsupportedOverStompError` saying so, once. Messages a
 consumer holds but has not handed out go back, flagged redelivered, when
 it closes (STOMP cannot return a message unseen).
 """
@@ -140,11 +143,13 @@ class RemoteConsumer:
     """A consumer's port: one SUBSCRIBE, and the MESSAGE frames it has
     received and not yet settled (``client.port.ConsumerPort``)."""
 
-    def __init__(self, link: StompLink, subscription_id: str, destination: Destination) -> None:
+    def __init__(self, link: StompLink, subscription_id: str, destination: Destination, prefetch: int) -> None:
         self.destination = destination
         self.bell = Doorbell()
         self.link = link
         self.subscription_id = subscription_id
+        self.prefetch = prefetch
+        self._stall = 0  # looks in a row that found the whole prefetch held (see fetch)
         self._lock = threading.Lock()
         self._inbox: deque[Delivery] = deque()  # received, not handed to the consumer
         self._frames: dict[int, Frame] = {}  # key -> MESSAGE frame, until settled
@@ -176,6 +181,26 @@ class RemoteConsumer:
         with self._lock:
             taken = [self._inbox.popleft() for _ in range(min(limit, len(self._inbox)))]
             self._handed_out.update(d.key for d in taken)
+            held = len(self._handed_out)
+            # ``limit`` is the room in the consumer's own buffer: all of the prefetch
+            # when it is empty, so that the application has every held message.
+            if taken or held < self.prefetch or limit < self.prefetch:
+                self._stall = 0
+                return taken
+            # The application holds the whole prefetch. A session that batches its
+            # acknowledgements (DUPS_OK) sends them when a look finds nothing, which can
+            # be the second in a row (the first: the refill after the last buffered one);
+            # still so at the third, the server will send nothing: the consumer is told, once.
+            self._stall += 1
+            report = self._stall == 3
+        if report:
+            # STOMP has no acknowledgement of "delivered, not yet consumed" (OpenWire's
+            # delivered ack): the server sends no more until some are acknowledged.
+            raise UnsupportedOverStompError(
+                f"this consumer holds {held} messages unacknowledged, its whole prefetch "
+                f"(activemq.prefetchSize {self.prefetch}): over STOMP the server sends no more until the "
+                "session acknowledges or commits; acknowledge sooner, or raise messages_maximum"
+            )
         return taken
 
     @property
@@ -429,8 +454,9 @@ class RemotePort:
         entry = self._connected(connection)
         link = entry.link
         subscription_id = f"s-{link.next_id()}"
-        consumer = RemoteConsumer(link, subscription_id, destination)
-        headers = self._subscribe_headers(subscription_id, destination, selector, self._prefetch(entry.connection))
+        prefetch = self._prefetch(entry.connection)
+        consumer = RemoteConsumer(link, subscription_id, destination, prefetch)
+        headers = self._subscribe_headers(subscription_id, destination, selector, prefetch)
         link.add_inbox(subscription_id, consumer)  # before SUBSCRIBE: a MESSAGE may come before its receipt
         try:
             link.request([Frame(Command.SUBSCRIBE, headers + extra)], "SUBSCRIBE")
