@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -185,6 +186,45 @@ def test_client_acknowledge_and_recover_redeliver(broker: Broker) -> None:
         last.acknowledge()  # everything the session delivered
         session.recover()
         assert consumer.receive(0.2) is None
+    with broker.factory().create_connection() as connection:
+        connection.start()
+        assert connection.create_session().create_consumer(queue).receive(0.2) is None
+
+
+def test_recover_redelivers_before_the_messages_behind_and_unseen_ones_come_back_unflagged(broker: Broker) -> None:
+    """JMS 2.0 §6.2.12: recover restarts delivery from the oldest unacknowledged
+    message, so the recovered messages come before the later ones the consumer
+    has already been sent (over STOMP: in its client's buffer, NACKed back to
+    jmsstore's server as never delivered). Those, and the ones a closing
+    consumer never handed out, are not flagged redelivered."""
+    queue = broker.queue("reorder")
+    with broker.factory(messages_maximum=8).create_connection() as connection:
+        connection.start()
+        session = connection.create_session(ack_mode=AckMode.CLIENT)
+        producer = session.create_producer(queue)
+        for n in range(8):
+            producer.send(TextMessage(f"m{n}"))
+        consumer = session.create_consumer(queue)
+        first = [consumer.receive(WAIT) for _ in range(2)]
+        assert texts(first) == ["m0", "m1"]
+        time.sleep(0.2)  # the other six reach the client's buffer
+        session.recover()
+        again = [consumer.receive(WAIT) for _ in range(8)]
+        assert texts(again) == [f"m{n}" for n in range(8)]
+        assert [m.redelivered for m in again if m is not None] == [True, True] + [False] * 6
+        assert [m.delivery_count for m in again if m is not None] == [2, 2] + [1] * 6
+        again[2].acknowledge()  # type: ignore[union-attr]  # CLIENT: the eight delivered
+        for n in range(8, 12):
+            producer.send(TextMessage(f"m{n}"))
+        assert texts([consumer.receive(WAIT)]) == ["m8"]
+        time.sleep(0.2)
+        consumer.close()  # m9..m11 were sent to it and never handed out
+        session.recover()  # m8 comes back, flagged
+        reader = session.create_consumer(queue)
+        back = [reader.receive(WAIT) for _ in range(4)]
+        assert texts(back) == ["m8", "m9", "m10", "m11"]
+        assert [m.redelivered for m in back if m is not None] == [True, False, False, False]
+        back[-1].acknowledge()  # type: ignore[union-attr]
     with broker.factory().create_connection() as connection:
         connection.start()
         assert connection.create_session().create_consumer(queue).receive(0.2) is None

@@ -81,6 +81,7 @@ class StompLink:
     ) -> None:
         self.address = address
         self._tls = tls
+        self.speaks_jmsstore = False  # the server said it is jmsstore's (CONNECTED's server header)
         self.client_id = client_id
         self._login = login
         self._passcode = passcode
@@ -185,6 +186,8 @@ class StompLink:
             return first
 
     def _negotiate(self, connected: Frame) -> None:
+        # jmsstore's own server understands its extensions (see ``speaks_jmsstore``).
+        self.speaks_jmsstore = (connected.header("server") or "").startswith("jmsstore/")
         version = connected.header("version", "1.0")
         if version != "1.2":
             raise StompConnectionError(f"{self.where} speaks STOMP {version}; this client speaks 1.2")

@@ -45,6 +45,7 @@ from jmsstore.net.remote.errors import UnsupportedOverStompError
 from jmsstore.net.remote.link import StompLink
 from jmsstore.net.remote.messages import received_message, send_frame, stomp_destination
 from jmsstore.net.stomp.frames import Command, Frame
+from jmsstore.net.stomp.mapping import UNSEEN_HEADER
 from jmsstore.selector import Selector
 
 __all__ = ["RemoteConsumer", "RemotePort", "RemoteProducer"]
@@ -237,6 +238,14 @@ class RemoteConsumer:
                     self._handed_out.discard(d.key)
                     self._inbox.appendleft(d)
 
+    def take_unseen(self) -> list[Delivery]:
+        """The messages received and not handed to the consumer, now out of
+        the inbox (to be NACKed back, in order)."""
+        with self._lock:
+            unseen = list(self._inbox)
+            self._inbox.clear()
+        return unseen
+
     def settle(self, key: int) -> str | None:
         """The ack id to ACK or NACK the message with (None: already settled,
         or returned to the server when the subscription ended)."""
@@ -266,12 +275,18 @@ class RemoteConsumer:
             if self._unsubscribed:
                 return
             self._unsubscribed = True
+            unseen = [self._acks[d.key] for d in self._inbox if d.key in self._acks]
             self._inbox.clear()
             self._frames.clear()
             self._acks.clear()
         self.link.remove_inbox(self.subscription_id)
         if not self.link.failed:  # else the server has taken everything back already
-            self.link.request([Frame(Command.UNSUBSCRIBE, [("id", self.subscription_id)])], "UNSUBSCRIBE")
+            frames = []
+            if self.link.speaks_jmsstore:
+                # Never handed out: back as never delivered (else UNSUBSCRIBE returns them flagged redelivered).
+                frames = [Frame(Command.NACK, [("id", ack), (UNSEEN_HEADER, "true")]) for ack in unseen]
+            frames.append(Frame(Command.UNSUBSCRIBE, [("id", self.subscription_id)]))
+            self.link.request(frames, "UNSUBSCRIBE")
 
 
 def _consumer_of(delivery: Delivery) -> RemoteConsumer:
@@ -502,9 +517,12 @@ class RemotePort:
         return AckBacklog()  # stays empty: ACK frames go out as the session acknowledges
 
     def _settling(
-        self, command: str, deliveries: list[Delivery], transaction: str | None = None
+        self, command: str, deliveries: list[Delivery], transaction: str | None = None, unseen: bool = False
     ) -> tuple[dict[StompLink, list[Frame]], set[RemoteConsumer]]:
-        """The ACK or NACK frames of ``deliveries``, per connection, and their consumers."""
+        """The ACK or NACK frames of ``deliveries``, per connection, and their
+        consumers. ``unseen``: NACKs of messages the application never had,
+        which jmsstore's server returns with their delivery count as it was
+        (another server counts them as any NACK)."""
         frames: dict[StompLink, list[Frame]] = {}
         consumers: set[RemoteConsumer] = set()
         for d in deliveries:
@@ -516,6 +534,8 @@ class RemotePort:
             headers = [("id", ack)]
             if transaction is not None:
                 headers.append(("transaction", transaction))
+            if unseen:
+                headers.append((UNSEEN_HEADER, "true"))
             frames.setdefault(consumer.link, []).append(Frame(command, headers))
         return frames, consumers
 
@@ -545,6 +565,16 @@ class RemotePort:
                 consumer.give_back(returned)
             return
         frames, consumers = self._settling(Command.NACK, deliveries)
+        # What the consumers hold unseen goes back too, after them: the server then
+        # sends everything again in its order, so that the messages coming back are
+        # redelivered before the later ones (recover, rollback, a listener that raised).
+        # Only to jmsstore's server, which returns them as never delivered: another
+        # counts a NACK as a failed delivery (ActiveMQ's redelivery policy, its DLQ).
+        for consumer in consumers:
+            if consumer.link.speaks_jmsstore:
+                unseen, _ = self._settling(Command.NACK, consumer.take_unseen(), unseen=True)
+                for link, nacks in unseen.items():
+                    frames.setdefault(link, []).extend(nacks)
         for link, nacks in frames.items():
             if not link.failed:  # else the server took them back when the connection ended
                 link.write(nacks)

@@ -62,7 +62,13 @@ from jmsstore.net.stomp.frames import (
     encode,
     error_frame,
 )
-from jmsstore.net.stomp.mapping import ProtocolError, destination_name, outgoing_message, parse_destination
+from jmsstore.net.stomp.mapping import (
+    UNSEEN_HEADER,
+    ProtocolError,
+    destination_name,
+    outgoing_message,
+    parse_destination,
+)
 from jmsstore.net.stomp.resources import ByteBudget, Slots
 from jmsstore.net.stomp.security import Security, User
 from jmsstore.net.stomp.settings import StompSettings
@@ -727,7 +733,8 @@ class StompConnection:
         if tx is not None:
             tx.nacks.extend(deliveries)
         else:
-            self._port.release(deliveries, redelivered=True)
+            # jmsstore's clients say which messages their application never had.
+            self._port.release(deliveries, redelivered=headers.get(UNSEEN_HEADER) != "true")
         return True
 
     def _transaction(self, name: str) -> _Transaction:

@@ -41,6 +41,7 @@ from jmsstore.jms.message import BytesMessage, DeliveryMode, Message, TextMessag
 
 __all__ = [
     "TEXT_CONTENT_TYPE",
+    "UNSEEN_HEADER",
     "Outgoing",
     "ProtocolError",
     "destination_name",
@@ -53,6 +54,12 @@ __all__ = [
 
 # The content-type of a text message's MESSAGE frame.
 TEXT_CONTENT_TYPE = "text/plain;charset=utf-8"
+
+# A NACK with this header set to ``true`` returns a message the client's
+# application never had (it was ahead in the client's buffer): jmsstore's
+# extension, so that such a message goes back as a JMS consumer's
+# prefetched ones do, its delivery count unchanged and not flagged redelivered.
+UNSEEN_HEADER = "jmsstore.unseen"
 
 
 class ProtocolError(JmsStoreError):
