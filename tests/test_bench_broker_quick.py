@@ -58,7 +58,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert out.exists(), proc.stderr[-4000:]
     assert [p for p in tmp.iterdir() if p.name.startswith("broker-")] == []  # scratch space cleaned up
-    for title in ("Broker throughput", "Process CPU per message against the engine floor", "Goal ratios", "Goals"):
+    for title in (
+        "Broker throughput",
+        "Process CPU per message against the engine floor",
+        "send_async against its floor with the JMS 2.0 future",
+        "Goal ratios",
+        "Goals",
+    ):
         assert f"== {title}" in proc.stdout
     assert "throughput: 16+16 threads, round 1/1: pq-sqlite" in proc.stderr  # progress
     assert "throughput: 16+16 threads, round 1/1: floor of async" in proc.stderr
@@ -124,7 +130,12 @@ def test_counts_add_up(report: dict[str, Any]) -> None:
 
 def test_every_run_of_ours_has_its_engine_floor(report: dict[str, Any]) -> None:
     per_threads = report["settings"]["throughput"]["messages_per_thread_count"]
-    assert report["settings"]["throughput"]["floor"]["scenarios"] == ["non-persistent", "persistent", "async"]
+    assert report["settings"]["throughput"]["floor"]["scenarios"] == [
+        "non-persistent",
+        "persistent",
+        "async",
+        "async-futures",
+    ]
     for (system, threads), row in _rows(report).items():
         (run,) = row["rounds"]
         if system not in OURS:
@@ -152,6 +163,15 @@ def test_every_run_of_ours_has_its_engine_floor(report: dict[str, Any]) -> None:
         assert row["cpu_vs_floor_rounds"] == [run["cpu_vs_floor"]]
         assert row["floor_cpu_us_per_message"] == f["cpu_us_per_message"] and row["floor_rate"] == f["rate"]
         assert row["floor_failed_rounds"] == 0
+        if system == "async":
+            # Beside it, the same floor with a Future per send: the same messages moved, more CPU for each.
+            ff = run["floor_futures"]
+            assert ff["scenario"] == "async-futures" and ff["received"] == f["received"] and ff["send_errors"] == 0
+            assert run["cpu_vs_floor_futures"] == pytest.approx(run["cpu_us_per_message"] / ff["cpu_us_per_message"])
+            assert row["floor_futures_cpu_us_per_message"] == ff["cpu_us_per_message"]
+            assert row["cpu_vs_floor_futures"] == run["cpu_vs_floor_futures"]
+        else:
+            assert "floor_futures" not in run and "cpu_vs_floor_futures" not in row
 
 
 @pytest.mark.parametrize("scenario", floor.SCENARIOS)

@@ -474,6 +474,12 @@ def _summarise(name: str, threads: int, runs: list[dict[str, Any]], baselines: l
         per_round = [r.get("cpu_vs_floor") for r in ok]
         row["cpu_vs_floor_rounds"] = per_round
         row["cpu_vs_floor"], row["cpu_vs_floor_min"], row["cpu_vs_floor_max"] = _spread(per_round)
+        with_futures = [f for r in ok if "error" not in (f := r.get("floor_futures") or {"error": "not run"})]
+        if with_futures:
+            row["floor_futures_cpu_us_per_message"] = median([f["cpu_us_per_message"] for f in with_futures])
+            row["cpu_vs_floor_futures"], row["cpu_vs_floor_futures_min"], row["cpu_vs_floor_futures_max"] = _spread(
+                [r.get("cpu_vs_floor_futures") for r in ok]
+            )
     return row
 
 
@@ -553,6 +559,17 @@ def bench_throughput(ctx: Context) -> None:
                     r["floor"] = f
                     if "error" not in r:
                         r["cpu_vs_floor"] = ratio(r["cpu_us_per_message"], f.get("cpu_us_per_message"))
+                    if name == "async":
+                        # Beside the floor, not instead of it: what the JMS 2.0 future adds to it.
+                        ctx.step(f"{where}: floor of async with a Future per send")
+                        try:
+                            ff = measure_floor(ctx, "async-futures", threads, per_producer, body, cap)
+                        except Exception as e:
+                            ff = {"system": "floor of async-futures", "threads": threads, "error": str(e)}
+                            ctx.note(f"the floor of async with futures, {threads} threads, failed: {ff['error']}")
+                        r["floor_futures"] = ff
+                        if "error" not in r:
+                            r["cpu_vs_floor_futures"] = ratio(r["cpu_us_per_message"], ff.get("cpu_us_per_message"))
                 per_system[name].append(r)
             probe1 = raw_disk.limit(ctx.scratch, 1, 1100, 100 if ctx.quick else 300)["syncs_per_s"]
             disk.append({"threads": threads, "round": i + 1, "syncs_per_s_before": probe0, "syncs_per_s_after": probe1})
@@ -831,6 +848,25 @@ def _report(
             ]
         ),
     )
+    with_futures = [r for r in ours if r.get("floor_futures_cpu_us_per_message") is not None]
+    if with_futures:
+        ctx.table(
+            "send_async against its floor with the JMS 2.0 future (not a goal: what the API's Future costs)",
+            ["threads", "CPU us/msg", "floor us/msg", "floor with futures us/msg", "CPU/floor with futures", "range"],
+            [
+                [
+                    r["threads"],
+                    r.get("cpu_us_per_message"),
+                    r.get("floor_cpu_us_per_message"),
+                    r.get("floor_futures_cpu_us_per_message"),
+                    r.get("cpu_vs_floor_futures"),
+                    _range(r.get("cpu_vs_floor_futures_min"), r.get("cpu_vs_floor_futures_max"), rounds_n),
+                ]
+                for r in with_futures
+            ],
+            footer="floor with futures: the async floor plus a concurrent.futures.Future per send, held in the window "
+            "and completed by the sending thread (the least it can cost; bench/floor.py, async-futures).",
+        )
     ctx.table(
         "Goal ratios",
         ["goal", "what", "numerator", "denominator", "ratio", "range", "target", ""],

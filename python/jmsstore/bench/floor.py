@@ -39,6 +39,14 @@ What a floor thread does per message, and why that is the floor:
   is full the oldest is waited for (``Signal.wait``, its error checked)
   and only then added to the pager: a message is visible once durable, as
   with the broker, which publishes it from the store's completer thread;
+- ``async-futures``: ``async`` plus what JMS 2.0's asynchronous send
+  returns: a ``concurrent.futures.Future`` per send, held in the window
+  and completed by the sending thread itself when it leaves it (the least
+  a future can cost: the broker completes its futures on its callback
+  thread, as JMS 2.0 has it). Not one of the issue's floors: the broker
+  suite reports it beside ``async``'s, to show how much of the broker's
+  ``send_async`` cost is the future the API promises (its making,
+  completing and the cyclic collector's work on it);
 - every scenario, receiving: after every 128 messages sent a thread takes
   up to 128 (``take_many``, the consumer's prefetch, ``messages_maximum``),
   and for each: ``remove`` from the pager, ``decode`` into the ``Message``
@@ -78,6 +86,7 @@ import os
 import shutil
 import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +96,7 @@ from jmsstore.bench.store import settle
 from jmsstore.broker import BytesMessage, DeliveryMode
 from jmsstore.jms.message import decode, encode
 
-SCENARIOS = ("non-persistent", "persistent", "async")
+SCENARIOS = ("non-persistent", "persistent", "async", "async-futures")
 WINDOW = 128  # the broker suite's send_async window per producer
 TAKE = 128  # the broker suite's messages_maximum: a consumer's prefetch
 DELETES = 128  # store deletes per lazy batch, as the broker's AUTO acknowledgement batches them
@@ -163,21 +172,41 @@ class _Floor:
         destination. Returns the messages this thread sent."""
         scenario = self.scenario
         persistent = scenario != "non-persistent"
+        futures = scenario == "async-futures"
         store, pager, dest, body = self.store, self.pager, self.destination, self.body
         put, put_async, add = store.put, store.put_async, pager.add
         take_many, remove = pager.take_many, pager.remove
         size = len(body)
         mode = DeliveryMode.PERSISTENT if persistent else DeliveryMode.NON_PERSISTENT
         seqs = self.ids(per_thread)
-        window: collections.deque[tuple[_native.Signal, int, bytes, int, int]] = collections.deque()
+        window: collections.deque[
+            tuple[_native.Signal, int, bytes, int, int, Future[BytesMessage] | None, BytesMessage]
+        ] = collections.deque()
         deletes: list[int] = []
         received = wrong = errors = 0
         clock = time.perf_counter
 
-        def visible(signal: _native.Signal, handle: int, data: bytes, ident: int, now: int) -> None:
+        def visible(
+            signal: _native.Signal,
+            handle: int,
+            data: bytes,
+            ident: int,
+            now: int,
+            future: Future[BytesMessage] | None,
+            sent_message: BytesMessage,
+        ) -> None:
             nonlocal errors
             signal.wait()
-            if signal.error() is not None:
+            error = signal.error()
+            if future is not None:
+                # Completed here, by the sending thread: the least a future can cost (the broker's
+                # complete on its callback thread, as JMS 2.0 has it).
+                if error is None:
+                    future.set_result(sent_message)
+                else:
+                    future.set_exception(error)
+                future.exception()
+            if error is not None:
                 errors += 1
                 return
             add(dest, data, len(data), ident, 4, now, 0, now, 0, None, None, None, handle)
@@ -227,8 +256,13 @@ class _Floor:
                     if len(window) >= WINDOW:
                         visible(*window.popleft())
                     signal = _native.Signal()
+                    future: Future[BytesMessage] | None = None
+                    if futures:
+                        # What a send_async returns under JMS 2.0: a Future, to complete with the message.
+                        future = Future()
+                        future.set_running_or_notify_cancel()
                     handle = put_async(COLLECTION, data, None, signal)
-                    window.append((signal, handle, data, seq, now))
+                    window.append((signal, handle, data, seq, now, future, message))
                 sent += 1
                 if sent % TAKE == 0:
                     receive()
