@@ -57,10 +57,17 @@ class SendFuture(Future[Message]):
 
     def __init__(self, message: Message, on_completion: CompletionCallback | None) -> None:
         super().__init__()
-        self.set_running_or_notify_cancel()  # sent already: it cannot be cancelled
         self.message = message
         self.on_completion = on_completion
         self.window: AsyncWindow | None = None  # the producer's, once the send is in it
+
+    def cancel(self) -> bool:
+        """False: the message is sent already, it cannot be cancelled."""
+        return False
+
+    def running(self) -> bool:
+        """Whether the send is under way (not yet complete): it never waits to start."""
+        return not self.done()
 
     def result(self, timeout: float | None = None) -> Message:
         return super().result(checked_timeout(timeout, negative_is_zero=True))
