@@ -4,6 +4,7 @@ only; every wait is bounded."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 import stomp
 from jmsstore import BytesMessage, DeliveryMode, JMSServer, Queue, TextMessage, Topic
+from jmsstore.errors import IllegalStateError, InvalidArgumentError
 from jmsstore.net import StompServer, serve
 from jmsstore.net.stomp.frames import FrameLimits
 from stomp_helpers import RawClient
@@ -647,3 +649,46 @@ def test_closing_the_server_returns_unacknowledged_messages(
         consumer = connection.create_session().create_consumer(Queue("shutdown"))
         back = [consumer.receive(WAIT) for _ in range(2)]
     assert [m.redelivered for m in back if m is not None] == [True, True]
+
+
+# ---------------------------------------------------------------- JMSServer.listen
+
+
+def test_a_jms_server_listens_and_closes_its_endpoint_with_itself(home: Path) -> None:
+    """``server.listen(host, port)`` serves STOMP as ``jmsstore serve`` does;
+    the server closes its endpoints first when it closes."""
+    jms = JMSServer(home)
+    try:
+        endpoint = jms.listen("127.0.0.1", 0)
+        assert isinstance(endpoint, StompServer)
+        host, port = endpoint.address
+        assert host == "127.0.0.1" and port > 0
+        conn = stomp.Connection12([endpoint.address], auto_decode=False, timeout=WAIT)
+        collector = Collector()
+        conn.set_listener("collector", collector)
+        conn.connect(wait=True)
+        conn.send("/queue/listened", b"hello", receipt="r1")
+        collector.wait_receipt("r1")
+        with jms.connection_factory().create_connection() as connection:
+            connection.start()
+            message = connection.create_session().create_consumer(Queue("listened")).receive(WAIT)
+            assert isinstance(message, BytesMessage) and message.body == b"hello"
+    finally:
+        jms.close()
+    collector.wait(lambda: collector.disconnected)  # closed with the server
+    with pytest.raises(OSError):
+        socket.create_connection((host, port), timeout=1.0).close()  # nothing listens there any more
+
+
+def test_listen_refuses_what_it_cannot_serve_and_opens_nothing(home: Path) -> None:
+    jms = JMSServer(home)
+    try:
+        with pytest.raises(InvalidArgumentError, match="'stomp'"):
+            jms.listen("127.0.0.1", 0, protocol="amqp")  # names the protocols there are
+        with pytest.raises(TypeError):
+            jms.listen("127.0.0.1", 0, no_such_option=True)
+        assert jms.statistics()["sent"] == 0
+    finally:
+        jms.close()
+    with pytest.raises(IllegalStateError):
+        jms.listen("127.0.0.1", 0)

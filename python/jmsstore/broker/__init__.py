@@ -6,6 +6,8 @@ The client API (:mod:`jmsstore.client`) and the JMS vocabulary
 (:mod:`jmsstore.jms`) are re-exported here for convenience.
 """
 
+from jmsstore.broker.endpoints import Endpoint
+from jmsstore.broker.endpoints import register as register_endpoint
 from jmsstore.broker.server import JMSServer, open_all, open_server
 from jmsstore.broker.settings import DestinationSettings
 from jmsstore.client import (
@@ -38,6 +40,7 @@ __all__ = [
     "DeliveryMode",
     "Destination",
     "DestinationSettings",
+    "Endpoint",
     "JMSServer",
     "MapMessage",
     "Message",
@@ -52,4 +55,5 @@ __all__ = [
     "Topic",
     "open_all",
     "open_server",
+    "register_endpoint",
 ]

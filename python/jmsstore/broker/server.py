@@ -28,7 +28,8 @@ from collections.abc import Callable
 from typing import Any
 
 from jmsstore._native import HeaderIndex, NativeBroker
-from jmsstore.broker import config
+from jmsstore.broker import config, endpoints
+from jmsstore.broker.endpoints import Endpoint
 from jmsstore.broker.expiry import ExpiryReaper
 from jmsstore.broker.layout import ServerLayout, encode_json, store_directory
 from jmsstore.broker.layout import paging_directory as layout_paging_directory
@@ -134,6 +135,7 @@ class JMSServer:
         self.layout = ServerLayout(self.name)
         self._closed = False
         self._lock = threading.RLock()
+        self._endpoints: list[Endpoint] = []  # what listen() opened: closed first
         # The store's recovery hands the header fields of this server's stored
         # messages on as it reads them: the backlog loads without a second read.
         self._header_index: HeaderIndex | None = None
@@ -451,6 +453,26 @@ class JMSServer:
         self._check_open()
         return ConnectionFactory(self.port, **options)
 
+    def listen(
+        self, host: str = "127.0.0.1", port: int = 61613, *, protocol: str = "stomp", **options: Any
+    ) -> Endpoint:
+        """Serves this server to other processes on ``host:port`` (loopback
+        unless told; port 0: one the system picks, see the endpoint's
+        ``address``), as ``jmsstore serve`` does: ``protocol`` ``"stomp"``
+        is STOMP 1.2 (``options``: :class:`jmsstore.net.StompServer`'s, such
+        as ``tls``, ``security``, ``auto_create``). The endpoint is started;
+        close it, or it closes with the server, before its connections' consumers."""
+        self._check_open()
+        make = endpoints.factory(protocol)
+        endpoint = make(self, host, port, **options)
+        with self._lock:
+            if not self._closed:
+                self._endpoints.append(endpoint)
+                return endpoint
+        endpoint.close()  # closed meanwhile
+        self._check_open()
+        return endpoint
+
     # ------------------------------------------------------------ statistics and lifecycle
 
     def statistics(self) -> dict[str, Any]:
@@ -471,6 +493,10 @@ class JMSServer:
         with self._lock:
             if self._closed:
                 return
+            opened, self._endpoints = self._endpoints, []
+        for endpoint in opened:
+            endpoint.close()  # its clients first: their connections are this server's
+        with self._lock:
             connections = list(self.port.connections)
         for conn in connections:
             conn.close()
