@@ -6,8 +6,11 @@ Both follow ActiveMQ Classic's mapping, the one the server uses
 ``content-length``, a bytes message with it (a MESSAGE with a
 ``content-length`` is text too when its ``content-type`` is ``text/...``); ``persistent``, ``priority``,
 ``expires`` (absolute epoch ms), ``type``, ``correlation-id`` and
-``reply-to`` carry the JMS headers; properties travel as headers and come
-back as strings. Map and stream messages have no STOMP form.
+``reply-to`` carry the JMS headers; properties travel as headers, with
+``jmsstore.property-types`` naming the type of each that is not a string
+(:mod:`jmsstore.net.stomp.types`), so that they come back as they were sent
+(from a broker that drops that header, as strings). Map and stream messages
+have no STOMP form.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from jmsstore.jms.message import BytesMessage, DeliveryMode, Message, TextMessag
 from jmsstore.net.remote.errors import StompServerError, UnsupportedOverStompError
 from jmsstore.net.stomp.frames import Command, Frame
 from jmsstore.net.stomp.mapping import destination_name, outgoing_message
+from jmsstore.net.stomp.types import PROPERTY_TYPES_HEADER, PropertyTypeError, header_text, property_types, typed
 
 __all__ = ["received_message", "send_frame", "stomp_destination"]
 
@@ -36,12 +40,6 @@ def stomp_destination(destination: Destination) -> str:
     if isinstance(destination, TemporaryQueue):
         raise UnsupportedOverStompError("temporary queues are not available over STOMP")
     return destination_name(destination)
-
-
-def _text(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def send_frame(message: Message, destination: Destination, mode: int, priority: int, ttl: int, now_ms: int) -> Frame:
@@ -62,10 +60,14 @@ def send_frame(message: Message, destination: Destination, mode: int, priority: 
         headers.append(("correlation-id", message.correlation_id))
     if isinstance(message.reply_to, Destination):
         headers.append(("reply-to", stomp_destination(message.reply_to)))
-    for name, value in message.properties.items():
+    properties = message.properties
+    for name, value in properties.items():
         if name in _RESERVED:
             raise UnsupportedOverStompError(f"property {name!r} has no STOMP form: {name} is a STOMP header")
-        headers.append((name, _text(value)))
+        headers.append((name, header_text(value)))
+    types = property_types(properties)
+    if types is not None:
+        headers.append((PROPERTY_TYPES_HEADER, types))
     if isinstance(message, TextMessage):
         try:
             body = (message.text or "").encode("utf-8")
@@ -108,6 +110,16 @@ def received_message(
         message.expiration = int(headers.get("expires", "0") or 0)
     except (JmsStoreError, ValueError) as e:
         raise StompServerError(f"a MESSAGE frame jmsstore cannot read: {e}") from None
+    types = headers.get(PROPERTY_TYPES_HEADER)
+    if types is not None:
+        try:
+            values = typed(types, headers)
+        except PropertyTypeError:
+            values = {}  # typed by someone else, or garbled on the way: the strings, as a plain client sees them
+        kept = message.properties
+        for name, value in values.items():
+            if name in kept:
+                message.set_property(name, value)
     message.delivery_mode = (
         DeliveryMode.PERSISTENT if headers.get("persistent", "").lower() == "true" else DeliveryMode.NON_PERSISTENT
     )
