@@ -121,6 +121,11 @@ def test_send_and_receive_text_bytes_headers_and_properties(broker: Broker) -> N
         producer = session.create_producer(queue)
         text = session.create_text_message("héllo")
         text.set_property("color", "red")
+        text.set_property("count", 3)
+        text.set_property("smallest", -(1 << 63))
+        text.set_property("price", 2.5)
+        text.set_property("unbounded", float("inf"))
+        text.set_property("urgent", True)
         text.correlation_id = "c-1"
         text.type = "order"
         text.reply_to = Queue("replies")
@@ -132,7 +137,16 @@ def test_send_and_receive_text_bytes_headers_and_properties(broker: Broker) -> N
         first, second, third = (consumer.receive(WAIT) for _ in range(3))
         assert consumer.receive(0.1) is None
     assert isinstance(first, TextMessage) and first.text == "héllo"
-    assert first.properties == {"color": "red"}
+    # Typed over STOMP too (jmsstore.property-types), not turned into strings.
+    assert first.properties == {
+        "color": "red",
+        "count": 3,
+        "smallest": -(1 << 63),
+        "price": 2.5,
+        "unbounded": float("inf"),
+        "urgent": True,
+    }
+    assert [type(first.properties[n]) for n in ("count", "price", "urgent")] == [int, float, bool]
     assert (first.correlation_id, first.type, first.reply_to, first.priority) == ("c-1", "order", Queue("replies"), 7)
     assert first.delivery_mode == DeliveryMode.PERSISTENT and first.destination == queue
     assert first.message_id and first.timestamp > 0 and not first.redelivered and first.delivery_count == 1
@@ -580,6 +594,7 @@ def test_activemq_receipted_sends_client_acknowledge_and_a_transaction(activemq_
         producer = session.create_producer(queue)
         text = TextMessage("to activemq")
         text.set_property("color", "red")
+        text.set_property("count", 7)
         text.correlation_id = "c-1"
         producer.send(text, priority=6)  # persistent, with a receipt: stored when it returns
         producer.send(BytesMessage(b"\x00\x01\x02"))
@@ -588,6 +603,8 @@ def test_activemq_receipted_sends_client_acknowledge_and_a_transaction(activemq_
         first, second, third = (consumer.receive(WAIT) for _ in range(3))
         assert isinstance(first, TextMessage) and first.text == "to activemq"
         assert first.get_property("color") == "red" and first.correlation_id == "c-1" and first.priority == 6
+        # What the remote client's jmsstore.property-types header says comes back through ActiveMQ too.
+        assert first.get_property("count") == 7
         assert first.message_id and first.delivery_mode == DeliveryMode.PERSISTENT
         assert isinstance(second, BytesMessage) and second.body == b"\x00\x01\x02"
         assert texts([third]) == ["async"]

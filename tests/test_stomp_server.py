@@ -378,9 +378,38 @@ def test_jms_headers_and_properties_map_both_ways(client: Callable[..., Client],
     assert headers["correlation-id"] == "c-2"
     assert headers["reply-to"] == "/topic/news"
     assert headers["size"] == "3" and headers["fragile"] == "true"
+    assert headers["jmsstore.property-types"] == "size:long,fragile:boolean"  # the strings' JMS types
     assert headers["path"] == "x:y\nz"
     assert headers["redelivered"] == "false"
     assert "persistent" not in headers
+
+
+def test_a_send_can_type_its_properties(client: Callable[..., Client], jms: JMSServer) -> None:
+    """``jmsstore.property-types`` makes the properties it names long, double
+    or boolean; one it cannot read gets an ERROR naming the property, and
+    nothing is sent."""
+    conn, collector = client()
+    typed = {
+        "n": "-42",
+        "ratio": "1.5e3",
+        "ok": "false",
+        "label": "7",
+        "jmsstore.property-types": "n:long,ratio:double,ok:boolean",
+    }
+    conn.send("/queue/typed", b"x", receipt="r", headers=typed)
+    collector.wait_receipt("r")
+    for bad in ("n:long,ratio:integer", "n:long,missing:long", "ratio:long", "n:double,ok:boolean,label"):
+        other, errors = client()
+        other.send("/queue/typed", b"bad", headers={**typed, "jmsstore.property-types": bad})
+        errors.wait(lambda errors=errors: bool(errors.errors))
+        assert errors.errors[0].headers["message"].startswith("header jmsstore.property-types: ")
+    with jms.connection_factory().create_connection() as connection:
+        connection.start()
+        consumer = connection.create_session().create_consumer(Queue("typed"))
+        message = consumer.receive(WAIT)
+        assert message is not None
+        assert message.properties == {"n": -42, "ratio": 1500.0, "ok": False, "label": "7"}
+        assert consumer.receive(0.2) is None  # the refused sends sent nothing
 
 
 def test_topics_deliver_to_every_subscriber(client: Callable[..., Client]) -> None:

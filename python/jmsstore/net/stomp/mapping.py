@@ -19,13 +19,16 @@ A SEND becomes:
   JMS headers;
 - every other header a string property, when its name is a JMS property
   name (a Java identifier outside the ``JMS`` namespace); headers whose
-  names are not (``content-type``, ``x-trace-id``) are not kept.
+  names are not (``content-type``, ``x-trace-id``) are not kept. A
+  ``jmsstore.property-types`` header (:mod:`jmsstore.net.stomp.types`)
+  makes the properties it names ``long``, ``double`` or ``boolean``.
 
 A delivered message becomes a MESSAGE frame with ``subscription``,
 ``message-id``, ``destination``, ``ack``, ``content-length``, ``expires``,
 ``priority``, ``timestamp``, ``redelivered``, ``persistent`` (when it is),
 ``type``, ``correlation-id`` and ``reply-to`` (when set), and its
-properties as headers (booleans as ``true``/``false``). A text message's
+properties as headers (booleans as ``true``/``false``, with
+``jmsstore.property-types`` naming the types of those not strings). A text message's
 frame says ``content-type:text/plain;charset=utf-8``: every MESSAGE has a
 ``content-length`` (its body may hold NULs), so that is how a client tells
 text from bytes (jmsstore's remote client does).
@@ -38,6 +41,7 @@ from dataclasses import dataclass
 from jmsstore.errors import InvalidArgumentError, JmsStoreError
 from jmsstore.jms.destination import Destination, Queue, TemporaryQueue, Topic
 from jmsstore.jms.message import BytesMessage, DeliveryMode, Message, TextMessage, check_property_name
+from jmsstore.net.stomp.types import PROPERTY_TYPES_HEADER, PropertyTypeError, header_text, property_types, typed
 
 __all__ = [
     "TEXT_CONTENT_TYPE",
@@ -161,6 +165,11 @@ def outgoing_message(headers: dict[str, str], body: bytes, now_ms: int) -> Outgo
     reply_to = headers.get("reply-to")
     if reply_to is not None:
         message.reply_to = parse_destination(reply_to, temporary=True)
+    types = headers.get(PROPERTY_TYPES_HEADER)
+    try:
+        typed_values = typed(types, headers) if types is not None else {}
+    except PropertyTypeError as e:
+        raise ProtocolError(f"header {PROPERTY_TYPES_HEADER}: {e}") from None
     for name, value in headers.items():
         if name in _NOT_PROPERTIES:
             continue
@@ -168,15 +177,9 @@ def outgoing_message(headers: dict[str, str], body: bytes, now_ms: int) -> Outgo
             check_property_name(name)
         except JmsStoreError:
             continue  # not a JMS property name: ActiveMQ's JMS clients could not read it either
-        message.set_property(name, value)
+        message.set_property(name, typed_values.get(name, value))
     mode = DeliveryMode.PERSISTENT if persistent else DeliveryMode.NON_PERSISTENT
     return Outgoing(message, destination, int(mode), priority, ttl)
-
-
-def _text(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def message_headers(message: Message, subscription: str, ack: str) -> list[tuple[str, str]]:
@@ -201,7 +204,11 @@ def message_headers(message: Message, subscription: str, ack: str) -> list[tuple
         headers.append(("reply-to", destination_name(message.reply_to)))
     if isinstance(message, TextMessage):
         headers.append(("content-type", TEXT_CONTENT_TYPE))
-    headers.extend((name, _text(value)) for name, value in message.properties.items())
+    properties = message.properties
+    headers.extend((name, header_text(value)) for name, value in properties.items())
+    types = property_types(properties)
+    if types is not None:
+        headers.append((PROPERTY_TYPES_HEADER, types))
     return headers
 
 

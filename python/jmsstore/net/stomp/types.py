@@ -67,10 +67,10 @@ def typed(header: str, values: Mapping[str, str]) -> dict[str, bool | int | floa
     for entry in header.split(","):
         name, colon, kind = entry.partition(":")
         if not colon or not name:
-            raise PropertyTypeError(f"{PROPERTY_TYPES_HEADER}: {entry[:60]!r} is not NAME:TYPE")
+            raise PropertyTypeError(f"{entry[:60]!r} is not NAME:TYPE")
         text = values.get(name)
         if text is None:
-            raise PropertyTypeError(f"{PROPERTY_TYPES_HEADER} types {name[:60]!r}, which the frame does not carry")
+            raise PropertyTypeError(f"it types {name[:60]!r}, which the frame does not carry")
         out[name] = _value(name, kind, text)
     return out
 
