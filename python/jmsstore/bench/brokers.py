@@ -125,8 +125,7 @@ class Peers:
             st["reason"] = why
             self.ctx.step(f"{name}: cannot run: {why}")
             return
-        server_cls = rabbitmq.RabbitMQ if name == "rabbitmq" else activemq.ActiveMQ
-        server = server_cls(self.ctx.scratch / f"server-{name}", self.ctx.step)
+        server = self.server_class(name)(self.ctx.scratch / f"server-{name}", self.ctx.step)
         self.servers[name] = server
         self._stack.callback(self._stop, name)
         self.ctx.step(f"{name}: starting ({server.root}, ports {server.ports})")
@@ -141,6 +140,10 @@ class Peers:
         st["settings"] = server.settings()
         st["available"] = True
         self.ctx.step(f"{name}: up in {st['start_s']:.1f} s, listening on {', '.join(st['listen'])}")
+
+    def server_class(self, name: str) -> type[servers.Server]:
+        """The broker class started for ``name`` (the stomp suite starts their STOMP flavours)."""
+        return rabbitmq.RabbitMQ if name == "rabbitmq" else activemq.ActiveMQ
 
     def _stop(self, name: str) -> None:
         server = self.servers[name]
