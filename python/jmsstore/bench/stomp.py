@@ -318,7 +318,7 @@ def _report(ctx: Context, rows: list[dict[str, Any]], peers: Peers, rounds_n: in
         ],
         footer="\n".join(
             [
-                "persistent: persistent:true, a receipt per SEND waited for; non-persistent: no receipts;",
+                "persistent: persistent:true, a receipt per SEND waited for; non-persistent: neither;",
                 "vs jmsstore: rate / ours in the same round (median of the per-round quotients);",
                 "server CPU: the server process only (jmsstore serve / beam.smp / java), per message received;",
                 f"{rounds_n} round(s), medians; ranges min-max over the rounds.",

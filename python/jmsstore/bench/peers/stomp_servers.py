@@ -31,8 +31,12 @@ RabbitMQ's ``prefetch-count``) and ACK every message. Modes:
   waited for before the next (each server answers once the message is
   safe: jmsstore once it is fsynced, ActiveMQ once KahaDB has it,
   RabbitMQ once it would confirm it);
-- ``non-persistent``: ``persistent: false``, no receipts; the producer's
-  DISCONNECT waits for a receipt, so everything it sent has arrived.
+- ``non-persistent``: no ``persistent`` header (non-persistent is the
+  default of all three), no receipts; the producer's DISCONNECT waits for
+  a receipt, so everything it sent has arrived. (``persistent: false``
+  would be the same to jmsstore and ActiveMQ, but RabbitMQ takes the
+  header as the queue's durability too and refuses it on the durable queue
+  the consumers declared, with ``resource_locked``.)
 """
 
 from __future__ import annotations
@@ -61,9 +65,14 @@ RECEIPT_TIMEOUT = 60.0
 LOGIN = ("guest", "guest")  # RabbitMQ's default user; jmsstore and ActiveMQ without users ignore it
 MODES = {
     "persistent": "persistent:true, a receipt per SEND (waited for)",
-    "non-persistent": "persistent:false, no receipts (DISCONNECT with a receipt at the end)",
+    "non-persistent": "no persistent header (the default), no receipts (DISCONNECT with a receipt at the end)",
 }
 _names = itertools.count(1)
+
+
+def client_version() -> str | None:
+    """stomp.py's version (None: not installed)."""
+    return getattr(stomp, "__version__", None)
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -249,7 +258,7 @@ class StompClient(Client):
         super().__init__(server, mode, body)
         self.port = server.ports["stomp"]
         self.destination = f"/queue/stomp-bench-{os.getpid()}-{next(_names)}"
-        self.headers = {"persistent": "false" if mode == "non-persistent" else "true"}
+        self.headers = {} if mode == "non-persistent" else {"persistent": "true"}
         self.errors: list[str] = []
 
     def producer(self) -> tuple[Send, Close]:
