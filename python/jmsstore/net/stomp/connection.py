@@ -210,9 +210,26 @@ class StompConnection:
             self._last_write = time.monotonic()
         self._stats.frame_out(frame.command)
 
-    def _write_message(self, headers: list[tuple[str, str]], body: bytes) -> None:
-        headers.append(("content-length", str(len(body))))
-        self._write(Frame(Command.MESSAGE, headers, body))
+    def _write_frames(self, frames: list[Frame]) -> None:
+        """Several frames in one write (one system call, one TCP segment where they fit)."""
+        data = b"".join([encode(frame) for frame in frames])
+        with self._write_lock:
+            try:
+                self._transport.sendall(data)
+            except OSError:
+                self._break()
+                raise
+            self._last_write = time.monotonic()
+        for frame in frames:
+            self._stats.frame_out(frame.command)
+
+    def _write_messages(self, messages: list[tuple[list[tuple[str, str]], bytes]]) -> None:
+        """MESSAGE frames, all in one write."""
+        frames = []
+        for headers, body in messages:
+            headers.append(("content-length", str(len(body))))
+            frames.append(Frame(Command.MESSAGE, headers, body))
+        self._write_frames(frames)
 
     def _heart_beat(self) -> None:
         # Skipped if a frame is being written: that is a sign of life too.
@@ -350,15 +367,23 @@ class StompConnection:
         """Sends the RECEIPTs at the head of the queue that are done, in order;
         False once a SEND failed (an ERROR frame with its receipt-id was sent
         instead: the connection ends)."""
-        while True:
-            with self._pending:
-                if not self._receipts or not self._receipts[0].done:
-                    return True
-                receipt = self._receipts.popleft()
-            if receipt.error is not None:
-                self._error(f"a send failed: {receipt.error}", receipt=receipt.receipt_id)
-                return False
-            self._write(Frame(Command.RECEIPT, [("receipt-id", receipt.receipt_id)]))
+        # Those done go out together in one write: a client pipelining its sends
+        # gets the receipts of one group commit in one segment.
+        with self._pending:
+            done: list[_Receipt] = []
+            while self._receipts and self._receipts[0].done:
+                done.append(self._receipts.popleft())
+        if not done:
+            return True
+        failed = next((i for i, r in enumerate(done) if r.error is not None), None)
+        ready = done if failed is None else done[:failed]
+        if ready:
+            self._write_frames([Frame(Command.RECEIPT, [("receipt-id", r.receipt_id)]) for r in ready])
+        if failed is not None:
+            receipt = done[failed]
+            self._error(f"a send failed: {receipt.error}", receipt=receipt.receipt_id)
+            return False
+        return True
 
     def _room_for_a_receipt(self) -> bool:
         """Waits until fewer than ``max_pending_receipts`` receipts are pending,
@@ -665,7 +690,7 @@ class StompConnection:
             prefetch,
             self._port,
             consumer,
-            self._write_message,
+            self._write_messages,
             self.fail,
             name if isinstance(destination, Topic) else None,
         )
@@ -693,7 +718,7 @@ class StompConnection:
             self._port.unsubscribe(self.client_id, name)
         return True
 
-    def _settled(self, headers: dict[str, str]) -> list[Delivery]:
+    def _settled(self, headers: dict[str, str]) -> tuple[Subscription, list[Delivery]]:
         ack = headers.get("id")
         if ack is None:
             raise ProtocolError("ACK and NACK need an id header (the ack header of the MESSAGE)")
@@ -701,26 +726,25 @@ class StompConnection:
         subscription = self._by_serial.get(int(serial)) if serial.isdigit() and len(serial) <= 18 else None
         if subscription is None:
             raise ProtocolError(f"no message awaits acknowledgement with id {ack[:60]!r}")
-        return subscription.take(ack)
+        return subscription, subscription.take(ack)
 
     def _on_ack(self, frame: Frame, headers: dict[str, str]) -> bool:
+        # As ActiveMQ's KahaDB: an ACK is forced to disk before the server goes
+        # on only when the client asks for a receipt; without one the message
+        # is gone at once and its delete joins the subscription's next batch.
         transaction = headers.get("transaction")
         tx = self._transaction(transaction) if transaction is not None else None
-        deliveries = self._settled(headers)
+        subscription, deliveries = self._settled(headers)
         if tx is not None:
             tx.acks.extend(deliveries)
             return True
-        try:
-            self._port.acknowledge(deliveries)  # durable on return
-        except BaseException:
-            self._port.release(deliveries, redelivered=True)
-            raise
+        subscription.acknowledge(deliveries, durable="receipt" in headers)
         return True
 
     def _on_nack(self, frame: Frame, headers: dict[str, str]) -> bool:
         transaction = headers.get("transaction")
         tx = self._transaction(transaction) if transaction is not None else None
-        deliveries = self._settled(headers)
+        _, deliveries = self._settled(headers)
         if tx is not None:
             tx.nacks.extend(deliveries)
         else:
