@@ -176,8 +176,7 @@ def run(ctx: Context) -> None:
         "messages_per_producer_count": {str(p): n // p * p for p in counts},
         "producer_counts": counts,
         "consumers": "as many as producers; every producer and consumer its own STOMP connection",
-        "client": f"stomp.py {stomp_servers.client_version()}, STOMP 1.2, the same code for "
-        "every server",
+        "client": f"stomp.py {stomp_servers.client_version()}, STOMP 1.2, the same code for every server",
         "ack": f"client-individual, an ACK per message, prefetch {stomp_servers.PREFETCH} (activemq.prefetchSize "
         "and prefetch-count)",
         "systems": systems,

@@ -183,6 +183,13 @@ class StompConnection:
         os.set_blocking(self._wake_read, False)
         os.set_blocking(self._wake_write, False)
         self._wake_open = True
+        # Held while receipts are taken from the head of the queue and written, so that they go out in order.
+        self._receipt_lock = threading.Lock()
+        # Bytes a write from the completion thread could not finish without blocking: every
+        # writer sends them first (under the write lock), the reader at its next turn.
+        self._tail = b""
+        # The completion thread may write receipts itself on a plain socket (see _receipts_now).
+        self._direct_receipts = type(self._transport) is PlainTransport
         self._send_interval = 0.0  # seconds between our heart-beats (0: none)
         self._receive_interval = 0.0  # the client's (0: none)
         self._last_read = time.monotonic()
@@ -203,6 +210,8 @@ class StompConnection:
         data = encode(frame)
         with self._write_lock:
             try:
+                if self._tail:
+                    data, self._tail = self._tail + data, b""
                 self._transport.sendall(data)
             except OSError:
                 self._break()
@@ -215,6 +224,8 @@ class StompConnection:
         data = b"".join([encode(frame) for frame in frames])
         with self._write_lock:
             try:
+                if self._tail:
+                    data, self._tail = self._tail + data, b""
                 self._transport.sendall(data)
             except OSError:
                 self._break()
@@ -236,7 +247,8 @@ class StompConnection:
         if not self._write_lock.acquire(blocking=False):
             return
         try:
-            self._transport.sendall(b"\n")
+            self._transport.sendall(self._tail + b"\n")
+            self._tail = b""
             self._last_write = time.monotonic()
         except OSError:
             self._break()
@@ -369,16 +381,19 @@ class StompConnection:
         instead: the connection ends)."""
         # Those done go out together in one write: a client pipelining its sends
         # gets the receipts of one group commit in one segment.
-        with self._pending:
-            done: list[_Receipt] = []
-            while self._receipts and self._receipts[0].done:
-                done.append(self._receipts.popleft())
-        if not done:
-            return True
-        failed = next((i for i, r in enumerate(done) if r.error is not None), None)
-        ready = done if failed is None else done[:failed]
-        if ready:
-            self._write_frames([Frame(Command.RECEIPT, [("receipt-id", r.receipt_id)]) for r in ready])
+        with self._receipt_lock:
+            with self._pending:
+                done: list[_Receipt] = []
+                while self._receipts and self._receipts[0].done:
+                    done.append(self._receipts.popleft())
+            if not done:
+                if self._tail:
+                    self._write_frames([])  # what the completion thread could not finish
+                return True
+            failed = next((i for i, r in enumerate(done) if r.error is not None), None)
+            ready = done if failed is None else done[:failed]
+            if ready or self._tail:
+                self._write_frames([Frame(Command.RECEIPT, [("receipt-id", r.receipt_id)]) for r in ready])
         if failed is not None:
             receipt = done[failed]
             self._error(f"a send failed: {receipt.error}", receipt=receipt.receipt_id)
@@ -402,16 +417,67 @@ class StompConnection:
         return True
 
     def _receipt_done(self, receipt: _Receipt, error: BaseException | None) -> None:
-        """A receipted SEND completed (on the broker's completion thread): wakes
-        the reader if its receipt can go now."""
+        """A receipted SEND completed (on the broker's completion thread): its
+        receipt, and those done after it, go out now if that can be done
+        without waiting (:meth:`_receipts_now`); else the reader is woken to
+        send them."""
         with self._pending:
             receipt.done = True
             receipt.error = error
             ready = bool(self._receipts) and self._receipts[0].done
             self._pending.notify_all()
-            if ready and self._wake_open:
+        if not ready or self._receipts_now():
+            return
+        with self._pending:
+            if self._wake_open:
                 with contextlib.suppress(BlockingIOError):  # full: a wake-up is pending anyway
                     os.write(self._wake_write, b"\0")
+
+    def _receipts_now(self) -> bool:
+        """Writes the receipts done at the head of the queue from the calling
+        (completion) thread, if nothing has to be waited for: the receipt and
+        write locks free, the socket taking the bytes at once. It never
+        blocks on a client: a write the socket takes only in part leaves the
+        rest to the reader (``_tail``). True: nothing left for the reader."""
+        if not self._direct_receipts or self._closed:
+            return False
+        if not self._receipt_lock.acquire(blocking=False):
+            return False
+        try:
+            if not self._write_lock.acquire(blocking=False):
+                return False
+            try:
+                if self._tail or self._closed:
+                    return False
+                with self._pending:
+                    done: list[_Receipt] = []
+                    while self._receipts and self._receipts[0].done and self._receipts[0].error is None:
+                        done.append(self._receipts.popleft())
+                    rest = bool(self._receipts) and self._receipts[0].done  # a failed send: the reader's
+                if not done:
+                    return not rest
+                frames = [Frame(Command.RECEIPT, [("receipt-id", r.receipt_id)]) for r in done]
+                data = b"".join([encode(frame) for frame in frames])
+                try:
+                    # The socket has a timeout, so its descriptor is non-blocking: a full
+                    # buffer raises at once (socket.send would wait for the timeout).
+                    written = os.write(self._sock.fileno(), data)
+                except BlockingIOError:
+                    written = 0
+                except OSError:
+                    self._break()  # the reader finds the connection broken and closes it
+                    return True
+                for frame in frames:
+                    self._stats.frame_out(frame.command)
+                if written < len(data):
+                    self._tail = data[written:]
+                    return False
+                self._last_write = time.monotonic()
+                return not rest
+            finally:
+                self._write_lock.release()
+        finally:
+            self._receipt_lock.release()
 
     def _wait_for_receipts(self, timeout: float) -> bool:
         """Waits until every pending receipt is done and sends them; False if a send failed."""
@@ -838,7 +904,13 @@ class StompConnection:
             finally:
                 if locked:
                     self._frame_lock.release()
-            self._transport.close()
+            # Under the write lock: the completion thread writes to the descriptor itself.
+            written = self._write_lock.acquire(timeout=self._settings.write_timeout)
+            try:
+                self._transport.close()
+            finally:
+                if written:
+                    self._write_lock.release()
             with self._pending:
                 self._wake_open = False
                 os.close(self._wake_read)
