@@ -15,7 +15,7 @@ import pytest
 from jmsstore import JMSServer, Queue, StoreFullError
 from jmsstore.net import StompServer, serve
 from jmsstore.store import FileStore
-from stomp_helpers import WAIT, RawClient
+from stomp_helpers import WAIT, RawClient, Served
 
 
 @pytest.fixture
@@ -190,3 +190,46 @@ def test_the_reader_stops_reading_while_too_many_receipts_are_pending(tmp_path: 
                 client.close()
     finally:
         _FailingProducer.gate = None
+
+
+def _ack(ack_id: str, receipt: str | None = None) -> bytes:
+    line = f"receipt:{receipt}\n" if receipt else ""
+    return f"ACK\nid:{ack_id}\n{line}\n\x00".encode()
+
+
+def test_acks_without_a_receipt_take_the_message_at_once_and_a_receipted_ack_makes_them_durable(
+    tmp_path: Path,
+) -> None:
+    """ACKs without a receipt (ActiveMQ's KahaDB syncs an ACK only when a
+    response is asked for) take their messages off the queue at once; an
+    ACK with a receipt is durable, with every ACK of its subscription before
+    it, when the RECEIPT comes: the server killed (SIGKILL) right after it
+    comes back without any of them."""
+    home = tmp_path / "home"
+    count = 30
+    served = Served(home)
+    try:
+        client = RawClient(("127.0.0.1", served.port), timeout=WAIT)
+        try:
+            assert client.connect().command == "CONNECTED"
+            client.send(b"".join(send_frame(f"r{i}", f"m{i}", "/queue/acked") for i in range(count + 5)))
+            assert [client.next_frame().header("receipt-id") for _ in range(count + 5)] == [
+                f"r{i}" for i in range(count + 5)
+            ]
+            client.send(
+                b"SUBSCRIBE\nid:s\ndestination:/queue/acked\nack:client-individual\nactivemq.prefetchSize:1000\n\n\x00"
+            )
+            messages = [client.next_frame() for _ in range(count + 5)]
+            assert [m.command for m in messages] == ["MESSAGE"] * (count + 5)
+            acks = [str(m.header("ack")) for m in messages]
+            # The first count - 1 without a receipt, the count-th with one; the last 5 never.
+            client.send(b"".join(_ack(a) for a in acks[: count - 1]) + _ack(acks[count - 1], "acked"))
+            receipt = client.next_frame()
+            assert receipt.command == "RECEIPT" and receipt.header("receipt-id") == "acked"
+        finally:
+            client.close()
+    finally:
+        served.kill()  # SIGKILL: nothing is flushed on the way out
+    with JMSServer(home) as jms:
+        # The 5 never acknowledged came back; none of the acknowledged did.
+        assert jms.message_count(Queue("acked")) == 5
