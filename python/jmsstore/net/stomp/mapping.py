@@ -9,9 +9,16 @@ naming rule (letters, digits, ``_ . $ - :``).
 A SEND becomes:
 
 - a :class:`~jmsstore.TextMessage` when it has no ``content-length``
-  header (its body must then be UTF-8), a :class:`~jmsstore.BytesMessage`
-  when it has one (ActiveMQ's rule; stomp.py adds ``content-length`` by
-  default, so its sends arrive as bytes messages);
+  header, a :class:`~jmsstore.BytesMessage` when it has one (ActiveMQ's
+  rule, whatever ``content-type`` says; stomp.py adds ``content-length``
+  by default, so its sends arrive as bytes messages). A text message's
+  body is UTF-8 unless ``content-type`` names another ``charset`` (such
+  as ``text/plain;charset=iso-8859-1``), as STOMP 1.2 has it; a charset
+  the server does not know, or a body that is not valid in it, gets an
+  ERROR frame naming it. (Without ``content-length`` a body ends at its
+  first NUL octet, so UTF-16 and UTF-32 text needs ``content-length``,
+  and then arrives as bytes.) Delivered, every text message is UTF-8
+  again (``content-type:text/plain;charset=utf-8``);
 - persistent only with ``persistent:true`` (ActiveMQ's default for STOMP
   is non-persistent);
 - ``priority`` (0-9, default 4), ``expires`` (absolute epoch milliseconds,
@@ -33,6 +40,8 @@ text from bytes (jmsstore's remote client does).
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 from dataclasses import dataclass
 
 from jmsstore.errors import InvalidArgumentError, JmsStoreError
@@ -126,6 +135,30 @@ def _integer(name: str, text: str, low: int, high: int) -> int:
     return value
 
 
+def _charset(content_type: str | None) -> str:
+    """The charset a SEND's ``content-type`` names for its text (UTF-8 when
+    it names none), as Python calls it; ``ProtocolError`` for one Python
+    does not know."""
+    if content_type is None:
+        return "utf-8"
+    for parameter in content_type.split(";")[1:]:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset":
+            charset = value.strip().strip('"')
+            try:
+                name = codecs.lookup(charset).name
+                # A text encoding, not a bytes-to-bytes codec such as zlib (LookupError).
+                with contextlib.suppress(UnicodeError):
+                    b"a".decode(name)
+                return name
+            except LookupError:
+                raise ProtocolError(
+                    f"content-type {content_type[:80]!r}: charset {charset[:40]!r} is not one the server knows "
+                    "(send the text as utf-8, or with content-length as bytes)"
+                ) from None
+    return "utf-8"
+
+
 def outgoing_message(headers: dict[str, str], body: bytes, now_ms: int) -> Outgoing:
     """The message a SEND frame (its headers, first occurrence of each, and
     body) sends, as ActiveMQ maps it (see the module documentation)."""
@@ -136,11 +169,12 @@ def outgoing_message(headers: dict[str, str], body: bytes, now_ms: int) -> Outgo
     if "content-length" in headers:
         message = BytesMessage(body)
     else:
+        charset = _charset(headers.get("content-type"))
         try:
-            message = TextMessage(body.decode("utf-8"))
+            message = TextMessage(body.decode(charset))
         except UnicodeDecodeError as e:
             raise ProtocolError(
-                f"a SEND without content-length is a text message, and its body is not UTF-8 (at byte {e.start})"
+                f"a SEND without content-length is a text message, and its body is not {charset} (at byte {e.start})"
             ) from None
     persistent = headers.get("persistent", "false").lower() == "true"
     priority = _integer("priority", headers["priority"], 0, 9) if "priority" in headers else 4
