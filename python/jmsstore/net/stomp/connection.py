@@ -49,8 +49,8 @@ from typing import Any, Protocol
 
 from jmsstore._native import __version__
 from jmsstore.client.port import BrokerPort, Delivery, ProducerPort, SendOptions
-from jmsstore.errors import InvalidArgumentError, JmsStoreError
-from jmsstore.jms.destination import Destination, Queue, Topic, check_name
+from jmsstore.errors import InvalidArgumentError, InvalidDestinationError, JmsStoreError
+from jmsstore.jms.destination import Destination, Queue, TemporaryQueue, Topic, check_name
 from jmsstore.net.stomp import heartbeat
 from jmsstore.net.stomp.frames import (
     CLIENT_COMMANDS,
@@ -170,6 +170,8 @@ class StompConnection:
         self._by_serial: dict[int, Subscription] = {}
         self._subscription_serials = itertools.count(1)
         self._transactions: dict[str, _Transaction] = {}
+        # The client's /temp-queue/NAME -> this connection's temporary queue (deleted when it closes).
+        self._temporary: dict[str, TemporaryQueue] = {}
         # Sends without a receipt not yet durable, and the first of them that failed.
         self._pending = threading.Condition()
         self._pending_sends = 0
@@ -634,20 +636,64 @@ class StompConnection:
         return repr(self.user.name) if self.user is not None else "(anonymous)"
 
     def _receivable(self, headers: dict[str, str]) -> Destination:
-        """The destination a SUBSCRIBE names, if the user may receive from it (created on first use)."""
-        destination = parse_destination(headers.get("destination"))
+        """The destination a SUBSCRIBE names, if the user may receive from it
+        (created on first use; a ``/temp-queue/NAME`` is this connection's own)."""
+        destination = parse_destination(headers.get("destination"), temporary=True)
         name = destination_name(destination)
         if not self._server.security.may_receive(self.user, name):
             raise ProtocolError(f"user {self._user_name()} may not receive from {name}")
+        if isinstance(destination, TemporaryQueue):
+            if destination.name not in self._temporary and self._foreign_temporary(destination):
+                raise ProtocolError(f"{name} is another connection's temporary queue: only its own may receive from it")
+            return self._temporary_queue(destination.name)
         self._server.ensure_destination(destination)
         return destination
+
+    def _foreign_temporary(self, destination: TemporaryQueue) -> bool:
+        """Whether ``destination`` names a temporary queue of the broker that is not this connection's."""
+        if any(q.name == destination.name for q in self._temporary.values()):
+            return False
+        try:
+            self._port.check_destination(destination)
+        except InvalidDestinationError:
+            return False
+        return True
+
+    def _temporary_queue(self, name: str) -> TemporaryQueue:
+        """This connection's temporary queue the client calls ``name``,
+        created on first use and deleted when the connection closes, as
+        ActiveMQ maps ``/temp-queue/NAME``."""
+        queue = self._temporary.get(name)
+        if queue is None:
+            limit = self._settings.max_subscriptions
+            if len(self._temporary) >= limit:
+                raise ProtocolError(f"a connection may have at most {limit} temporary queues (max_subscriptions)")
+            queue = self._port.create_temporary_queue(self._connection_id)
+            self._temporary[name] = queue
+        return queue
+
+    def _resolve_temporary(self, destination: TemporaryQueue) -> TemporaryQueue:
+        """Where a SEND (or its ``reply-to``) naming ``/temp-queue/NAME``
+        goes: this connection's queue of that name, or a temporary queue of
+        another connection by the name its MESSAGE frames carry (a reply),
+        or else a new queue of this connection's."""
+        if destination.name in self._temporary:
+            return self._temporary[destination.name]
+        if self._foreign_temporary(destination) or any(q.name == destination.name for q in self._temporary.values()):
+            return destination
+        return self._temporary_queue(destination.name)
 
     def _on_send(self, frame: Frame, headers: dict[str, str]) -> bool:
         outgoing = outgoing_message(headers, frame.body, time.time_ns() // 1_000_000)
         name = destination_name(outgoing.destination)
         if not self._server.security.may_send(self.user, name):
             raise ProtocolError(f"user {self._user_name()} may not send to {name}")
-        self._server.ensure_destination(outgoing.destination)
+        if isinstance(outgoing.message.reply_to, TemporaryQueue):
+            outgoing.message.reply_to = self._resolve_temporary(outgoing.message.reply_to)
+        if isinstance(outgoing.destination, TemporaryQueue):
+            outgoing.destination = self._resolve_temporary(outgoing.destination)
+        else:
+            self._server.ensure_destination(outgoing.destination)
         producer = self._producer
         assert producer is not None
         args = (outgoing.message, outgoing.destination, outgoing.mode, outgoing.priority, outgoing.ttl, 0)
@@ -759,6 +805,8 @@ class StompConnection:
             self._write_messages,
             self.fail,
             name if isinstance(destination, Topic) else None,
+            # The owner's MESSAGE frames name its temporary queue as it did.
+            next((f"/temp-queue/{n}" for n, q in self._temporary.items() if q is destination), None),
         )
         try:
             subscription.start()
@@ -942,6 +990,9 @@ class StompConnection:
                 self._pending.wait_for(lambda: all(r.done for r in self._receipts), self._settings.write_timeout)
             if self._producer is not None:
                 self._producer.close()
+            temporary, self._temporary = list(self._temporary.values()), {}
+            for queue in temporary:  # its temporary queues go with it, and their messages
+                self._port.delete_temporary_queue(queue, True)
         except JmsStoreError as e:
             log.warning("stomp %s: closing: %s", self.peer, e)
         finally:

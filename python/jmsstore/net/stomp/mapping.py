@@ -3,8 +3,13 @@ Classic maps them, so that clients written for ActiveMQ work unchanged.
 
 Destinations: ``/queue/NAME`` is a :class:`~jmsstore.Queue`,
 ``/topic/NAME`` a :class:`~jmsstore.Topic`, ``/temp-queue/NAME`` a
-temporary queue (only as a ``reply-to``). ``NAME`` follows jmsstore's
-naming rule (letters, digits, ``_ . $ - :``).
+temporary queue, as ActiveMQ has them: the connection that first names
+``/temp-queue/NAME`` (in a SUBSCRIBE, a SEND or a ``reply-to``) gets a
+temporary queue of its own, which only it may subscribe to and which is
+deleted, with its messages, when it closes; the MESSAGE frames it sends
+carry that queue's server-wide name in ``reply-to``
+(``/temp-queue/TEMP...``), to which any connection may SEND the reply.
+``NAME`` follows jmsstore's naming rule (letters, digits, ``_ . $ - :``).
 
 A SEND becomes:
 
@@ -162,9 +167,7 @@ def _charset(content_type: str | None) -> str:
 def outgoing_message(headers: dict[str, str], body: bytes, now_ms: int) -> Outgoing:
     """The message a SEND frame (its headers, first occurrence of each, and
     body) sends, as ActiveMQ maps it (see the module documentation)."""
-    destination = parse_destination(headers.get("destination"))
-    if isinstance(destination, TemporaryQueue):
-        raise ProtocolError("sending to a temporary queue is not supported")
+    destination = parse_destination(headers.get("destination"), temporary=True)
     message: Message
     if "content-length" in headers:
         message = BytesMessage(body)
@@ -207,7 +210,8 @@ def _text(value: object) -> str:
 
 
 def message_headers(message: Message, subscription: str, ack: str) -> list[tuple[str, str]]:
-    """The headers of the MESSAGE frame that delivers ``message`` (without ``content-length``)."""
+    """The headers of the MESSAGE frame that delivers ``message`` (without
+    ``content-length``); ``destination`` is the third."""
     headers = [
         ("subscription", subscription),
         ("message-id", message.message_id or ""),

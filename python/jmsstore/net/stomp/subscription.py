@@ -77,12 +77,14 @@ class Subscription:
         write: WriteMessages,
         fail: Callable[[str], None],
         durable_name: str | None = None,
+        destination_header: str | None = None,
     ) -> None:
         self.serial = serial
         self.id = subscription_id
         self.ack_mode = ack_mode
         self.prefetch = prefetch
         self.durable_name = durable_name
+        self._destination_header = destination_header  # the MESSAGE frames' destination, if not the queue's own
         self._broker = broker
         self._consumer = consumer
         self._write = write
@@ -176,7 +178,10 @@ class Subscription:
         for delivery in deliveries:
             ack = f"{self.serial}.{next(self._sequence)}"
             message = self._broker.message(delivery, None)
-            frames.append((message_headers(message, self.id, ack), message_body(message)))
+            headers = message_headers(message, self.id, ack)
+            if self._destination_header is not None:
+                headers[2] = ("destination", self._destination_header)
+            frames.append((headers, message_body(message)))
             acks.append(ack)
         if self.ack_mode != "auto":
             with self._lock:
