@@ -41,7 +41,7 @@ from typing import Any
 
 from jmsstore.bench import bodies
 from jmsstore.bench.broker import drive
-from jmsstore.bench.brokers import REASON_WIDTH, Peers, _range, _spread, servers_table
+from jmsstore.bench.brokers import REASON_WIDTH, Peers, range_text, servers_table, spread
 from jmsstore.bench.harness import Context, median, ratio
 from jmsstore.bench.peers import servers, stomp_servers
 from jmsstore.table import cell
@@ -141,12 +141,12 @@ def _summarise(system: str, mode: str, producers: int, runs: list[dict[str, Any]
     row["received"] = sum(r["received"] for r in ok)
     row["remaining"] = sum(r["remaining"] for r in ok)
     row["wrong_bodies"] = sum(r["wrong_bodies"] for r in ok)
-    row["rate"], row["rate_min"], row["rate_max"] = _spread([r["rate"] for r in ok])
+    row["rate"], row["rate_min"], row["rate_max"] = spread([r["rate"] for r in ok])
     for key in ("server_cpu_us_per_message", "client_cpu_us_per_message"):
-        row[key], row[f"{key}_min"], row[f"{key}_max"] = _spread([r[key] for r in ok])
+        row[key], row[f"{key}_min"], row[f"{key}_max"] = spread([r[key] for r in ok])
     pairs = [(r, o) for r, o in zip(runs, ours, strict=True) if "rate" in r and o is not None and "rate" in o]
     row["vs_jmsstore_rounds"] = [ratio(r["rate"], o["rate"]) for r, o in pairs]
-    row["vs_jmsstore"], row["vs_jmsstore_min"], row["vs_jmsstore_max"] = _spread(row["vs_jmsstore_rounds"])
+    row["vs_jmsstore"], row["vs_jmsstore_min"], row["vs_jmsstore_max"] = spread(row["vs_jmsstore_rounds"])
     row["server_cpu_vs_jmsstore"] = median(
         [ratio(r["server_cpu_us_per_message"], o["server_cpu_us_per_message"]) for r, o in pairs]
     )
@@ -304,10 +304,10 @@ def _report(ctx: Context, rows: list[dict[str, Any]], peers: Peers, rounds_n: in
                 r["mode"],
                 r["system"],
                 r.get("rate"),
-                _range(r.get("rate_min"), r.get("rate_max")),
+                range_text(r.get("rate_min"), r.get("rate_max")),
                 r.get("vs_jmsstore"),
                 r.get("server_cpu_us_per_message"),
-                _range(r.get("server_cpu_us_per_message_min"), r.get("server_cpu_us_per_message_max"), 1),
+                range_text(r.get("server_cpu_us_per_message_min"), r.get("server_cpu_us_per_message_max"), 1),
                 r.get("client_cpu_us_per_message"),
                 r.get("received"),
                 r.get("remaining"),
