@@ -5,6 +5,9 @@ SEND whose store write fails gets an ERROR frame, never a RECEIPT."""
 
 from __future__ import annotations
 
+import itertools
+import os
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -233,3 +236,46 @@ def test_acks_without_a_receipt_take_the_message_at_once_and_a_receipted_ack_mak
     with JMSServer(home) as jms:
         # The 5 never acknowledged came back; none of the acknowledged did.
         assert jms.message_count(Queue("acked")) == 5
+
+
+@pytest.mark.parametrize("socket_write", ["partial", "would-block"])
+def test_receipts_the_completion_thread_cannot_finish_are_finished_by_the_reader_in_order(
+    served: tuple[JMSServer, StompServer], client: RawClient, monkeypatch: pytest.MonkeyPatch, socket_write: str
+) -> None:
+    """The broker's completion thread writes receipts itself only as far as
+    the socket takes them at once: a write taken in part (or not at all)
+    leaves the rest to the connection's reader, and every RECEIPT still
+    arrives whole, in frame order, with the MESSAGE frames between them
+    intact."""
+    real_write = os.write
+    calls = itertools.count()
+    socket_writes: list[int] = []  # the completion thread's attempts
+
+    def write(fd: int, data: Any) -> int:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            return real_write(fd, data)  # the wake-up pipe
+        socket_writes.append(fd)
+        if socket_write == "would-block" or next(calls) % 2 == 0:
+            if socket_write == "would-block":
+                raise BlockingIOError
+            return real_write(fd, bytes(data)[:3])
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    client.send(b"SUBSCRIBE\nid:s\ndestination:/queue/piped\nack:auto\n\n\x00")
+    count = 60
+    frames: list[bytes] = []
+    for i in range(count):
+        frames.append(send_frame(f"r{i}", f"m{i}"))
+    client.send(b"".join(frames))
+    receipts, messages = [], []
+    while len(receipts) < count or len(messages) < count:
+        frame = client.next_frame()
+        assert frame.command in ("RECEIPT", "MESSAGE"), frame
+        if frame.command == "RECEIPT":
+            receipts.append(frame.header("receipt-id"))
+        else:
+            messages.append(frame.body)
+    assert receipts == [f"r{i}" for i in range(count)]
+    assert sorted(messages) == sorted(f"m{i}".encode() for i in range(count))
+    assert socket_writes  # the completion thread did try, and was cut short
