@@ -321,6 +321,11 @@ def _report(ctx: Context, rows: list[dict[str, Any]], peers: Peers, rounds_n: in
                 "vs jmsstore: rate / ours in the same round (median of the per-round quotients);",
                 "server CPU: the server process only (jmsstore serve / beam.smp / java), per message received;",
                 f"{rounds_n} round(s), medians; ranges min-max over the rounds.",
+                *(
+                    [f"quick: CPU is counted in {1000 // servers.CLOCK_TICKS} ms ticks, coarse for so few messages."]
+                    if ctx.quick
+                    else []
+                ),
             ]
         ),
     )
