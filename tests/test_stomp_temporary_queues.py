@@ -11,9 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jmsstore
 import pytest
 import stomp
-from jmsstore import JMSServer
+from jmsstore import JMSServer, Queue, TextMessage
 from jmsstore.errors import InvalidDestinationError
 from jmsstore.jms.destination import TemporaryQueue
 from jmsstore.net import StompServer, serve
@@ -126,3 +127,25 @@ def test_a_send_to_a_temporary_queue_is_no_longer_refused(connect: Any) -> None:
     conn.subscribe("/temp-queue/later", id="t", ack="auto")
     inbox.wait("messages")
     assert inbox.messages[0].body == b"kept"
+
+
+def test_jmsstores_remote_client_replies_to_a_temporary_queue(
+    served: tuple[JMSServer, StompServer], connect: Any
+) -> None:
+    """The request comes from stomp.py with a reply-to of its temporary
+    queue; a consumer of jmsstore's remote client sees that reply-to as a
+    TemporaryQueue and sends the reply there."""
+    host, port = served[1].address
+    requester, asked = connect()
+    requester.subscribe("/temp-queue/replies", id="t", ack="auto", receipt="subscribed")
+    asked.wait("receipts")
+    requester.send("/queue/requests", b"ping", headers={"reply-to": "/temp-queue/replies"})
+    with jmsstore.connect(f"stomp://{host}:{port}").create_connection() as connection:
+        connection.start()
+        session = connection.create_session()
+        request = session.create_consumer(Queue("requests")).receive(WAIT)
+        assert request is not None and isinstance(request.reply_to, TemporaryQueue)
+        session.create_producer(None).send(TextMessage("pong"), destination=request.reply_to)
+    asked.wait("messages")
+    assert asked.messages[0].body == b"pong"
+    assert asked.messages[0].headers["destination"] == "/temp-queue/replies"

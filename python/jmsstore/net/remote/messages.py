@@ -32,9 +32,12 @@ _RESERVED = frozenset(
 
 
 def stomp_destination(destination: Destination) -> str:
-    """``/queue/NAME`` or ``/topic/NAME``; a temporary queue has no STOMP form here."""
+    """``/queue/NAME`` or ``/topic/NAME``; a temporary queue (one that came
+    in a message's ``reply-to``: this client cannot create them) is
+    ``/temp-queue/NAME``, which ``jmsstore serve`` routes to the
+    connection that owns the queue."""
     if isinstance(destination, TemporaryQueue):
-        raise UnsupportedOverStompError("temporary queues are not available over STOMP")
+        return f"/temp-queue/{destination.name}"
     return destination_name(destination)
 
 
