@@ -88,7 +88,7 @@ def test_request_and_reply_through_a_temporary_queue(served: tuple[JMSServer, St
     answering.wait("messages")
     request = answering.messages[0]
     reply_to = request.headers["reply-to"]
-    assert reply_to.startswith("/temp-queue/") and reply_to != "/temp-queue/replies"  # the server-wide name
+    assert reply_to.startswith("/remote-temp-queue/")  # the server-wide name, as ActiveMQ writes it
     responder.send(reply_to, b"noon", headers={"correlation-id": "q1"})
     asked.wait("messages")
     reply = asked.messages[0]
@@ -96,11 +96,15 @@ def test_request_and_reply_through_a_temporary_queue(served: tuple[JMSServer, St
     assert reply.headers["destination"] == "/temp-queue/replies"  # as its owner named it
     requester.ack(reply.headers["ack"])
     # The queue is the broker's temporary queue, there while its connection is open.
-    queue = TemporaryQueue(reply_to.removeprefix("/temp-queue/"))
+    queue = TemporaryQueue(reply_to.removeprefix("/remote-temp-queue/"))
     jms.port.check_destination(queue)
     requester.disconnect(receipt="bye")
     with pytest.raises(InvalidDestinationError):
         jms.port.check_destination(queue)
+    # A reply after the requester has gone: an ERROR, not a queue made anew.
+    responder.send(reply_to, b"too late")
+    answering.wait("errors")
+    assert "does not exist" in answering.errors[0].headers["message"]
 
 
 def test_only_the_owner_may_subscribe_to_its_temporary_queue(connect: Any) -> None:
@@ -113,7 +117,7 @@ def test_only_the_owner_may_subscribe_to_its_temporary_queue(connect: Any) -> No
     reply_to = owned.messages[0].headers["reply-to"]
     owner.subscribe(reply_to, id="steal", ack="auto")
     owned.wait("errors")
-    assert "another connection's temporary queue" in owned.errors[0].headers["message"]
+    assert "not a temporary queue of this connection" in owned.errors[0].headers["message"]
     assert not refused.errors
 
 

@@ -62,7 +62,13 @@ from jmsstore.net.stomp.frames import (
     encode,
     error_frame,
 )
-from jmsstore.net.stomp.mapping import ProtocolError, destination_name, outgoing_message, parse_destination
+from jmsstore.net.stomp.mapping import (
+    REMOTE_TEMP_QUEUE,
+    ProtocolError,
+    destination_name,
+    outgoing_message,
+    parse_destination,
+)
 from jmsstore.net.stomp.resources import ByteBudget, Slots
 from jmsstore.net.stomp.security import Security, User
 from jmsstore.net.stomp.settings import StompSettings
@@ -643,21 +649,21 @@ class StompConnection:
         if not self._server.security.may_receive(self.user, name):
             raise ProtocolError(f"user {self._user_name()} may not receive from {name}")
         if isinstance(destination, TemporaryQueue):
-            if destination.name not in self._temporary and self._foreign_temporary(destination):
-                raise ProtocolError(f"{name} is another connection's temporary queue: only its own may receive from it")
-            return self._temporary_queue(destination.name)
+            if not str(headers.get("destination")).startswith(REMOTE_TEMP_QUEUE):
+                return self._temporary_queue(destination.name)
+            own = self._own_temporary(destination.name)
+            if own is None:
+                raise ProtocolError(
+                    f"{headers.get('destination')} is not a temporary queue of this connection: only its own may "
+                    "receive from it"
+                )
+            return own
         self._server.ensure_destination(destination)
         return destination
 
-    def _foreign_temporary(self, destination: TemporaryQueue) -> bool:
-        """Whether ``destination`` names a temporary queue of the broker that is not this connection's."""
-        if any(q.name == destination.name for q in self._temporary.values()):
-            return False
-        try:
-            self._port.check_destination(destination)
-        except InvalidDestinationError:
-            return False
-        return True
+    def _own_temporary(self, server_name: str) -> TemporaryQueue | None:
+        """This connection's temporary queue whose server-wide name is ``server_name``."""
+        return next((q for q in self._temporary.values() if q.name == server_name), None)
 
     def _temporary_queue(self, name: str) -> TemporaryQueue:
         """This connection's temporary queue the client calls ``name``,
@@ -672,16 +678,23 @@ class StompConnection:
             self._temporary[name] = queue
         return queue
 
-    def _resolve_temporary(self, destination: TemporaryQueue) -> TemporaryQueue:
-        """Where a SEND (or its ``reply-to``) naming ``/temp-queue/NAME``
-        goes: this connection's queue of that name, or a temporary queue of
-        another connection by the name its MESSAGE frames carry (a reply),
-        or else a new queue of this connection's."""
-        if destination.name in self._temporary:
-            return self._temporary[destination.name]
-        if self._foreign_temporary(destination) or any(q.name == destination.name for q in self._temporary.values()):
-            return destination
-        return self._temporary_queue(destination.name)
+    def _resolve_temporary(self, destination: TemporaryQueue, text: str | None) -> TemporaryQueue:
+        """Where a SEND (or its ``reply-to``) naming a temporary queue goes:
+        ``/temp-queue/NAME`` is this connection's own (made if need be);
+        ``/remote-temp-queue/NAME`` the temporary queue of that server-wide
+        name, any connection's, which must still exist."""
+        if not str(text).startswith(REMOTE_TEMP_QUEUE):
+            return self._temporary_queue(destination.name)
+        own = self._own_temporary(destination.name)
+        if own is not None:
+            return own
+        try:
+            self._port.check_destination(destination)
+        except InvalidDestinationError:
+            raise ProtocolError(
+                f"temporary queue {text} does not exist (any more: it goes when its connection closes)"
+            ) from None
+        return destination
 
     def _on_send(self, frame: Frame, headers: dict[str, str]) -> bool:
         outgoing = outgoing_message(headers, frame.body, time.time_ns() // 1_000_000)
@@ -689,9 +702,9 @@ class StompConnection:
         if not self._server.security.may_send(self.user, name):
             raise ProtocolError(f"user {self._user_name()} may not send to {name}")
         if isinstance(outgoing.message.reply_to, TemporaryQueue):
-            outgoing.message.reply_to = self._resolve_temporary(outgoing.message.reply_to)
+            outgoing.message.reply_to = self._resolve_temporary(outgoing.message.reply_to, headers.get("reply-to"))
         if isinstance(outgoing.destination, TemporaryQueue):
-            outgoing.destination = self._resolve_temporary(outgoing.destination)
+            outgoing.destination = self._resolve_temporary(outgoing.destination, headers.get("destination"))
         else:
             self._server.ensure_destination(outgoing.destination)
         producer = self._producer

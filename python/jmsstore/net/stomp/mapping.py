@@ -3,12 +3,13 @@ Classic maps them, so that clients written for ActiveMQ work unchanged.
 
 Destinations: ``/queue/NAME`` is a :class:`~jmsstore.Queue`,
 ``/topic/NAME`` a :class:`~jmsstore.Topic`, ``/temp-queue/NAME`` a
-temporary queue, as ActiveMQ has them: the connection that first names
+temporary queue, as ActiveMQ has them: the connection that names
 ``/temp-queue/NAME`` (in a SUBSCRIBE, a SEND or a ``reply-to``) gets a
 temporary queue of its own, which only it may subscribe to and which is
-deleted, with its messages, when it closes; the MESSAGE frames it sends
-carry that queue's server-wide name in ``reply-to``
-(``/temp-queue/TEMP...``), to which any connection may SEND the reply.
+deleted, with its messages, when it closes; MESSAGE frames carry that
+queue's server-wide name in ``reply-to`` as
+``/remote-temp-queue/TEMP...``, to which any connection may SEND the
+reply (an ERROR once the queue is gone).
 ``NAME`` follows jmsstore's naming rule (letters, digits, ``_ . $ - :``).
 
 A SEND becomes:
@@ -54,6 +55,7 @@ from jmsstore.jms.destination import Destination, Queue, TemporaryQueue, Topic
 from jmsstore.jms.message import BytesMessage, DeliveryMode, Message, TextMessage, check_property_name
 
 __all__ = [
+    "REMOTE_TEMP_QUEUE",
     "TEXT_CONTENT_TYPE",
     "Outgoing",
     "ProtocolError",
@@ -69,12 +71,23 @@ __all__ = [
 TEXT_CONTENT_TYPE = "text/plain;charset=utf-8"
 
 
+# How a MESSAGE frame names a temporary queue (ActiveMQ's form): the
+# server-wide name, to which any connection may send; /temp-queue/NAME is
+# always the sending connection's own.
+REMOTE_TEMP_QUEUE = "/remote-temp-queue/"
+
+
 class ProtocolError(JmsStoreError):
     """A frame breaks the STOMP protocol or asks what the server refuses;
     the message is the ERROR frame's ``message`` header."""
 
 
-_PREFIXES: dict[str, type[Destination]] = {"/queue/": Queue, "/topic/": Topic, "/temp-queue/": TemporaryQueue}
+_PREFIXES: dict[str, type[Destination]] = {
+    "/queue/": Queue,
+    "/topic/": Topic,
+    "/temp-queue/": TemporaryQueue,
+    REMOTE_TEMP_QUEUE: TemporaryQueue,
+}
 
 # SEND headers that are STOMP's or JMS headers, never properties.
 _NOT_PROPERTIES = frozenset(
@@ -112,6 +125,8 @@ def parse_destination(text: str | None, *, temporary: bool = False) -> Destinati
             except InvalidArgumentError as e:
                 raise ProtocolError(f"destination {text!r}: {e}") from None
     allowed = "/queue/NAME, /topic/NAME" + (" or /temp-queue/NAME" if temporary else "")
+    if temporary and text.startswith(REMOTE_TEMP_QUEUE):
+        allowed = "/remote-temp-queue/NAME with a valid NAME"
     raise ProtocolError(f"destination {text!r} is not {allowed}")
 
 
@@ -228,7 +243,9 @@ def message_headers(message: Message, subscription: str, ack: str) -> list[tuple
         headers.append(("type", message.type))
     if message.correlation_id is not None:
         headers.append(("correlation-id", message.correlation_id))
-    if isinstance(message.reply_to, Destination):
+    if isinstance(message.reply_to, TemporaryQueue):
+        headers.append(("reply-to", f"{REMOTE_TEMP_QUEUE}{message.reply_to.name}"))
+    elif isinstance(message.reply_to, Destination):
         headers.append(("reply-to", destination_name(message.reply_to)))
     if isinstance(message, TextMessage):
         headers.append(("content-type", TEXT_CONTENT_TYPE))
