@@ -5,6 +5,9 @@ SEND whose store write fails gets an ERROR frame, never a RECEIPT."""
 
 from __future__ import annotations
 
+import itertools
+import os
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -15,7 +18,7 @@ import pytest
 from jmsstore import JMSServer, Queue, StoreFullError
 from jmsstore.net import StompServer, serve
 from jmsstore.store import FileStore
-from stomp_helpers import WAIT, RawClient
+from stomp_helpers import WAIT, RawClient, Served
 
 
 @pytest.fixture
@@ -190,3 +193,89 @@ def test_the_reader_stops_reading_while_too_many_receipts_are_pending(tmp_path: 
                 client.close()
     finally:
         _FailingProducer.gate = None
+
+
+def _ack(ack_id: str, receipt: str | None = None) -> bytes:
+    line = f"receipt:{receipt}\n" if receipt else ""
+    return f"ACK\nid:{ack_id}\n{line}\n\x00".encode()
+
+
+def test_acks_without_a_receipt_take_the_message_at_once_and_a_receipted_ack_makes_them_durable(
+    tmp_path: Path,
+) -> None:
+    """ACKs without a receipt (ActiveMQ's KahaDB syncs an ACK only when a
+    response is asked for) take their messages off the queue at once; an
+    ACK with a receipt is durable, with every ACK of its subscription before
+    it, when the RECEIPT comes: the server killed (SIGKILL) right after it
+    comes back without any of them."""
+    home = tmp_path / "home"
+    count = 30
+    served = Served(home)
+    try:
+        client = RawClient(("127.0.0.1", served.port), timeout=WAIT)
+        try:
+            assert client.connect().command == "CONNECTED"
+            client.send(b"".join(send_frame(f"r{i}", f"m{i}", "/queue/acked") for i in range(count + 5)))
+            assert [client.next_frame().header("receipt-id") for _ in range(count + 5)] == [
+                f"r{i}" for i in range(count + 5)
+            ]
+            client.send(
+                b"SUBSCRIBE\nid:s\ndestination:/queue/acked\nack:client-individual\nactivemq.prefetchSize:1000\n\n\x00"
+            )
+            messages = [client.next_frame() for _ in range(count + 5)]
+            assert [m.command for m in messages] == ["MESSAGE"] * (count + 5)
+            acks = [str(m.header("ack")) for m in messages]
+            # The first count - 1 without a receipt, the count-th with one; the last 5 never.
+            client.send(b"".join(_ack(a) for a in acks[: count - 1]) + _ack(acks[count - 1], "acked"))
+            receipt = client.next_frame()
+            assert receipt.command == "RECEIPT" and receipt.header("receipt-id") == "acked"
+        finally:
+            client.close()
+    finally:
+        served.kill()  # SIGKILL: nothing is flushed on the way out
+    with JMSServer(home) as jms:
+        # The 5 never acknowledged came back; none of the acknowledged did.
+        assert jms.message_count(Queue("acked")) == 5
+
+
+@pytest.mark.parametrize("socket_write", ["partial", "would-block"])
+def test_receipts_the_completion_thread_cannot_finish_are_finished_by_the_reader_in_order(
+    served: tuple[JMSServer, StompServer], client: RawClient, monkeypatch: pytest.MonkeyPatch, socket_write: str
+) -> None:
+    """The broker's completion thread writes receipts itself only as far as
+    the socket takes them at once: a write taken in part (or not at all)
+    leaves the rest to the connection's reader, and every RECEIPT still
+    arrives whole, in frame order, with the MESSAGE frames between them
+    intact."""
+    real_write = os.write
+    calls = itertools.count()
+    socket_writes: list[int] = []  # the completion thread's attempts
+
+    def write(fd: int, data: Any) -> int:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            return real_write(fd, data)  # the wake-up pipe
+        socket_writes.append(fd)
+        if socket_write == "would-block" or next(calls) % 2 == 0:
+            if socket_write == "would-block":
+                raise BlockingIOError
+            return real_write(fd, bytes(data)[:3])
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    client.send(b"SUBSCRIBE\nid:s\ndestination:/queue/piped\nack:auto\n\n\x00")
+    count = 60
+    frames: list[bytes] = []
+    for i in range(count):
+        frames.append(send_frame(f"r{i}", f"m{i}"))
+    client.send(b"".join(frames))
+    receipts, messages = [], []
+    while len(receipts) < count or len(messages) < count:
+        frame = client.next_frame()
+        assert frame.command in ("RECEIPT", "MESSAGE"), frame
+        if frame.command == "RECEIPT":
+            receipts.append(frame.header("receipt-id"))
+        else:
+            messages.append(frame.body)
+    assert receipts == [f"r{i}" for i in range(count)]
+    assert sorted(messages) == sorted(f"m{i}".encode() for i in range(count))
+    assert socket_writes  # the completion thread did try, and was cut short

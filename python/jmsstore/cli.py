@@ -489,7 +489,13 @@ def stomp_settings(args: argparse.Namespace, configured: dict[str, Any]) -> dict
     options = dict(configured)
     if args.auto_create is not None:
         options["auto_create"] = args.auto_create
-    for name in ("max_connections", "max_subscriptions", "max_total_subscriptions", "max_buffered_bytes"):
+    for name in (
+        "max_connections",
+        "max_subscriptions",
+        "max_total_subscriptions",
+        "max_buffered_bytes",
+        "max_auto_created_destinations",
+    ):
         if getattr(args, name) is not None:
             options[name] = getattr(args, name)
     if args.idle_timeout is not None:
@@ -758,6 +764,13 @@ def parser() -> argparse.ArgumentParser:
         metavar="SIZE",
         help=f"bytes of incomplete frames held for all clients together ({defaults.max_buffered_bytes >> 20}M); "
         "the client that would go over is cut off",
+    )
+    serve_cmd.add_argument(
+        "--max-auto-created-destinations",
+        type=_positive,
+        metavar="N",
+        help=f"destinations clients may create by naming them ({defaults.max_auto_created_destinations:,}); "
+        "beyond, an ERROR frame",
     )
     serve_cmd.add_argument(
         "--idle-timeout",

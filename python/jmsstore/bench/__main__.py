@@ -1,5 +1,6 @@
 """Command line: ``jmsstore-bench <suite> [--quick] [--out DIR]`` (also ``python -m jmsstore.bench``, and
-``python -m bench`` from a checkout); suites: store, pager, broker, brokers, open, matrix, spark. The JSON report and
+``python -m bench`` from a checkout); suites: store, pager, broker, brokers, open, matrix, stomp,
+spark. The JSON report and
 plots go to ``--out`` (default: the current directory)."""
 
 from __future__ import annotations
@@ -58,6 +59,12 @@ def _brokers(ctx: harness.Context) -> None:
     brokers.run(ctx)
 
 
+def _stomp(ctx: harness.Context) -> None:
+    from jmsstore.bench import stomp
+
+    stomp.run(ctx)
+
+
 def _matrix(ctx: harness.Context) -> None:
     from jmsstore.bench import matrix
 
@@ -75,6 +82,11 @@ SUITES: dict[str, tuple[str, Runner]] = {
         _matrix,
     ),
     "brokers": ("jmsstore vs RabbitMQ and ActiveMQ Classic, started for the run (--install: apt-get them)", _brokers),
+    "stomp": (
+        "jmsstore serve vs ActiveMQ Classic and RabbitMQ (STOMP plugin) over STOMP with stomp.py, 1/4/16 "
+        "producers, persistent with receipts and non-persistent (--install: apt-get them)",
+        _stomp,
+    ),
     "spark": ("Spark loader: export of a store to Parquet vs a single-process loop; import vs put_async", _spark),
 }
 
@@ -107,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--threads",
         metavar="N,N,...",
-        help="override the thread counts (store: of the put benchmark; broker: producers = consumers)",
+        help="override the thread counts (store: of the put benchmark; broker: producers = consumers; stomp: "
+        "producer counts)",
     )
     parser.add_argument(
         "--only",
@@ -131,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--install",
         action="store_true",
-        help="brokers, matrix --brokers: apt-get RabbitMQ and ActiveMQ when they are missing (root)",
+        help="brokers, stomp, matrix --brokers: apt-get RabbitMQ and ActiveMQ when they are missing (root)",
     )
     parser.add_argument("--no-engine", action="store_true", help="skip building/running the native-thread example")
     args = parser.parse_args(argv)

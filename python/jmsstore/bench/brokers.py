@@ -125,8 +125,7 @@ class Peers:
             st["reason"] = why
             self.ctx.step(f"{name}: cannot run: {why}")
             return
-        server_cls = rabbitmq.RabbitMQ if name == "rabbitmq" else activemq.ActiveMQ
-        server = server_cls(self.ctx.scratch / f"server-{name}", self.ctx.step)
+        server = self.server_class(name)(self.ctx.scratch / f"server-{name}", self.ctx.step)
         self.servers[name] = server
         self._stack.callback(self._stop, name)
         self.ctx.step(f"{name}: starting ({server.root}, ports {server.ports})")
@@ -141,6 +140,10 @@ class Peers:
         st["settings"] = server.settings()
         st["available"] = True
         self.ctx.step(f"{name}: up in {st['start_s']:.1f} s, listening on {', '.join(st['listen'])}")
+
+    def server_class(self, name: str) -> type[servers.Server]:
+        """The broker class started for ``name`` (the stomp suite starts their STOMP flavours)."""
+        return rabbitmq.RabbitMQ if name == "rabbitmq" else activemq.ActiveMQ
 
     def _stop(self, name: str) -> None:
         server = self.servers[name]
@@ -275,7 +278,8 @@ def survival(ctx: Context, peers: Peers, name: str, count: int, body: bytes) -> 
 # --------------------------------------------------------------------------
 
 
-def _spread(values: list[float | None]) -> tuple[float | None, float | None, float | None]:
+def spread(values: list[float | None]) -> tuple[float | None, float | None, float | None]:
+    """Median, min and max of the values present (Nones if there are none)."""
     present = [v for v in values if v is not None]
     if not present:
         return None, None, None
@@ -304,9 +308,9 @@ def _summarise(
     row["messages_per_run"] = ok[0]["planned"]
     row["sent"] = sum(r["sent"] for r in ok)
     row["received"] = sum(r["received"] for r in ok)
-    row["rate"], row["rate_min"], row["rate_max"] = _spread([r["rate"] for r in ok])
+    row["rate"], row["rate_min"], row["rate_max"] = spread([r["rate"] for r in ok])
     for key in ("cpu_us_per_message", "client_cpu_us_per_message", "broker_cpu_us_per_message"):
-        row[key], row[f"{key}_min"], row[f"{key}_max"] = _spread([r[key] for r in ok])
+        row[key], row[f"{key}_min"], row[f"{key}_max"] = spread([r[key] for r in ok])
     quotients = [
         ratio(r.get("rate"), o.get("rate"))
         for r, o in zip(runs, ours, strict=True)
@@ -318,7 +322,7 @@ def _summarise(
         if "rate" in r and o is not None and "rate" in o
     ]
     row["vs_jmsstore_rounds"] = quotients
-    row["vs_jmsstore"], row["vs_jmsstore_min"], row["vs_jmsstore_max"] = _spread(quotients)
+    row["vs_jmsstore"], row["vs_jmsstore_min"], row["vs_jmsstore_max"] = spread(quotients)
     row["cpu_vs_jmsstore"] = median(cpu_quotients)
     return row
 
@@ -415,7 +419,8 @@ def _found(found: Any) -> Any:
     return "-" if found == "unknown" else found
 
 
-def _range(low: Any, high: Any, digits: int = 0) -> str:
+def range_text(low: Any, high: Any, digits: int = 0) -> str:
+    """``low-high`` for a table's range column ('' when they are one value or missing)."""
     if low is None or high is None or low == high:
         return ""
     return f"{low:,.{digits}f}-{high:,.{digits}f}"
@@ -471,10 +476,10 @@ def _report(
                 r["mode"],
                 r["system"],
                 r.get("rate"),
-                _range(r.get("rate_min"), r.get("rate_max")),
+                range_text(r.get("rate_min"), r.get("rate_max")),
                 r.get("vs_jmsstore"),
                 r.get("cpu_us_per_message"),
-                _range(r.get("cpu_us_per_message_min"), r.get("cpu_us_per_message_max")),
+                range_text(r.get("cpu_us_per_message_min"), r.get("cpu_us_per_message_max")),
                 r.get("client_cpu_us_per_message"),
                 r.get("broker_cpu_us_per_message"),
                 r["label"] if r["status"] == "ok" else cell(r["status"], REASON_WIDTH),

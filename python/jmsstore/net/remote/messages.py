@@ -22,7 +22,7 @@ from jmsstore.jms.destination import Destination, TemporaryQueue
 from jmsstore.jms.message import BytesMessage, DeliveryMode, Message, TextMessage, delivered
 from jmsstore.net.remote.errors import StompServerError, UnsupportedOverStompError
 from jmsstore.net.stomp.frames import Command, Frame
-from jmsstore.net.stomp.mapping import destination_name, outgoing_message
+from jmsstore.net.stomp.mapping import REMOTE_TEMP_QUEUE, destination_name, outgoing_message
 from jmsstore.net.stomp.types import PROPERTY_TYPES_HEADER, PropertyTypeError, header_text, property_types, typed
 
 __all__ = ["received_message", "send_frame", "stomp_destination"]
@@ -36,9 +36,12 @@ _RESERVED = frozenset(
 
 
 def stomp_destination(destination: Destination) -> str:
-    """``/queue/NAME`` or ``/topic/NAME``; a temporary queue has no STOMP form here."""
+    """``/queue/NAME`` or ``/topic/NAME``; a temporary queue (one that came
+    in a message's ``reply-to``: this client cannot create them) is
+    ``/remote-temp-queue/NAME``, the server-wide name, as jmsstore serve
+    and ActiveMQ name another connection's temporary queue."""
     if isinstance(destination, TemporaryQueue):
-        raise UnsupportedOverStompError("temporary queues are not available over STOMP")
+        return f"{REMOTE_TEMP_QUEUE}{destination.name}"
     return destination_name(destination)
 
 

@@ -49,8 +49,8 @@ from typing import Any, Protocol
 
 from jmsstore._native import __version__
 from jmsstore.client.port import BrokerPort, Delivery, ProducerPort, SendOptions
-from jmsstore.errors import InvalidArgumentError, JmsStoreError
-from jmsstore.jms.destination import Destination, Queue, Topic, check_name
+from jmsstore.errors import InvalidArgumentError, InvalidDestinationError, JmsStoreError
+from jmsstore.jms.destination import Destination, Queue, TemporaryQueue, Topic, check_name
 from jmsstore.net.stomp import heartbeat
 from jmsstore.net.stomp.frames import (
     CLIENT_COMMANDS,
@@ -63,6 +63,7 @@ from jmsstore.net.stomp.frames import (
     error_frame,
 )
 from jmsstore.net.stomp.mapping import (
+    REMOTE_TEMP_QUEUE,
     UNSEEN_HEADER,
     ProtocolError,
     destination_name,
@@ -176,6 +177,8 @@ class StompConnection:
         self._by_serial: dict[int, Subscription] = {}
         self._subscription_serials = itertools.count(1)
         self._transactions: dict[str, _Transaction] = {}
+        # The client's /temp-queue/NAME -> this connection's temporary queue (deleted when it closes).
+        self._temporary: dict[str, TemporaryQueue] = {}
         # Sends without a receipt not yet durable, and the first of them that failed.
         self._pending = threading.Condition()
         self._pending_sends = 0
@@ -189,6 +192,13 @@ class StompConnection:
         os.set_blocking(self._wake_read, False)
         os.set_blocking(self._wake_write, False)
         self._wake_open = True
+        # Held while receipts are taken from the head of the queue and written, so that they go out in order.
+        self._receipt_lock = threading.Lock()
+        # Bytes a write from the completion thread could not finish without blocking: every
+        # writer sends them first (under the write lock), the reader at its next turn.
+        self._tail = b""
+        # The completion thread may write receipts itself on a plain socket (see _receipts_now).
+        self._direct_receipts = type(self._transport) is PlainTransport
         self._send_interval = 0.0  # seconds between our heart-beats (0: none)
         self._receive_interval = 0.0  # the client's (0: none)
         self._last_read = time.monotonic()
@@ -209,6 +219,8 @@ class StompConnection:
         data = encode(frame)
         with self._write_lock:
             try:
+                if self._tail:
+                    data, self._tail = self._tail + data, b""
                 self._transport.sendall(data)
             except OSError:
                 self._break()
@@ -216,16 +228,36 @@ class StompConnection:
             self._last_write = time.monotonic()
         self._stats.frame_out(frame.command)
 
-    def _write_message(self, headers: list[tuple[str, str]], body: bytes) -> None:
-        headers.append(("content-length", str(len(body))))
-        self._write(Frame(Command.MESSAGE, headers, body))
+    def _write_frames(self, frames: list[Frame]) -> None:
+        """Several frames in one write (one system call, one TCP segment where they fit)."""
+        data = b"".join([encode(frame) for frame in frames])
+        with self._write_lock:
+            try:
+                if self._tail:
+                    data, self._tail = self._tail + data, b""
+                self._transport.sendall(data)
+            except OSError:
+                self._break()
+                raise
+            self._last_write = time.monotonic()
+        for frame in frames:
+            self._stats.frame_out(frame.command)
+
+    def _write_messages(self, messages: list[tuple[list[tuple[str, str]], bytes]]) -> None:
+        """MESSAGE frames, all in one write."""
+        frames = []
+        for headers, body in messages:
+            headers.append(("content-length", str(len(body))))
+            frames.append(Frame(Command.MESSAGE, headers, body))
+        self._write_frames(frames)
 
     def _heart_beat(self) -> None:
         # Skipped if a frame is being written: that is a sign of life too.
         if not self._write_lock.acquire(blocking=False):
             return
         try:
-            self._transport.sendall(b"\n")
+            self._transport.sendall(self._tail + b"\n")
+            self._tail = b""
             self._last_write = time.monotonic()
         except OSError:
             self._break()
@@ -359,15 +391,26 @@ class StompConnection:
         """Sends the RECEIPTs at the head of the queue that are done, in order;
         False once a SEND failed (an ERROR frame with its receipt-id was sent
         instead: the connection ends)."""
-        while True:
+        # Those done go out together in one write: a client pipelining its sends
+        # gets the receipts of one group commit in one segment.
+        with self._receipt_lock:
             with self._pending:
-                if not self._receipts or not self._receipts[0].done:
-                    return True
-                receipt = self._receipts.popleft()
-            if receipt.error is not None:
-                self._error(f"a send failed: {receipt.error}", receipt=receipt.receipt_id)
-                return False
-            self._write(Frame(Command.RECEIPT, [("receipt-id", receipt.receipt_id)]))
+                done: list[_Receipt] = []
+                while self._receipts and self._receipts[0].done:
+                    done.append(self._receipts.popleft())
+            if not done:
+                if self._tail:
+                    self._write_frames([])  # what the completion thread could not finish
+                return True
+            failed = next((i for i, r in enumerate(done) if r.error is not None), None)
+            ready = done if failed is None else done[:failed]
+            if ready or self._tail:
+                self._write_frames([Frame(Command.RECEIPT, [("receipt-id", r.receipt_id)]) for r in ready])
+        if failed is not None:
+            receipt = done[failed]
+            self._error(f"a send failed: {receipt.error}", receipt=receipt.receipt_id)
+            return False
+        return True
 
     def _room_for_a_receipt(self) -> bool:
         """Waits until fewer than ``max_pending_receipts`` receipts are pending,
@@ -386,16 +429,67 @@ class StompConnection:
         return True
 
     def _receipt_done(self, receipt: _Receipt, error: BaseException | None) -> None:
-        """A receipted SEND completed (on the broker's completion thread): wakes
-        the reader if its receipt can go now."""
+        """A receipted SEND completed (on the broker's completion thread): its
+        receipt, and those done after it, go out now if that can be done
+        without waiting (:meth:`_receipts_now`); else the reader is woken to
+        send them."""
         with self._pending:
             receipt.done = True
             receipt.error = error
             ready = bool(self._receipts) and self._receipts[0].done
             self._pending.notify_all()
-            if ready and self._wake_open:
+        if not ready or self._receipts_now():
+            return
+        with self._pending:
+            if self._wake_open:
                 with contextlib.suppress(BlockingIOError):  # full: a wake-up is pending anyway
                     os.write(self._wake_write, b"\0")
+
+    def _receipts_now(self) -> bool:
+        """Writes the receipts done at the head of the queue from the calling
+        (completion) thread, if nothing has to be waited for: the receipt and
+        write locks free, the socket taking the bytes at once. It never
+        blocks on a client: a write the socket takes only in part leaves the
+        rest to the reader (``_tail``). True: nothing left for the reader."""
+        if not self._direct_receipts or self._closed:
+            return False
+        if not self._receipt_lock.acquire(blocking=False):
+            return False
+        try:
+            if not self._write_lock.acquire(blocking=False):
+                return False
+            try:
+                if self._tail or self._closed:
+                    return False
+                with self._pending:
+                    done: list[_Receipt] = []
+                    while self._receipts and self._receipts[0].done and self._receipts[0].error is None:
+                        done.append(self._receipts.popleft())
+                    rest = bool(self._receipts) and self._receipts[0].done  # a failed send: the reader's
+                if not done:
+                    return not rest
+                frames = [Frame(Command.RECEIPT, [("receipt-id", r.receipt_id)]) for r in done]
+                data = b"".join([encode(frame) for frame in frames])
+                try:
+                    # The socket has a timeout, so its descriptor is non-blocking: a full
+                    # buffer raises at once (socket.send would wait for the timeout).
+                    written = os.write(self._sock.fileno(), data)
+                except BlockingIOError:
+                    written = 0
+                except OSError:
+                    self._break()  # the reader finds the connection broken and closes it
+                    return True
+                for frame in frames:
+                    self._stats.frame_out(frame.command)
+                if written < len(data):
+                    self._tail = data[written:]
+                    return False
+                self._last_write = time.monotonic()
+                return not rest
+            finally:
+                self._write_lock.release()
+        finally:
+            self._receipt_lock.release()
 
     def _wait_for_receipts(self, timeout: float) -> bool:
         """Waits until every pending receipt is done and sends them; False if a send failed."""
@@ -552,12 +646,58 @@ class StompConnection:
         return repr(self.user.name) if self.user is not None else "(anonymous)"
 
     def _receivable(self, headers: dict[str, str]) -> Destination:
-        """The destination a SUBSCRIBE names, if the user may receive from it (created on first use)."""
-        destination = parse_destination(headers.get("destination"))
+        """The destination a SUBSCRIBE names, if the user may receive from it
+        (created on first use; a ``/temp-queue/NAME`` is this connection's own)."""
+        destination = parse_destination(headers.get("destination"), temporary=True)
         name = destination_name(destination)
         if not self._server.security.may_receive(self.user, name):
             raise ProtocolError(f"user {self._user_name()} may not receive from {name}")
+        if isinstance(destination, TemporaryQueue):
+            if not str(headers.get("destination")).startswith(REMOTE_TEMP_QUEUE):
+                return self._temporary_queue(destination.name)
+            own = self._own_temporary(destination.name)
+            if own is None:
+                raise ProtocolError(
+                    f"{headers.get('destination')} is not a temporary queue of this connection: only its own may "
+                    "receive from it"
+                )
+            return own
         self._server.ensure_destination(destination)
+        return destination
+
+    def _own_temporary(self, server_name: str) -> TemporaryQueue | None:
+        """This connection's temporary queue whose server-wide name is ``server_name``."""
+        return next((q for q in self._temporary.values() if q.name == server_name), None)
+
+    def _temporary_queue(self, name: str) -> TemporaryQueue:
+        """This connection's temporary queue the client calls ``name``,
+        created on first use and deleted when the connection closes, as
+        ActiveMQ maps ``/temp-queue/NAME``."""
+        queue = self._temporary.get(name)
+        if queue is None:
+            limit = self._settings.max_subscriptions
+            if len(self._temporary) >= limit:
+                raise ProtocolError(f"a connection may have at most {limit} temporary queues (max_subscriptions)")
+            queue = self._port.create_temporary_queue(self._connection_id)
+            self._temporary[name] = queue
+        return queue
+
+    def _resolve_temporary(self, destination: TemporaryQueue, text: str | None) -> TemporaryQueue:
+        """Where a SEND (or its ``reply-to``) naming a temporary queue goes:
+        ``/temp-queue/NAME`` is this connection's own (made if need be);
+        ``/remote-temp-queue/NAME`` the temporary queue of that server-wide
+        name, any connection's, which must still exist."""
+        if not str(text).startswith(REMOTE_TEMP_QUEUE):
+            return self._temporary_queue(destination.name)
+        own = self._own_temporary(destination.name)
+        if own is not None:
+            return own
+        try:
+            self._port.check_destination(destination)
+        except InvalidDestinationError:
+            raise ProtocolError(
+                f"temporary queue {text} does not exist (any more: it goes when its connection closes)"
+            ) from None
         return destination
 
     def _on_send(self, frame: Frame, headers: dict[str, str]) -> bool:
@@ -565,7 +705,12 @@ class StompConnection:
         name = destination_name(outgoing.destination)
         if not self._server.security.may_send(self.user, name):
             raise ProtocolError(f"user {self._user_name()} may not send to {name}")
-        self._server.ensure_destination(outgoing.destination)
+        if isinstance(outgoing.message.reply_to, TemporaryQueue):
+            outgoing.message.reply_to = self._resolve_temporary(outgoing.message.reply_to, headers.get("reply-to"))
+        if isinstance(outgoing.destination, TemporaryQueue):
+            outgoing.destination = self._resolve_temporary(outgoing.destination, headers.get("destination"))
+        else:
+            self._server.ensure_destination(outgoing.destination)
         producer = self._producer
         assert producer is not None
         args = (outgoing.message, outgoing.destination, outgoing.mode, outgoing.priority, outgoing.ttl, 0)
@@ -674,9 +819,11 @@ class StompConnection:
             prefetch,
             self._port,
             consumer,
-            self._write_message,
+            self._write_messages,
             self.fail,
             name if isinstance(destination, Topic) else None,
+            # The owner's MESSAGE frames name its temporary queue as it did.
+            next((f"/temp-queue/{n}" for n, q in self._temporary.items() if q is destination), None),
         )
         try:
             subscription.start()
@@ -702,7 +849,7 @@ class StompConnection:
             self._port.unsubscribe(self.client_id, name)
         return True
 
-    def _settled(self, headers: dict[str, str]) -> list[Delivery]:
+    def _settled(self, headers: dict[str, str]) -> tuple[Subscription, list[Delivery]]:
         ack = headers.get("id")
         if ack is None:
             raise ProtocolError("ACK and NACK need an id header (the ack header of the MESSAGE)")
@@ -710,26 +857,25 @@ class StompConnection:
         subscription = self._by_serial.get(int(serial)) if serial.isdigit() and len(serial) <= 18 else None
         if subscription is None:
             raise ProtocolError(f"no message awaits acknowledgement with id {ack[:60]!r}")
-        return subscription.take(ack)
+        return subscription, subscription.take(ack)
 
     def _on_ack(self, frame: Frame, headers: dict[str, str]) -> bool:
+        # As ActiveMQ's KahaDB: an ACK is forced to disk before the server goes
+        # on only when the client asks for a receipt; without one the message
+        # is gone at once and its delete joins the subscription's next batch.
         transaction = headers.get("transaction")
         tx = self._transaction(transaction) if transaction is not None else None
-        deliveries = self._settled(headers)
+        subscription, deliveries = self._settled(headers)
         if tx is not None:
             tx.acks.extend(deliveries)
             return True
-        try:
-            self._port.acknowledge(deliveries)  # durable on return
-        except BaseException:
-            self._port.release(deliveries, redelivered=True)
-            raise
+        subscription.acknowledge(deliveries, durable="receipt" in headers)
         return True
 
     def _on_nack(self, frame: Frame, headers: dict[str, str]) -> bool:
         transaction = headers.get("transaction")
         tx = self._transaction(transaction) if transaction is not None else None
-        deliveries = self._settled(headers)
+        _, deliveries = self._settled(headers)
         if tx is not None:
             tx.nacks.extend(deliveries)
         else:
@@ -824,7 +970,13 @@ class StompConnection:
             finally:
                 if locked:
                     self._frame_lock.release()
-            self._transport.close()
+            # Under the write lock: the completion thread writes to the descriptor itself.
+            written = self._write_lock.acquire(timeout=self._settings.write_timeout)
+            try:
+                self._transport.close()
+            finally:
+                if written:
+                    self._write_lock.release()
             with self._pending:
                 self._wake_open = False
                 os.close(self._wake_read)
@@ -856,6 +1008,9 @@ class StompConnection:
                 self._pending.wait_for(lambda: all(r.done for r in self._receipts), self._settings.write_timeout)
             if self._producer is not None:
                 self._producer.close()
+            temporary, self._temporary = list(self._temporary.values()), {}
+            for queue in temporary:  # its temporary queues go with it, and their messages
+                self._port.delete_temporary_queue(queue, True)
         except JmsStoreError as e:
             log.warning("stomp %s: closing: %s", self.peer, e)
         finally:

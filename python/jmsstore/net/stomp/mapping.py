@@ -3,15 +3,28 @@ Classic maps them, so that clients written for ActiveMQ work unchanged.
 
 Destinations: ``/queue/NAME`` is a :class:`~jmsstore.Queue`,
 ``/topic/NAME`` a :class:`~jmsstore.Topic`, ``/temp-queue/NAME`` a
-temporary queue (only as a ``reply-to``). ``NAME`` follows jmsstore's
-naming rule (letters, digits, ``_ . $ - :``).
+temporary queue, as ActiveMQ has them: the connection that names
+``/temp-queue/NAME`` (in a SUBSCRIBE, a SEND or a ``reply-to``) gets a
+temporary queue of its own, which only it may subscribe to and which is
+deleted, with its messages, when it closes; MESSAGE frames carry that
+queue's server-wide name in ``reply-to`` as
+``/remote-temp-queue/TEMP...``, to which any connection may SEND the
+reply (an ERROR once the queue is gone).
+``NAME`` follows jmsstore's naming rule (letters, digits, ``_ . $ - :``).
 
 A SEND becomes:
 
 - a :class:`~jmsstore.TextMessage` when it has no ``content-length``
-  header (its body must then be UTF-8), a :class:`~jmsstore.BytesMessage`
-  when it has one (ActiveMQ's rule; stomp.py adds ``content-length`` by
-  default, so its sends arrive as bytes messages);
+  header, a :class:`~jmsstore.BytesMessage` when it has one (ActiveMQ's
+  rule, whatever ``content-type`` says; stomp.py adds ``content-length``
+  by default, so its sends arrive as bytes messages). A text message's
+  body is UTF-8 unless ``content-type`` names another ``charset`` (such
+  as ``text/plain;charset=iso-8859-1``), as STOMP 1.2 has it; a charset
+  the server does not know, or a body that is not valid in it, gets an
+  ERROR frame naming it. (Without ``content-length`` a body ends at its
+  first NUL octet, so UTF-16 and UTF-32 text needs ``content-length``,
+  and then arrives as bytes.) Delivered, every text message is UTF-8
+  again (``content-type:text/plain;charset=utf-8``);
 - persistent only with ``persistent:true`` (ActiveMQ's default for STOMP
   is non-persistent);
 - ``priority`` (0-9, default 4), ``expires`` (absolute epoch milliseconds,
@@ -36,6 +49,8 @@ text from bytes (jmsstore's remote client does).
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 from dataclasses import dataclass
 
 from jmsstore.errors import InvalidArgumentError, JmsStoreError
@@ -44,6 +59,7 @@ from jmsstore.jms.message import BytesMessage, DeliveryMode, Message, TextMessag
 from jmsstore.net.stomp.types import PROPERTY_TYPES_HEADER, PropertyTypeError, header_text, property_types, typed
 
 __all__ = [
+    "REMOTE_TEMP_QUEUE",
     "TEXT_CONTENT_TYPE",
     "UNSEEN_HEADER",
     "Outgoing",
@@ -66,12 +82,23 @@ TEXT_CONTENT_TYPE = "text/plain;charset=utf-8"
 UNSEEN_HEADER = "jmsstore.unseen"
 
 
+# How a MESSAGE frame names a temporary queue (ActiveMQ's form): the
+# server-wide name, to which any connection may send; /temp-queue/NAME is
+# always the sending connection's own.
+REMOTE_TEMP_QUEUE = "/remote-temp-queue/"
+
+
 class ProtocolError(JmsStoreError):
     """A frame breaks the STOMP protocol or asks what the server refuses;
     the message is the ERROR frame's ``message`` header."""
 
 
-_PREFIXES: dict[str, type[Destination]] = {"/queue/": Queue, "/topic/": Topic, "/temp-queue/": TemporaryQueue}
+_PREFIXES: dict[str, type[Destination]] = {
+    "/queue/": Queue,
+    "/topic/": Topic,
+    "/temp-queue/": TemporaryQueue,
+    REMOTE_TEMP_QUEUE: TemporaryQueue,
+}
 
 # SEND headers that are STOMP's or JMS headers, never properties.
 _NOT_PROPERTIES = frozenset(
@@ -109,6 +136,8 @@ def parse_destination(text: str | None, *, temporary: bool = False) -> Destinati
             except InvalidArgumentError as e:
                 raise ProtocolError(f"destination {text!r}: {e}") from None
     allowed = "/queue/NAME, /topic/NAME" + (" or /temp-queue/NAME" if temporary else "")
+    if temporary and text.startswith(REMOTE_TEMP_QUEUE):
+        allowed = "/remote-temp-queue/NAME with a valid NAME"
     raise ProtocolError(f"destination {text!r} is not {allowed}")
 
 
@@ -137,21 +166,44 @@ def _integer(name: str, text: str, low: int, high: int) -> int:
     return value
 
 
+def _charset(content_type: str | None) -> str:
+    """The charset a SEND's ``content-type`` names for its text (UTF-8 when
+    it names none), as Python calls it; ``ProtocolError`` for one Python
+    does not know."""
+    if content_type is None:
+        return "utf-8"
+    for parameter in content_type.split(";")[1:]:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset":
+            charset = value.strip().strip('"')
+            try:
+                name = codecs.lookup(charset).name
+                # A text encoding, not a bytes-to-bytes codec such as zlib (LookupError).
+                with contextlib.suppress(UnicodeError):
+                    b"a".decode(name)
+                return name
+            except LookupError:
+                raise ProtocolError(
+                    f"content-type {content_type[:80]!r}: charset {charset[:40]!r} is not one the server knows "
+                    "(send the text as utf-8, or with content-length as bytes)"
+                ) from None
+    return "utf-8"
+
+
 def outgoing_message(headers: dict[str, str], body: bytes, now_ms: int) -> Outgoing:
     """The message a SEND frame (its headers, first occurrence of each, and
     body) sends, as ActiveMQ maps it (see the module documentation)."""
-    destination = parse_destination(headers.get("destination"))
-    if isinstance(destination, TemporaryQueue):
-        raise ProtocolError("sending to a temporary queue is not supported")
+    destination = parse_destination(headers.get("destination"), temporary=True)
     message: Message
     if "content-length" in headers:
         message = BytesMessage(body)
     else:
+        charset = _charset(headers.get("content-type"))
         try:
-            message = TextMessage(body.decode("utf-8"))
+            message = TextMessage(body.decode(charset))
         except UnicodeDecodeError as e:
             raise ProtocolError(
-                f"a SEND without content-length is a text message, and its body is not UTF-8 (at byte {e.start})"
+                f"a SEND without content-length is a text message, and its body is not {charset} (at byte {e.start})"
             ) from None
     persistent = headers.get("persistent", "false").lower() == "true"
     priority = _integer("priority", headers["priority"], 0, 9) if "priority" in headers else 4
@@ -183,7 +235,8 @@ def outgoing_message(headers: dict[str, str], body: bytes, now_ms: int) -> Outgo
 
 
 def message_headers(message: Message, subscription: str, ack: str) -> list[tuple[str, str]]:
-    """The headers of the MESSAGE frame that delivers ``message`` (without ``content-length``)."""
+    """The headers of the MESSAGE frame that delivers ``message`` (without
+    ``content-length``); ``destination`` is the third."""
     headers = [
         ("subscription", subscription),
         ("message-id", message.message_id or ""),
@@ -200,7 +253,9 @@ def message_headers(message: Message, subscription: str, ack: str) -> list[tuple
         headers.append(("type", message.type))
     if message.correlation_id is not None:
         headers.append(("correlation-id", message.correlation_id))
-    if isinstance(message.reply_to, Destination):
+    if isinstance(message.reply_to, TemporaryQueue):
+        headers.append(("reply-to", f"{REMOTE_TEMP_QUEUE}{message.reply_to.name}"))
+    elif isinstance(message.reply_to, Destination):
         headers.append(("reply-to", destination_name(message.reply_to)))
     if isinstance(message, TextMessage):
         headers.append(("content-type", TEXT_CONTENT_TYPE))

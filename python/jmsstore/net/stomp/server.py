@@ -121,6 +121,8 @@ class StompServer:
         self._lock = threading.Lock()
         self._connections: set[StompConnection] = set()
         self._known: set[Destination] = set()
+        self._create_lock = threading.Lock()  # checking and creating a destination a client names
+        self._auto_created = 0  # destinations created because a client named them
         self._closed = False
 
     # ------------------------------------------------------------ lifecycle
@@ -237,14 +239,26 @@ class StompServer:
 
     def ensure_destination(self, destination: Destination) -> None:
         """Creates ``destination`` on first use when ``auto_create`` is on
-        (ActiveMQ's behaviour); else ``ProtocolError`` unless it exists."""
+        (ActiveMQ's behaviour), up to ``max_auto_created_destinations``; else
+        ``ProtocolError`` unless it exists."""
         if destination in self._known:
             return
         if self.settings.auto_create:
-            if isinstance(destination, Topic):
-                self._broker.create_topic(destination.name)
-            else:
-                self._broker.create_queue(destination.name)
+            with self._create_lock:
+                try:
+                    self.port.check_destination(destination)
+                except InvalidDestinationError:
+                    limit = self.settings.max_auto_created_destinations
+                    if self._auto_created >= limit:
+                        raise ProtocolError(
+                            f"destination {destination_name(destination)} does not exist, and the server's clients "
+                            f"have created max_auto_created_destinations ({limit}) destinations already"
+                        ) from None
+                    if isinstance(destination, Topic):
+                        self._broker.create_topic(destination.name)
+                    else:
+                        self._broker.create_queue(destination.name)
+                    self._auto_created += 1
         else:
             try:
                 self.port.check_destination(destination)

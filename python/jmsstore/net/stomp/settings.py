@@ -55,6 +55,13 @@ class StompSettings:
     Destinations and delivery. ``auto_create``: a destination a client
     names is created on first use, as ActiveMQ does; off, naming a
     destination the server does not have is an ERROR.
+    ``max_auto_created_destinations`` (10,000): the most destinations the
+    server's clients may create that way while it serves (destinations
+    that already exist, from the configuration or an earlier run, do not
+    count); a SEND or SUBSCRIBE that would create one more gets an ERROR
+    frame naming the limit, so clients naming ever new destinations cannot
+    fill the store and the memory with them (ActiveMQ bounds the same with
+    a destination policy's ``maxDestinations``).
     ``default_prefetch``: ``activemq.prefetchSize`` when a SUBSCRIBE does
     not give one (ActiveMQ's queue prefetch, 1000, in every ack mode);
     ``max_prefetch`` the most a SUBSCRIBE may ask.
@@ -69,6 +76,7 @@ class StompSettings:
     max_total_subscriptions: int = 1024
     max_transactions: int = 100
     auto_create: bool = True
+    max_auto_created_destinations: int = 10_000
     heart_beat: tuple[int, int] = (10_000, 10_000)
     default_prefetch: int = 1000
     max_prefetch: int = 100_000
@@ -86,6 +94,7 @@ class StompSettings:
             "max_subscriptions",
             "max_total_subscriptions",
             "max_transactions",
+            "max_auto_created_destinations",
             "default_prefetch",
             "max_prefetch",
             "max_pending_receipts",

@@ -10,6 +10,14 @@ Acknowledgement, as STOMP 1.2 defines the three ``ack`` modes:
   still unacknowledged on the subscription (cumulative).
 - ``client-individual``: an ACK acknowledges that message alone.
 
+In the two client modes an ACK with a ``receipt`` header is durable before
+its RECEIPT goes out (so is every ACK before it); one without takes the
+message off the destination at once and its store delete joins a batch
+written without waiting (after ``_ACK_BATCH`` of them, or as soon as the
+dispatcher finds nothing more to deliver), as ActiveMQ's KahaDB syncs an
+acknowledgement only when the client asked for a response. After a crash
+an ACK that had no receipt may come back, flagged redelivered.
+
 A NACK returns what the same ACK would acknowledge, for redelivery (the
 delivery count goes up, the destination's redelivery delay and limit
 apply). Unacknowledged messages return, flagged redelivered, when the
@@ -45,17 +53,17 @@ ACK_MODES = ("auto", "client", "client-individual")
 # How long the dispatcher waits for a wake-up before it looks again anyway
 # (a redelivery delay ending, a pause lifted).
 _IDLE_LOOK = 0.5
-# How many AUTO acknowledgements are batched before their store deletes are submitted.
-_AUTO_ACK_BATCH = 100
+# How many acknowledgements (AUTO, or ACKs without a receipt) are batched before their store deletes are submitted.
+_ACK_BATCH = 100
 
-WriteMessage = Callable[[list[tuple[str, str]], bytes], None]
+WriteMessages = Callable[[list[tuple[list[tuple[str, str]], bytes]]], None]
 
 
 class Subscription:
     """A SUBSCRIBE's consumer and the MESSAGE frames it has in flight.
 
-    ``write(headers, body)`` sends one MESSAGE frame (raising ``OSError``
-    once the connection is broken); ``fail(reason)`` ends the connection
+    ``write([(headers, body), ...])`` sends MESSAGE frames in one write
+    (raising ``OSError`` once the connection is broken); ``fail(reason)`` ends the connection
     with an ERROR frame (from the dispatcher, when the broker fails)."""
 
     def __init__(
@@ -66,15 +74,17 @@ class Subscription:
         prefetch: int,
         broker: BrokerPort,
         consumer: ConsumerPort,
-        write: WriteMessage,
+        write: WriteMessages,
         fail: Callable[[str], None],
         durable_name: str | None = None,
+        destination_header: str | None = None,
     ) -> None:
         self.serial = serial
         self.id = subscription_id
         self.ack_mode = ack_mode
         self.prefetch = prefetch
         self.durable_name = durable_name
+        self._destination_header = destination_header  # the MESSAGE frames' destination, if not the queue's own
         self._broker = broker
         self._consumer = consumer
         self._write = write
@@ -84,7 +94,8 @@ class Subscription:
         self._in_flight: OrderedDict[str, Delivery] = OrderedDict()
         self._sequence = itertools.count(1)
         self._wake = Signal()  # a message arrived, room was made, or the subscription closes
-        self._backlog = broker.new_backlog()  # auto mode: acknowledged, store deletes not yet submitted
+        # acknowledged (auto mode, ACKs without a receipt), store deletes not yet submitted
+        self._backlog = broker.new_backlog()
         self._closed = False
         self.delivered = 0
         self._thread = threading.Thread(
@@ -158,29 +169,50 @@ class Subscription:
             except BaseException:
                 self._broker.release(deliveries, redelivered=False)
                 raise
-        for index, delivery in enumerate(deliveries):
-            if self._closed:
-                self._broker.release(deliveries[index:], redelivered=False)
-                return
+        if self._closed:
+            self._broker.release(deliveries, redelivered=False)
+            return
+        # Every MESSAGE frame of one fetch in one write: fewer system calls and segments.
+        frames = []
+        acks = []
+        for delivery in deliveries:
             ack = f"{self.serial}.{next(self._sequence)}"
             message = self._broker.message(delivery, None)
             headers = message_headers(message, self.id, ack)
-            if self.ack_mode != "auto":
-                with self._lock:
+            if self._destination_header is not None:
+                headers[2] = ("destination", self._destination_header)
+            frames.append((headers, message_body(message)))
+            acks.append(ack)
+        if self.ack_mode != "auto":
+            with self._lock:
+                for ack, delivery in zip(acks, deliveries, strict=True):
                     self._in_flight[ack] = delivery
-            try:
-                self._write(headers, message_body(message))
-            except BaseException:
-                # Not written, or only in part: back, flagged redelivered (the client
-                # may have seen it); the rest was never sent.
-                with self._lock:
+        try:
+            self._write(frames)
+        except BaseException:
+            # Not written, or only in part: back, flagged redelivered (the client may have seen them).
+            with self._lock:
+                for ack in acks:
                     self._in_flight.pop(ack, None)
-                self._broker.release([delivery], redelivered=True)
-                self._broker.release(deliveries[index + 1 :], redelivered=False)
-                raise
-            self.delivered += 1
-            if self.ack_mode == "auto":
-                self._broker.acknowledge_lazily([delivery], self._backlog, _AUTO_ACK_BATCH)
+            self._broker.release(deliveries, redelivered=True)
+            raise
+        self.delivered += len(deliveries)
+        if self.ack_mode == "auto":
+            self._broker.acknowledge_lazily(deliveries, self._backlog, _ACK_BATCH)
+
+    def acknowledge(self, deliveries: list[Delivery], durable: bool) -> None:
+        """Acknowledges what an ACK settled (see the module documentation):
+        ``durable``, when its frame asked for a receipt, with every earlier
+        acknowledgement of the subscription on disk before it returns."""
+        try:
+            if durable:
+                self._flush_acknowledgements()
+                self._broker.acknowledge(deliveries)  # durable on return
+            else:
+                self._broker.acknowledge_lazily(deliveries, self._backlog, _ACK_BATCH)
+        except BaseException:
+            self._broker.release(deliveries, redelivered=True)
+            raise
 
     def _flush_acknowledgements(self) -> None:
         if len(self._backlog):
