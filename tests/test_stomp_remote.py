@@ -27,12 +27,13 @@ from jmsstore import (
     JMSServer,
     Message,
     Queue,
+    TemporaryQueue,
     TextMessage,
     Topic,
     connect,
 )
 from jmsstore.bench.peers import activemq
-from jmsstore.errors import InvalidArgumentError
+from jmsstore.errors import IllegalStateError, InvalidArgumentError
 from jmsstore.net import StompServer, serve
 from jmsstore.net.remote import StompConnectionError, StompServerError, UnsupportedOverStompError
 
@@ -401,8 +402,6 @@ def test_features_without_a_stomp_form_raise_naming_them(remote: Broker) -> None
         session = connection.create_session()
         with pytest.raises(UnsupportedOverStompError, match="QueueBrowser"):
             session.create_browser(queue).messages()
-        with pytest.raises(UnsupportedOverStompError, match="temporary queues"):
-            session.create_temporary_queue()
         with pytest.raises(UnsupportedOverStompError, match="shared subscriptions"):
             session.create_shared_consumer(remote.topic("t"), "s")
         producer = session.create_producer(queue)
@@ -413,6 +412,36 @@ def test_features_without_a_stomp_form_raise_naming_them(remote: Broker) -> None
         with pytest.raises(UnsupportedOverStompError, match="unsubscribe"):
             session.unsubscribe("never-opened")
         producer.send(TextMessage("still connected"))  # none of these broke the connection
+
+
+def test_request_reply_through_a_temporary_queue(broker: Broker) -> None:
+    """JMS request/reply: the requester's temporary queue goes in ``reply_to``,
+    the replier sends to it; only its connection may consume it, and it goes
+    with that connection (over STOMP: ActiveMQ's /temp-queue/, whose server-wide
+    name the request carries)."""
+    requests = broker.queue("requests")
+    factory = broker.factory()
+    with factory.create_connection() as requester, factory.create_connection() as replier:
+        requester.start()
+        replier.start()
+        session = requester.create_session()
+        replies = session.create_temporary_queue()
+        reply_consumer = session.create_consumer(replies)
+        request = TextMessage("ping")
+        request.reply_to = replies
+        session.create_producer(requests).send(request)
+
+        serving = replier.create_session()
+        got = serving.create_consumer(requests).receive(WAIT)
+        assert got is not None and isinstance(got.reply_to, TemporaryQueue)
+        with pytest.raises(InvalidDestinationError):
+            serving.create_consumer(got.reply_to)  # not its connection's
+        serving.create_producer(got.reply_to).send(TextMessage("pong"))
+        assert texts([reply_consumer.receive(WAIT)]) == ["pong"]
+        with pytest.raises(IllegalStateError):
+            replies.delete()  # it has a consumer
+        reply_consumer.close()
+        replies.delete()
 
 
 def test_a_consumer_holding_its_whole_prefetch_unacknowledged_is_told_so(remote: Broker) -> None:
@@ -641,3 +670,24 @@ def test_activemq_transacted_receive_commits_its_acknowledgements(activemq_url: 
     with factory.create_connection() as connection:
         connection.start()
         assert connection.create_session().create_consumer(queue).receive(1.0) is None
+
+
+def test_activemq_request_reply_through_a_temporary_queue(activemq_url: str) -> None:
+    """ActiveMQ's own /temp-queue/ and /remote-temp-queue/ names: our client's
+    temporary queue works as a reply-to there too."""
+    requests = Queue(f"requests-{os.getpid()}")
+    factory = connect(activemq_url, heart_beat=(0, 0))
+    with factory.create_connection() as requester, factory.create_connection() as replier:
+        requester.start()
+        replier.start()
+        session = requester.create_session()
+        replies = session.create_temporary_queue()
+        reply_consumer = session.create_consumer(replies)
+        request = TextMessage("ping")
+        request.reply_to = replies
+        session.create_producer(requests).send(request)
+        serving = replier.create_session()
+        got = serving.create_consumer(requests).receive(WAIT)
+        assert got is not None and isinstance(got.reply_to, TemporaryQueue)
+        serving.create_producer(got.reply_to).send(TextMessage("pong"))
+        assert texts([reply_consumer.receive(WAIT)]) == ["pong"]

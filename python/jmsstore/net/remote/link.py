@@ -82,6 +82,8 @@ class StompLink:
         self.address = address
         self._tls = tls
         self.speaks_jmsstore = False  # the server said it is jmsstore's (CONNECTED's server header)
+        # The names of the temporary queues this connection made (/temp-queue/NAME on the server).
+        self.temporary_queues: set[str] = set()
         self.client_id = client_id
         self._login = login
         self._passcode = passcode
@@ -261,6 +263,11 @@ class StompLink:
     def remove_inbox(self, subscription_id: str) -> None:
         with self._lock:
             self._inboxes.pop(subscription_id, None)
+
+    def inboxes(self) -> list[Inbox]:
+        """The subscriptions' inboxes, now."""
+        with self._lock:
+            return list(self._inboxes.values())
 
     # ------------------------------------------------------------ the reader
 

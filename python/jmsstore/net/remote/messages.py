@@ -15,7 +15,7 @@ have no STOMP form.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container
 
 from jmsstore.errors import JmsStoreError, MessageFormatError
 from jmsstore.jms.destination import Destination, TemporaryQueue
@@ -35,22 +35,33 @@ _RESERVED = frozenset(
 )
 
 
-def stomp_destination(destination: Destination) -> str:
-    """``/queue/NAME`` or ``/topic/NAME``; a temporary queue (one that came
-    in a message's ``reply-to``: this client cannot create them) is
-    ``/remote-temp-queue/NAME``, the server-wide name, as jmsstore serve
-    and ActiveMQ name another connection's temporary queue."""
+def stomp_destination(destination: Destination, own: Container[str] = ()) -> str:
+    """``/queue/NAME`` or ``/topic/NAME``; a temporary queue is
+    ``/temp-queue/NAME`` when its name is in ``own`` (the connection's
+    own, as it created them), else ``/remote-temp-queue/NAME``: the
+    server-wide name another connection's temporary queue came with in a
+    ``reply-to``, as jmsstore serve and ActiveMQ name it."""
     if isinstance(destination, TemporaryQueue):
+        if destination.name in own:
+            return f"/temp-queue/{destination.name}"
         return f"{REMOTE_TEMP_QUEUE}{destination.name}"
     return destination_name(destination)
 
 
-def send_frame(message: Message, destination: Destination, mode: int, priority: int, ttl: int, now_ms: int) -> Frame:
+def send_frame(
+    message: Message,
+    destination: Destination,
+    mode: int,
+    priority: int,
+    ttl: int,
+    now_ms: int,
+    own_temporary: Container[str] = (),
+) -> Frame:
     """The SEND frame of a send (without ``receipt`` or ``transaction``);
     stamps the message's JMS headers as a send does (its ``message_id`` is
     the server's, and STOMP does not tell it to the sender)."""
     headers = [
-        ("destination", stomp_destination(destination)),
+        ("destination", stomp_destination(destination, own_temporary)),
         ("persistent", "true" if mode == DeliveryMode.PERSISTENT else "false"),
         ("priority", str(priority)),
     ]
@@ -62,7 +73,7 @@ def send_frame(message: Message, destination: Destination, mode: int, priority: 
     if message.correlation_id is not None:
         headers.append(("correlation-id", message.correlation_id))
     if isinstance(message.reply_to, Destination):
-        headers.append(("reply-to", stomp_destination(message.reply_to)))
+        headers.append(("reply-to", stomp_destination(message.reply_to, own_temporary)))
     properties = message.properties
     for name, value in properties.items():
         if name in _RESERVED:

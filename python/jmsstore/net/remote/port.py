@@ -99,7 +99,7 @@ class RemoteProducer:
         if delay:
             raise UnsupportedOverStompError("delivery_delay has no STOMP form; send with delivery_delay 0")
         self._link.check()
-        return send_frame(message, destination, mode, priority, ttl, now_ms())
+        return send_frame(message, destination, mode, priority, ttl, now_ms(), self._link.temporary_queues)
 
     def send(self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int) -> None:
         # Always with a receipt: a send returns once the server has it (durable, if persistent).
@@ -261,6 +261,10 @@ class RemoteConsumer:
         if due:
             self._unsubscribe()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
         # The messages it handed out are still the session's to acknowledge or
         # recover: the subscription (and so their ack ids) lingers until then.
@@ -405,10 +409,29 @@ class RemotePort:
         raise UnsupportedOverStompError("QueueBrowser: STOMP cannot look at a queue without consuming it")
 
     def create_temporary_queue(self, connection: int) -> TemporaryQueue:
-        raise UnsupportedOverStompError("temporary queues are not available over STOMP")
+        """A temporary queue of the connection, as ActiveMQ has them over STOMP:
+        ``/temp-queue/NAME``, made by the server when the connection first
+        names it and deleted when the connection closes; a message's
+        ``reply-to`` carries its server-wide name to others."""
+        link = self._link(connection)
+        name = f"jmsstore.{link.next_id()}.{next(self._ids)}"
+        link.temporary_queues.add(name)
+        return TemporaryQueue(name, lambda queue: self.delete_temporary_queue(queue, force=False))
 
     def delete_temporary_queue(self, queue: TemporaryQueue, force: bool) -> None:
-        raise UnsupportedOverStompError("temporary queues are not available over STOMP")
+        """No longer the connection's to use; the server deletes the queue
+        when the connection closes (STOMP has no frame for it)."""
+        with self._lock:
+            links = [entry.link for entry in self._connections.values()]
+        for link in links:
+            if queue.name not in link.temporary_queues:
+                continue
+            if not force and any(
+                isinstance(inbox, RemoteConsumer) and inbox.destination == queue and not inbox.closed
+                for inbox in link.inboxes()
+            ):
+                raise IllegalStateError(f"temporary queue {queue.name!r} has consumers")
+            link.temporary_queues.discard(queue.name)
 
     def unsubscribe(self, client_id: str | None, name: str) -> None:
         if client_id is None:
@@ -426,7 +449,7 @@ class RemotePort:
         topic, selector = known
         link = links[0]
         subscription_id = f"u-{link.next_id()}"
-        headers = self._subscribe_headers(subscription_id, topic, selector, 1)
+        headers = self._subscribe_headers(link, subscription_id, topic, selector, 1)
         headers.append(("activemq.subscriptionName", name))
         # Its messages, if any arrive before the UNSUBSCRIBE, go with the subscription.
         unsubscribe = [("id", subscription_id), ("activemq.subscriptionName", name)]
@@ -443,11 +466,11 @@ class RemotePort:
 
     @staticmethod
     def _subscribe_headers(
-        subscription_id: str, destination: Destination, selector: str | None, prefetch: int
+        link: StompLink, subscription_id: str, destination: Destination, selector: str | None, prefetch: int
     ) -> list[tuple[str, str]]:
         headers = [
             ("id", subscription_id),
-            ("destination", stomp_destination(destination)),
+            ("destination", stomp_destination(destination, link.temporary_queues)),
             ("ack", "client-individual"),
             ("activemq.prefetchSize", str(prefetch)),
         ]
@@ -471,7 +494,7 @@ class RemotePort:
         subscription_id = f"s-{link.next_id()}"
         prefetch = self._prefetch(entry.connection)
         consumer = RemoteConsumer(link, subscription_id, destination, prefetch)
-        headers = self._subscribe_headers(subscription_id, destination, selector, prefetch)
+        headers = self._subscribe_headers(link, subscription_id, destination, selector, prefetch)
         link.add_inbox(subscription_id, consumer)  # before SUBSCRIBE: a MESSAGE may come before its receipt
         try:
             link.request([Frame(Command.SUBSCRIBE, headers + extra)], "SUBSCRIBE")
