@@ -21,6 +21,7 @@ import re
 import urllib.parse
 
 from jmsstore import inspect
+from jmsstore.broker.layout import message_collection
 from jmsstore.errors import JmsStoreError
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "check_target",
     "is_store",
     "local_path",
+    "messages_by_collection",
     "scheme",
     "store_paths",
 ]
@@ -107,6 +109,17 @@ def store_paths(spec: str) -> list[str]:
     if not found:
         raise ValueError("no store directory given (load(path) or option('path', ...))")
     return found
+
+
+def messages_by_collection(store: str) -> dict[str, int]:
+    """The messages of each queue and subscription of the closed store at
+    ``store`` (what a server opening it would find; read-only)."""
+    live, _ = inspect.live(store)
+    messages: dict[str, int] = {}
+    for _, collection, _, _ in live:
+        if message_collection(collection) is not None:
+            messages[collection] = messages.get(collection, 0) + 1
+    return messages
 
 
 def _nearest_existing(path: str) -> str:

@@ -20,6 +20,8 @@ naming it, before anything is read or written.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import os
 import shutil
 import tempfile
@@ -87,6 +89,26 @@ def _java_error(error: Exception) -> str:
         if line.startswith(":"):
             return line[1:].strip()
     return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+def _rename_noreplace(source: str, target: str) -> bool:
+    """Renames local ``source`` to ``target`` in one step that fails if
+    ``target`` exists (Linux ``renameat2`` with ``RENAME_NOREPLACE``); False
+    where the kernel or file system cannot (nothing renamed then)."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_cwd, noreplace = -100, 1
+    if renameat2(at_cwd, os.fsencode(source), at_cwd, os.fsencode(target), noreplace) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    if err == errno.EEXIST:
+        raise FileExistsError(f"{target} exists: a job writes a new directory")
+    raise OSError(err, os.strerror(err), source, None, target)
 
 
 class HadoopFiles:
@@ -164,7 +186,13 @@ class HadoopFiles:
         :class:`FileExistsError` if ``target`` exists (``FileContext.rename``
         without ``OVERWRITE``). On HDFS the name node checks and renames in
         one step; on other file systems Hadoop checks first, then renames
-        (object stores copy and delete: not atomic at all)."""
+        (object stores copy and delete: not atomic at all). A local rename
+        (``file:`` with the local shortcut) is one ``renameat2`` with
+        ``RENAME_NOREPLACE`` where the kernel and file system have it."""
+        if local_shortcut(self.spark) and scheme(source) == scheme(target) == "file":
+            local_source, local_target = local_path(source), local_path(target)
+            if local_source is not None and local_target is not None and _rename_noreplace(local_source, local_target):
+                return
         _, src = self.fs(source)
         _, dst = self.fs(target)
         context = self._jvm.org.apache.hadoop.fs.FileContext.getFileContext(src.toUri(), self._conf)

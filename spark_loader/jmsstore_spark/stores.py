@@ -141,7 +141,7 @@ def _decode_staged(view: str, plan: dict[str, Any], batches: Iterator[Any]) -> I
     """A task: each segment file Spark read (``path``, ``content``), written
     to the executor's local disk, decoded by the local reader, removed."""
     from jmsstore_spark.datasource import RecordsReader, SegmentGroup
-    from jmsstore_spark.messages import MessagesReader, MessageSegment
+    from jmsstore_spark.messages import MessageSegment, MessagesReader
 
     directory = _task_directory()
     try:
