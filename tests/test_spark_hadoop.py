@@ -20,8 +20,10 @@ from typing import Any
 import pytest
 from jmsstore import JMSServer, TextMessage, inspect
 from jmsstore_spark import cli
+from jmsstore_spark.checks import messages_by_collection
 from jmsstore_spark.cli import export, import_messages
 from jmsstore_spark.hadoop import LOCAL_SHORTCUT, HadoopFiles, StoreLocationError
+from jmsstore_spark.outputs import OutputError
 from jmsstore_spark.reports import evaluate, release, reports
 from jmsstore_spark.stores import read_view, resolve_stores, store_segments
 
@@ -96,6 +98,11 @@ def test_export_and_report_through_the_hadoop_layer(hadoop: Any, tmp_path: Path)
     finally:
         release(frames)
     assert counts["backlog"] == 2 and counts["damage"] == 0 and counts["transactions"] == 0
+    with JMSServer(tmp_path / "empty") as server:
+        server.create_queue("orders")
+    with pytest.raises(OutputError, match="nothing to export: the stores hold no messages"):
+        export(hadoop, [(tmp_path / "empty" / "store").as_uri()], str(tmp_path / "none"))
+    assert not (tmp_path / "none").exists()
 
 
 def test_an_import_into_a_uri_copies_the_store_up_and_renames_it(hadoop: Any, tmp_path: Path) -> None:
@@ -188,3 +195,22 @@ def test_publishing_never_replaces_what_is_there(spark: Any, tmp_path: Path, sho
         assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh", "target"]
     finally:
         spark.conf.unset(LOCAL_SHORTCUT)
+
+
+def test_what_is_not_a_store_is_refused_through_the_hadoop_layer(hadoop: Any, tmp_path: Path) -> None:
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "notes.txt").write_text("not a store")
+    with pytest.raises(StoreLocationError, match="is not a readable jmsstore store: no segment files"):
+        resolve_stores(hadoop, [(tmp_path / "plain").as_uri()])
+    with pytest.raises(StoreLocationError, match="no store directory matches"):
+        resolve_stores(hadoop, [f"file://{tmp_path}/gone-*"])
+
+
+def test_the_data_source_writes_file_uris_in_place_and_refuses_other_schemes(spark: Any, tmp_path: Path) -> None:
+    _server(tmp_path / "srv", 4)
+    messages = spark.read.format("jmsstore").option("view", "messages").load(str(tmp_path / "srv" / "store"))
+    with pytest.raises(Exception, match="writes stores on the local file system only"):
+        messages.write.format("jmsstore").mode("append").save("nosuch://x/store")
+    messages.write.format("jmsstore").mode("append").save((tmp_path / "new" / "store").as_uri())
+    assert sum(messages_by_collection(str(tmp_path / "new" / "store")).values()) == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new", "srv"]  # not ./file:/...

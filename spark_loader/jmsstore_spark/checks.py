@@ -8,9 +8,10 @@ segment headers (:func:`jmsstore.inspect.segments`), as the reader does.
 
 Paths: a local path, or a ``file:`` URI naming one (``file:///data/s``).
 A URI of another scheme (``hdfs://``, ``s3a://``) is not a local path:
-:func:`local_path` gives None and each caller decides (the store reader
-and writer read local directories only; Spark's Parquet reader takes any
-file system Hadoop has).
+:func:`local_path` gives None and each caller decides (the ``jmsstore``
+data source reads and writes local directories only; such stores and
+targets go through :mod:`jmsstore_spark.hadoop` and
+:mod:`jmsstore_spark.stores`).
 """
 
 from __future__ import annotations
@@ -70,8 +71,9 @@ def _local(path: str) -> str:
     local = local_path(path)
     if local is None:
         raise ValueError(
-            f"{path}: stores are read, and output written, on the local file system only "
-            f"(a path or a file:// URI, not {scheme(path)}:)"
+            f"{path}: the jmsstore data source reads stores on the local file system only (a path or a "
+            f"file:// URI, not {scheme(path)}:); jmsstore-spark and jmsstore_spark.stores.read_view read "
+            "any Hadoop URI"
         )
     return local
 

@@ -28,10 +28,12 @@ as tables and, with ``--to``, writes them as Parquet and JSON.
 
 Every path and option is checked before Spark starts (see
 :mod:`jmsstore_spark.checks`): stores exist and are stores, output
-directories do not exist yet, counts are in range. Stores and output
-directories are local paths (or ``file://`` URIs); the Parquet input of
-``import`` may be any URI Spark reads (``hdfs://``, ``s3a://``: checked by
-Spark). Errors are one line on stderr, exit status 2 for arguments and
+directories do not exist yet, counts are in range. Stores, outputs and
+the target of ``import`` may be local paths, ``file://`` URIs or URIs of
+any file system of Spark's Hadoop layer (``hdfs://``, ``s3a://``: checked
+once Spark runs, see :mod:`jmsstore_spark.stores` and
+:func:`jmsstore_spark.imports.import_to_uri`); the Parquet input of
+``import`` may be any URI Spark reads. Errors are one line on stderr, exit status 2 for arguments and
 input that are refused, 1 for a job that failed; no traceback unless
 ``--verbose``.
 

@@ -228,7 +228,7 @@ def read_view(spark: Any, view: str, stores: Sequence[str]) -> tuple[Any, Stagin
             )
         else:
             frame = spark.createDataFrame([], schema)
-            frame = frame.observe(observed, F.lit(0).alias("segments"), F.lit(0).alias("bytes"))
+            frame = frame.observe(observed, F.count(F.lit(1)).alias("segments"), F.sum(F.lit(0)).alias("bytes"))
         frames.append(frame)
         staging = Staging(len(plan), size, observed)
     result = frames[0]
