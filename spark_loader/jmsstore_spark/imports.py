@@ -31,6 +31,11 @@ its own, the target stores written in parallel: the source tasks stage
 their rows by target, the rows of each target go to one task (partitioned
 by target exactly), which sorts and loads them into a new store beside its
 target; the driver publishes every store once all tasks have succeeded.
+
+:func:`import_to_uri` imports into a new store behind any URI of Spark's
+Hadoop layer (``hdfs://``, ``s3a://``): the driver builds the store on its
+local disk from the tasks' sorted rows, copies it up, checks it and renames
+it into place.
 """
 
 from __future__ import annotations
@@ -923,6 +928,7 @@ def import_to_uri(spark: Any, df: Any, target: str, *, server: str = "jms1", cod
             lambda batches: _stage_sorted(columns, server, batches), "part int, staged binary"
         )
         writers: dict[int, Any] = {}
+        sinks: list[Any] = []
         parts: dict[int, StagedPart] = {}
         try:
             for row in staged.toLocalIterator():
@@ -931,7 +937,8 @@ def import_to_uri(spark: Any, df: Any, target: str, *, server: str = "jms1", cod
                 if part is None:
                     path = os.path.join(work, f"part-{row['part']:05d}.arrow")
                     part = parts[row["part"]] = StagedPart(path, 0, {})
-                    writers[row["part"]] = pa.ipc.new_file(pa.OSFile(path, "wb"), _STAGED)
+                    sinks.append(pa.OSFile(path, "wb"))
+                    writers[row["part"]] = pa.ipc.new_file(sinks[-1], _STAGED)
                 for seen_server, boot in json.loads((table.schema.metadata or {}).get(b"boots", b"{}")).items():
                     part.boots[seen_server] = max(part.boots.get(seen_server, 0), boot)
                 writers[row["part"]].write_table(table.replace_schema_metadata(None))
@@ -939,6 +946,8 @@ def import_to_uri(spark: Any, df: Any, target: str, *, server: str = "jms1", cod
         finally:
             for writer in writers.values():
                 writer.close()
+            for sink in sinks:
+                sink.close()
         store_dir = os.path.join(work, "store")
         messages = _load(store_dir, list(parts.values()), codec, {})
         local = {entry.name: entry.stat().st_size for entry in os.scandir(store_dir) if entry.is_file()}
