@@ -181,10 +181,10 @@ def _store(home: Path) -> Path:
     return home / "store"
 
 
-def _command(master: str, *args: str) -> subprocess.Popen[str]:
+def _command(master: str, *args: str, executor_memory: str = "512m") -> subprocess.Popen[str]:
     """``jmsstore-spark ARGS --master MASTER``, its driver on 127.0.0.1."""
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
-    spark_conf = ["spark.driver.host=127.0.0.1", "spark.ui.enabled=false", "spark.executor.memory=512m"]
+    spark_conf = ["spark.driver.host=127.0.0.1", "spark.ui.enabled=false", f"spark.executor.memory={executor_memory}"]
     spark_conf.append("spark.sql.shuffle.partitions=2")  # tiny stores: 200 shuffle tasks on one core cost more
     spark_conf += [f"spark.driver.extraJavaOptions={_QUICK_JVM}", f"spark.executor.extraJavaOptions={_QUICK_JVM}"]
     return subprocess.Popen(
@@ -245,7 +245,15 @@ def test_export_import_and_report_on_a_standalone_cluster_equal_the_local_run(
         # worker's executor stages the segments Spark read on its local disk;
         # the import's driver receives the staged rows and copies its store up.
         "export-hadoop": _command(
-            cluster.master, "export", store.as_uri(), "--to", (tmp_path / "hadoop.parquet").as_uri(), *_THROUGH_HADOOP
+            cluster.master,
+            "export",
+            store.as_uri(),
+            "--to",
+            (tmp_path / "hadoop.parquet").as_uri(),
+            *_THROUGH_HADOOP,
+            # A task holds a whole segment (64 MiB here) several times over
+            # (Spark's binaryFile row, its Arrow batch): 512 MiB is too little.
+            executor_memory="1g",
         ),
         "import-hadoop": _command(
             cluster.master,

@@ -22,7 +22,9 @@ steps:
 An executor therefore needs local room for the segment it is decoding
 (segments are 64 MiB by default), and memory for the segments of one task
 (up to ``spark.sql.files.maxPartitionBytes``, 128 MiB by default, plus
-one segment). A segment file over 2 GiB cannot be read this way (Spark's
+one segment) several times over: Spark's ``binaryFile`` row and the Arrow
+batch handed to Python each hold them (one 64 MiB segment needs more than
+512 MiB of executor memory; 1 GiB does). A segment file over 2 GiB cannot be read this way (Spark's
 ``binaryFile`` limit).
 
 :class:`Staging` is what the driver knows of the segments staged: how
