@@ -188,14 +188,26 @@ class HadoopFiles:
         one step; on other file systems Hadoop checks first, then renames
         (object stores copy and delete: not atomic at all). A local rename
         (``file:`` with the local shortcut) is one ``renameat2`` with
-        ``RENAME_NOREPLACE`` where the kernel and file system have it."""
+        ``RENAME_NOREPLACE`` where the kernel and file system have it. A
+        file system without a ``FileContext`` binding
+        (``fs.AbstractFileSystem.SCHEME.impl``) is renamed with
+        ``FileSystem.rename`` after a check that the target is absent."""
         if local_shortcut(self.spark) and scheme(source) == scheme(target) == "file":
             local_source, local_target = local_path(source), local_path(target)
             if local_source is not None and local_target is not None and _rename_noreplace(local_source, local_target):
                 return
-        _, src = self.fs(source)
+        fs, src = self.fs(source)
         _, dst = self.fs(target)
-        context = self._jvm.org.apache.hadoop.fs.FileContext.getFileContext(src.toUri(), self._conf)
+        try:
+            context = self._jvm.org.apache.hadoop.fs.FileContext.getFileContext(src.toUri(), self._conf)
+        except Exception as e:
+            if "UnsupportedFileSystemException" not in str(e):
+                raise
+            if fs.exists(dst):
+                raise FileExistsError(f"{target} exists: a job writes a new directory") from None
+            if not fs.rename(src, dst):
+                raise OSError(f"could not rename {source} to {target}") from None
+            return
         rename = getattr(self._jvm.org.apache.hadoop.fs, "Options$Rename")
         options = self._gateway.new_array(rename, 1)
         options[0] = rename.NONE

@@ -1,7 +1,9 @@
 """Outputs that are verifiably written, or not there at all.
 
 Every job that writes (export, report) writes into a staging directory
-beside its target. Before the staging directory is renamed into place, the
+beside its target, renamed into place by a rename that refuses an existing
+target (:meth:`~jmsstore_spark.hadoop.HadoopFiles.rename_new`). Before the
+staging directory is renamed, the
 driver reads back what was committed: it must hold data files, and the rows
 read back from each output must be the rows the job computed. Anything that
 fails raises :class:`OutputError` and removes the staging directory (it has
