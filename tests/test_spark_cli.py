@@ -115,7 +115,7 @@ def test_every_command_checks_its_arguments_before_spark_starts(
         ("import", str(parquet), "--to", str(plain), "--overwrite"): "not a jmsstore store: overwrite refuses",
         ("import", str(parquet), "--to", str(tmp_path / "n"), "--codec", "rar"): "--codec is one of none, gzip",
         ("import", str(parquet), "--to", str(tmp_path / "n"), "--server", "a b"): "server name 'a b' must be",
-        ("import", str(parquet), "--to", "hdfs://namenode/s", "--each-store"): "writes stores on the local file",
+        ("import", str(parquet), "--to", "hdfs://nn/s", "--each-store", "--overwrite"): "replaces a store on the local",
         ("import", str(parquet), "--to", "hdfs://namenode/s", "--overwrite"): "replaces a store on the local file",
     }
     for args, expected in cases.items():

@@ -21,7 +21,7 @@ import pytest
 from jmsstore import JMSServer, TextMessage, inspect
 from jmsstore_spark import cli
 from jmsstore_spark.checks import messages_by_collection
-from jmsstore_spark.cli import export, import_messages
+from jmsstore_spark.cli import export, import_each, import_messages
 from jmsstore_spark.hadoop import LOCAL_SHORTCUT, HadoopFiles, StoreLocationError
 from jmsstore_spark.outputs import OutputError
 from jmsstore_spark.reports import evaluate, release, reports
@@ -214,3 +214,22 @@ def test_the_data_source_writes_file_uris_in_place_and_refuses_other_schemes(spa
     messages.write.format("jmsstore").mode("append").save((tmp_path / "new" / "store").as_uri())
     assert sum(messages_by_collection(str(tmp_path / "new" / "store")).values()) == 4
     assert sorted(p.name for p in tmp_path.iterdir()) == ["new", "srv"]  # not ./file:/...
+
+
+def test_an_import_of_each_store_into_uris_publishes_every_store_or_none(hadoop: Any, tmp_path: Path) -> None:
+    _server(tmp_path / "crashed" / "a", 6)
+    _server(tmp_path / "crashed" / "b", 3)
+    stores = [str(tmp_path / "crashed" / name / "store") for name in ("a", "b")]
+    export(hadoop, stores, str(tmp_path / "out"))
+    (tmp_path / "taken" / "b" / "store").mkdir(parents=True)
+    with pytest.raises(Exception, match="b/store exists"):
+        import_each(hadoop, [str(tmp_path / "out")], (tmp_path / "taken").as_uri())
+    assert sorted(p.name for p in (tmp_path / "taken").iterdir()) == ["b"]  # nothing for a either
+    result = import_each(hadoop, [str(tmp_path / "out")], (tmp_path / "restored").as_uri())
+    assert [(s["to"], s["messages"], s["collections"]) for s in result["stores"]] == [
+        (f"file:{tmp_path}/restored/a/store", 6, 2),
+        (f"file:{tmp_path}/restored/b/store", 3, 2),
+    ]
+    for name, count in (("a", 6), ("b", 3)):
+        assert sum(messages_by_collection(str(tmp_path / "restored" / name / "store")).values()) == count
+        assert sorted(p.name for p in (tmp_path / "restored" / name).iterdir()) == ["store"]

@@ -262,12 +262,20 @@ def import_each(
     """Loads the messages of each source store of a Parquet export into a new
     store of its own under ``to`` (see :func:`target_stores`), one Spark task
     per store; returns per store ``to``, ``messages`` and ``collections``,
-    and seconds taken."""
+    and seconds taken. Under a URI of the Hadoop layer (``hdfs://``, ...)
+    the driver builds the stores one after the other instead (see
+    :func:`jmsstore_spark.imports.import_each_to_uri`)."""
     from pyspark.sql import functions as F
 
-    from jmsstore_spark.imports import StoreImportError, import_each_store
+    from jmsstore_spark.hadoop import HadoopFiles, hadoop_uri, local_shortcut, through_hadoop
+    from jmsstore_spark.imports import StoreImportError, import_each_store, import_each_to_uri
 
     started = time.monotonic()
+    remote = through_hadoop(to, local_shortcut(spark))
+    if remote:
+        if overwrite:
+            raise ValueError(f"{to}: overwrite replaces stores on the local file system only")
+        HadoopFiles(spark).fs(hadoop_uri(to))  # a scheme without a file system is refused before anything is read
     with _setting(spark, "spark.sql.sources.partitionColumnTypeInference.enabled", "false"):
         df = spark.read.parquet(*parquet)
         if "store" not in df.columns:
@@ -277,11 +285,18 @@ def import_each(
             raise StoreImportError("--each-store: no rows name their store")
         if df.filter(F.col("store").isNull()).limit(1).count():
             raise StoreImportError("--each-store: some rows have no store")
-        loaded = import_each_store(
-            df, target_stores(sources, os.path.abspath(to)), server=server, codec=codec, overwrite=overwrite
-        )
+        if remote:
+            # Each store built on the driver in turn, copied up, all published at the end.
+            targets = target_stores(sources, hadoop_uri(to))
+            imports = [(df.where(F.col("store") == source), target) for source, target in targets.items()]
+            stores = import_each_to_uri(spark, imports, server=server, codec=codec)
+        else:
+            loaded = import_each_store(
+                df, target_stores(sources, os.path.abspath(to)), server=server, codec=codec, overwrite=overwrite
+            )
     seconds = time.monotonic() - started
-    stores = [{**result, "collections": len(messages_by_collection(result["to"]))} for result in loaded]
+    if not remote:
+        stores = [{**result, "collections": len(messages_by_collection(result["to"]))} for result in loaded]
     return {"stores": stores, "messages": sum(s["messages"] for s in stores), "seconds": seconds}
 
 
@@ -362,10 +377,6 @@ def check_arguments(args: argparse.Namespace) -> None:
         for path in args.parquet:
             check_parquet(path)
         if through_hadoop(args.to, shortcut):
-            if args.each_store:
-                raise ValueError(
-                    f"{args.to}: --each-store writes stores on the local file system (a path or a file:// URI)"
-                )
             if args.overwrite:
                 raise ValueError(f"{args.to}: --overwrite replaces a store on the local file system only")
             args.to = hadoop_uri(args.to)

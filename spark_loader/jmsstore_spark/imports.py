@@ -911,22 +911,53 @@ def import_to_uri(spark: Any, df: Any, target: str, *, server: str = "jms1", cod
     room for the staged rows and the store (about twice the store).
 
     Returns ``messages``, ``collections``, ``bytes`` (copied) and ``to``."""
+    [result] = import_each_to_uri(spark, [(df, target)], server=server, codec=codec)
+    return result
+
+
+def import_each_to_uri(
+    spark: Any, imports: list[tuple[Any, str]], *, server: str = "jms1", codec: str = "none"
+) -> list[dict[str, Any]]:
+    """Imports each ``(df, target)`` as :func:`import_to_uri` does, one after
+    the other (each store is built on the driver), and publishes them once
+    every one is built, copied up and checked: if any fails, none is
+    published and every staging directory is removed. Returns, per import,
+    what :func:`import_to_uri` returns."""
     from jmsstore_spark.hadoop import HadoopFiles, hadoop_uri
 
     files = HadoopFiles(spark)
-    target = hadoop_uri(target)
-    if files.exists(target):
-        raise StoreImportError(f"{target} exists: an import through the Hadoop layer writes a new store")
-    columns = check_columns(df.schema)
+    targets = [hadoop_uri(target) for _, target in imports]
+    if len(set(targets)) != len(targets):
+        raise StoreImportError("two imports have the same target store")
+    for target in targets:
+        if files.exists(target):
+            raise StoreImportError(f"{target} exists: an import through the Hadoop layer writes a new store")
     check_name("server", server)
     _native.compress(codec, b"")  # an unknown codec is refused before any task runs
-    parent, _, name = target.rpartition("/")
-    staging = f"{parent}/.{name}.import-{uuid.uuid4().hex[:12]}"
+    columns = [check_columns(df.schema) for df, _ in imports]
+    built: list[tuple[str, dict[str, Any]]] = []  # (staging, result)
+    try:
+        for (df, _), target, wanted in zip(imports, targets, columns, strict=True):
+            parent, _, name = target.rpartition("/")
+            staging = f"{parent}/.{name}.import-{uuid.uuid4().hex[:12]}"
+            built.append((staging, {"to": target}))
+            built[-1][1].update(_build_and_upload(files, df.select(*wanted), wanted, staging, server, codec))
+        for staging, result in built:
+            files.rename_new(staging, result["to"])
+    except BaseException:
+        for staging, _ in built:
+            files.remove(staging)  # their names are ours alone; a published one is gone from there
+        raise
+    return [result for _, result in built]
+
+
+def _build_and_upload(files: Any, df: Any, columns: list[str], staging: str, server: str, codec: str) -> dict[str, Any]:
+    """One store of :func:`import_each_to_uri`, built on the driver's local
+    disk and copied up to ``staging`` (checked); returns ``messages``,
+    ``collections`` and ``bytes``."""
     work = tempfile.mkdtemp(prefix="jmsstore-spark-import-")
     try:
-        staged = df.select(*columns).mapInArrow(
-            lambda batches: _stage_sorted(columns, server, batches), "part int, staged binary"
-        )
+        staged = df.mapInArrow(lambda batches: _stage_sorted(columns, server, batches), "part int, staged binary")
         writers: dict[int, Any] = {}
         sinks: list[Any] = []
         parts: dict[int, StagedPart] = {}
@@ -952,23 +983,13 @@ def import_to_uri(spark: Any, df: Any, target: str, *, server: str = "jms1", cod
         messages = _load(store_dir, list(parts.values()), codec, {})
         local = {entry.name: entry.stat().st_size for entry in os.scandir(store_dir) if entry.is_file()}
         by_collection = messages_by_collection(store_dir)
-        try:
-            files.upload(store_dir, staging)
-            found = files.files(staging)
-            if found != local:
-                raise OutputError(
-                    f"import: the store copied to {staging} holds {len(found)} files of {sum(found.values())} bytes, "
-                    f"not the {len(local)} files of {sum(local.values())} bytes written"
-                )
-            files.rename_new(staging, target)
-        except BaseException:
-            files.remove(staging)  # its name is ours alone
-            raise
+        files.upload(store_dir, staging)
+        found = files.files(staging)
+        if found != local:
+            raise OutputError(
+                f"import: the store copied to {staging} holds {len(found)} files of {sum(found.values())} bytes, "
+                f"not the {len(local)} files of {sum(local.values())} bytes written"
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return {
-        "messages": messages,
-        "collections": len(by_collection),
-        "bytes": sum(local.values()),
-        "to": target,
-    }
+    return {"messages": messages, "collections": len(by_collection), "bytes": sum(local.values())}
