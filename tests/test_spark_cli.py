@@ -104,8 +104,7 @@ def test_every_command_checks_its_arguments_before_spark_starts(
         ("export", store, "--to", str(tmp_path / "file" / "out")): f"{tmp_path / 'file'} is not a directory",
         ("export", store, "--to", str(tmp_path / "o"), "--view", "all"): "argument --view: invalid choice",
         ("export", store): "the following arguments are required: --to",
-        ("export", "hdfs://namenode/stores/a", "--to", str(tmp_path / "o")): "on the local file system only",
-        ("export", store, "--to", "s3a://bucket/out"): "on the local file system only",
+        ("export", store, "--to", str(tmp_path / "o"), "--conf", "spark.jmsstore.localShortcut=no"): "true or false",
         ("report", store, "--to", str(tmp_path / "taken")): "exists: report writes a new directory",
         ("report", store, "--rows", "-1"): "argument --rows: a count from 0 to 2147483647, not '-1'",
         ("report", store, "--redelivered", "many"): "argument --redelivered: a count from 0",
@@ -116,7 +115,8 @@ def test_every_command_checks_its_arguments_before_spark_starts(
         ("import", str(parquet), "--to", str(plain), "--overwrite"): "not a jmsstore store: overwrite refuses",
         ("import", str(parquet), "--to", str(tmp_path / "n"), "--codec", "rar"): "--codec is one of none, gzip",
         ("import", str(parquet), "--to", str(tmp_path / "n"), "--server", "a b"): "server name 'a b' must be",
-        ("import", str(parquet), "--to", "hdfs://namenode/store"): "writes a store on the local file system",
+        ("import", str(parquet), "--to", "hdfs://nn/s", "--each-store", "--overwrite"): "replaces a store on the local",
+        ("import", str(parquet), "--to", "hdfs://namenode/s", "--overwrite"): "replaces a store on the local file",
     }
     for args, expected in cases.items():
         line = _one_line_usage_error(without_spark(*args))

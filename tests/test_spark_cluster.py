@@ -28,12 +28,13 @@ from jmsstore_spark.cli import export, import_messages
 from jmsstore_spark.reports import evaluate, release, reports
 
 _REGISTER_SECONDS = 60
-_JOB_SECONDS = 150
+_JOB_SECONDS = 240
 _STOP_SECONDS = 15
 _REGISTERED = "Successfully registered with master"
 # Short-lived JVMs on a small machine start faster without the optimising
 # compiler and with the serial collector.
 _QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+_THROUGH_HADOOP = ("--conf", "spark.jmsstore.localShortcut=false")
 
 
 def _spark_class() -> Path | None:
@@ -180,10 +181,10 @@ def _store(home: Path) -> Path:
     return home / "store"
 
 
-def _command(master: str, *args: str) -> subprocess.Popen[str]:
+def _command(master: str, *args: str, executor_memory: str = "512m") -> subprocess.Popen[str]:
     """``jmsstore-spark ARGS --master MASTER``, its driver on 127.0.0.1."""
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
-    spark_conf = ["spark.driver.host=127.0.0.1", "spark.ui.enabled=false", "spark.executor.memory=512m"]
+    spark_conf = ["spark.driver.host=127.0.0.1", "spark.ui.enabled=false", f"spark.executor.memory={executor_memory}"]
     spark_conf.append("spark.sql.shuffle.partitions=2")  # tiny stores: 200 shuffle tasks on one core cost more
     spark_conf += [f"spark.driver.extraJavaOptions={_QUICK_JVM}", f"spark.executor.extraJavaOptions={_QUICK_JVM}"]
     return subprocess.Popen(
@@ -240,6 +241,28 @@ def test_export_import_and_report_on_a_standalone_cluster_equal_the_local_run(
             cluster.master, "import", str(local_export), "--to", str(tmp_path / "cluster-import" / "store")
         ),
         "report": _command(cluster.master, "report", str(store), "--to", str(tmp_path / "cluster-reports")),
+        # Through the Hadoop layer, as for hdfs:// (see test_spark_hadoop): the
+        # worker's executor stages the segments Spark read on its local disk;
+        # the import's driver receives the staged rows and copies its store up.
+        "export-hadoop": _command(
+            cluster.master,
+            "export",
+            store.as_uri(),
+            "--to",
+            (tmp_path / "hadoop.parquet").as_uri(),
+            *_THROUGH_HADOOP,
+            # A task holds a whole segment (64 MiB here) several times over
+            # (Spark's binaryFile row, its Arrow batch): 512 MiB is too little.
+            executor_memory="1g",
+        ),
+        "import-hadoop": _command(
+            cluster.master,
+            "import",
+            local_export.as_uri(),
+            "--to",
+            (tmp_path / "hadoop-import" / "store").as_uri(),
+            *_THROUGH_HADOOP,
+        ),
     }
     try:
         # The local run's import and reports while the cluster works.
@@ -256,15 +279,21 @@ def test_export_import_and_report_on_a_standalone_cluster_equal_the_local_run(
                 job.kill()
                 job.communicate()
 
-    assert len(list(cluster.work_dir.glob("app-*"))) == 3  # each job's tasks ran on the worker
+    assert len(list(cluster.work_dir.glob("app-*"))) == 5  # each job's tasks ran on the worker
     assert exported["rows"] == 40  # a row per message in a queue or a subscription
     assert f"exported {exported['rows']} rows" in outputs["export"]
     assert _exported(tmp_path / "cluster.parquet") == _exported(local_export)
+    assert (
+        f"exported {exported['rows']} rows" in outputs["export-hadoop"] and "bytes staged)" in outputs["export-hadoop"]
+    )
+    assert _exported(tmp_path / "hadoop.parquet") == _exported(local_export)
 
     assert f"imported {imported['messages']} messages" in outputs["import"]
     on_cluster = _messages(spark, tmp_path / "cluster-import" / "store")
     assert on_cluster == _messages(spark, tmp_path / "local-import" / "store")
     assert len(on_cluster) == imported["messages"] and sum(count for *_, count in on_cluster) == 2
+    assert f"imported {imported['messages']} messages" in outputs["import-hadoop"]
+    assert _messages(spark, tmp_path / "hadoop-import" / "store") == on_cluster
 
     summary = json.loads((tmp_path / "cluster-reports" / "summary.json").read_text())
     assert summary["rows"] == counts

@@ -8,9 +8,10 @@ segment headers (:func:`jmsstore.inspect.segments`), as the reader does.
 
 Paths: a local path, or a ``file:`` URI naming one (``file:///data/s``).
 A URI of another scheme (``hdfs://``, ``s3a://``) is not a local path:
-:func:`local_path` gives None and each caller decides (the store reader
-and writer read local directories only; Spark's Parquet reader takes any
-file system Hadoop has).
+:func:`local_path` gives None and each caller decides (the ``jmsstore``
+data source reads and writes local directories only; such stores and
+targets go through :mod:`jmsstore_spark.hadoop` and
+:mod:`jmsstore_spark.stores`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import re
 import urllib.parse
 
 from jmsstore import inspect
+from jmsstore.broker.layout import message_collection
 from jmsstore.errors import JmsStoreError
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "check_target",
     "is_store",
     "local_path",
+    "messages_by_collection",
     "scheme",
     "store_paths",
 ]
@@ -68,8 +71,9 @@ def _local(path: str) -> str:
     local = local_path(path)
     if local is None:
         raise ValueError(
-            f"{path}: stores are read, and output written, on the local file system only "
-            f"(a path or a file:// URI, not {scheme(path)}:)"
+            f"{path}: the jmsstore data source reads stores on the local file system only (a path or a "
+            f"file:// URI, not {scheme(path)}:); jmsstore-spark and jmsstore_spark.stores.read_view read "
+            "any Hadoop URI"
         )
     return local
 
@@ -107,6 +111,17 @@ def store_paths(spec: str) -> list[str]:
     if not found:
         raise ValueError("no store directory given (load(path) or option('path', ...))")
     return found
+
+
+def messages_by_collection(store: str) -> dict[str, int]:
+    """The messages of each queue and subscription of the closed store at
+    ``store`` (what a server opening it would find; read-only)."""
+    live, _ = inspect.live(store)
+    messages: dict[str, int] = {}
+    for _, collection, _, _ in live:
+        if message_collection(collection) is not None:
+            messages[collection] = messages.get(collection, 0) + 1
+    return messages
 
 
 def _nearest_existing(path: str) -> str:

@@ -28,10 +28,12 @@ as tables and, with ``--to``, writes them as Parquet and JSON.
 
 Every path and option is checked before Spark starts (see
 :mod:`jmsstore_spark.checks`): stores exist and are stores, output
-directories do not exist yet, counts are in range. Stores and output
-directories are local paths (or ``file://`` URIs); the Parquet input of
-``import`` may be any URI Spark reads (``hdfs://``, ``s3a://``: checked by
-Spark). Errors are one line on stderr, exit status 2 for arguments and
+directories do not exist yet, counts are in range. Stores, outputs and
+the target of ``import`` may be local paths, ``file://`` URIs or URIs of
+any file system of Spark's Hadoop layer (``hdfs://``, ``s3a://``: checked
+once Spark runs, see :mod:`jmsstore_spark.stores` and
+:func:`jmsstore_spark.imports.import_to_uri`); the Parquet input of
+``import`` may be any URI Spark reads. Errors are one line on stderr, exit status 2 for arguments and
 input that are refused, 1 for a job that failed; no traceback unless
 ``--verbose``.
 
@@ -57,12 +59,19 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
-from jmsstore import _native, inspect
-from jmsstore.broker.layout import message_collection
+from jmsstore import _native
 from jmsstore.errors import JmsStoreError
 from jmsstore.jms.destination import check_name
 
-from jmsstore_spark.checks import check_new_directory, check_parquet, check_target, local_path, store_paths
+from jmsstore_spark.checks import (
+    check_new_directory,
+    check_parquet,
+    check_target,
+    local_path,
+    messages_by_collection,
+    store_paths,
+)
+from jmsstore_spark.hadoop import hadoop_uri, local_shortcut, through_hadoop
 
 __all__ = [
     "check_arguments",
@@ -168,24 +177,31 @@ def export(spark: Any, stores: Sequence[str], to: str, view: str = "messages") -
     from pyspark.sql import functions as F
 
     from jmsstore_spark.outputs import OutputError, Outputs, output_uri, shown
+    from jmsstore_spark.stores import read_view, resolve_stores
 
     outputs = Outputs(spark)
     target = output_uri(to)
     started = time.monotonic()
     read = Observation("exported")
-    df = spark.read.format("jmsstore").option("view", view).load(",".join(stores))
+    outputs.fs(target)  # a scheme without a file system is refused before anything is read
+    if outputs.exists(target):
+        raise FileExistsError(f"{shown(target)} exists: a job writes a new directory")
+    df, staging = read_view(spark, view, resolve_stores(spark, stores))
     df = df.observe(read, F.count(F.lit(1)).alias("rows"))
     columns = ["store", "destination"] if view == "messages" else ["store"]
-    with outputs.staged(target) as staging:
+    with outputs.staged(target) as staging_dir:
         # A task writes the files of several destinations at once instead of
         # sorting its rows by destination first (a third faster on 2 cores).
         with _setting(spark, "spark.sql.maxConcurrentOutputFileWriters", "16"):
-            df.write.partitionBy(*columns).parquet(staging)
+            df.write.partitionBy(*columns).parquet(staging_dir)
         rows = int(read.get["rows"])
         if rows == 0:
             raise OutputError(f"nothing to export: the stores hold no {view}")
-        outputs.check_parquet(staging, rows, "export")
-    return {"rows": rows, "seconds": time.monotonic() - started, "to": shown(target)}
+        outputs.check_parquet(staging_dir, rows, "export")
+    result = {"rows": rows, "seconds": time.monotonic() - started, "to": shown(target)}
+    if staging is not None:
+        result["staged"] = staging.staged()
+    return result
 
 
 def import_messages(
@@ -199,25 +215,28 @@ def import_messages(
 ) -> dict[str, Any]:
     """Loads the messages of a Parquet export into a new store at ``to``;
     returns messages and destinations imported, and seconds taken."""
-    target = os.path.abspath(to)
+    from jmsstore_spark.hadoop import HadoopFiles, hadoop_uri, local_shortcut, through_hadoop
+
     started = time.monotonic()
+    if through_hadoop(to, local_shortcut(spark)):
+        if overwrite:
+            raise ValueError(f"{to}: overwrite replaces a store on the local file system only")
+        from jmsstore_spark.imports import import_to_uri
+
+        HadoopFiles(spark).fs(hadoop_uri(to))  # a scheme without a file system is refused before anything is read
+
+        with _setting(spark, "spark.sql.sources.partitionColumnTypeInference.enabled", "false"):
+            result = import_to_uri(spark, spark.read.parquet(*parquet), to, server=server, codec=codec)
+        return {**result, "seconds": time.monotonic() - started}
+    target = os.path.abspath(to)
     # Partition directory values (store=..., destination=...) are names, not numbers.
     with _setting(spark, "spark.sql.sources.partitionColumnTypeInference.enabled", "false"):
         df = spark.read.parquet(*parquet)
         writer = df.write.format("jmsstore").mode("overwrite" if overwrite else "append")
         writer.option("server", server).option("codec", codec).save(target)
     seconds = time.monotonic() - started
-    messages = _messages_by_collection(target)
+    messages = messages_by_collection(target)
     return {"messages": sum(messages.values()), "collections": len(messages), "seconds": seconds, "to": target}
-
-
-def _messages_by_collection(store: str) -> dict[str, int]:
-    live, _ = inspect.live(store)
-    messages: dict[str, int] = {}
-    for _, collection, _, _ in live:
-        if message_collection(collection) is not None:
-            messages[collection] = messages.get(collection, 0) + 1
-    return messages
 
 
 def target_stores(sources: Sequence[str], to: str) -> dict[str, str]:
@@ -243,12 +262,20 @@ def import_each(
     """Loads the messages of each source store of a Parquet export into a new
     store of its own under ``to`` (see :func:`target_stores`), one Spark task
     per store; returns per store ``to``, ``messages`` and ``collections``,
-    and seconds taken."""
+    and seconds taken. Under a URI of the Hadoop layer (``hdfs://``, ...)
+    the driver builds the stores one after the other instead (see
+    :func:`jmsstore_spark.imports.import_each_to_uri`)."""
     from pyspark.sql import functions as F
 
-    from jmsstore_spark.imports import StoreImportError, import_each_store
+    from jmsstore_spark.hadoop import HadoopFiles, hadoop_uri, local_shortcut, through_hadoop
+    from jmsstore_spark.imports import StoreImportError, import_each_store, import_each_to_uri
 
     started = time.monotonic()
+    remote = through_hadoop(to, local_shortcut(spark))
+    if remote:
+        if overwrite:
+            raise ValueError(f"{to}: overwrite replaces stores on the local file system only")
+        HadoopFiles(spark).fs(hadoop_uri(to))  # a scheme without a file system is refused before anything is read
     with _setting(spark, "spark.sql.sources.partitionColumnTypeInference.enabled", "false"):
         df = spark.read.parquet(*parquet)
         if "store" not in df.columns:
@@ -258,11 +285,18 @@ def import_each(
             raise StoreImportError("--each-store: no rows name their store")
         if df.filter(F.col("store").isNull()).limit(1).count():
             raise StoreImportError("--each-store: some rows have no store")
-        loaded = import_each_store(
-            df, target_stores(sources, os.path.abspath(to)), server=server, codec=codec, overwrite=overwrite
-        )
+        if remote:
+            # Each store built on the driver in turn, copied up, all published at the end.
+            targets = target_stores(sources, hadoop_uri(to))
+            imports = [(df.where(F.col("store") == source), target) for source, target in targets.items()]
+            stores = import_each_to_uri(spark, imports, server=server, codec=codec)
+        else:
+            loaded = import_each_store(
+                df, target_stores(sources, os.path.abspath(to)), server=server, codec=codec, overwrite=overwrite
+            )
     seconds = time.monotonic() - started
-    stores = [{**result, "collections": len(_messages_by_collection(result["to"]))} for result in loaded]
+    if not remote:
+        stores = [{**result, "collections": len(messages_by_collection(result["to"]))} for result in loaded]
     return {"stores": stores, "messages": sum(s["messages"] for s in stores), "seconds": seconds}
 
 
@@ -324,20 +358,34 @@ def check_arguments(args: argparse.Namespace) -> None:
     """Everything about the command line that needs no Spark, checked before
     it starts: ``ValueError`` (or ``JmsStoreError``) naming what is wrong.
     Store arguments become absolute local paths, as do output directories."""
-    spark_settings(args.master, args.conf, verbose=args.verbose)
+    shortcut = local_shortcut(spark_settings(args.master, args.conf, verbose=args.verbose))
     if args.command in ("export", "report"):
-        args.stores = [path for spec in args.stores for path in store_paths(spec)]
+        # Stores and outputs behind the Hadoop layer are checked once Spark runs.
+        args.stores = [
+            path
+            for spec in args.stores
+            for part in spec.split(",")
+            if part.strip()
+            for path in ([part.strip()] if through_hadoop(part.strip(), shortcut) else store_paths(part))
+        ]
         if args.to is not None:
-            args.to = check_new_directory(args.to, args.command)
+            if through_hadoop(args.to, shortcut):
+                args.to = hadoop_uri(args.to)
+            else:
+                args.to = check_new_directory(args.to, args.command)
     else:
         for path in args.parquet:
             check_parquet(path)
-        target = local_path(args.to)
-        if target is None:
-            raise ValueError(f"{args.to}: an import writes a store on the local file system (a path or a file:// URI)")
-        args.to = os.path.abspath(target)
-        if not args.each_store:  # else each target is checked once the source stores are known
-            check_target(args.to, args.overwrite)
+        if through_hadoop(args.to, shortcut):
+            if args.overwrite:
+                raise ValueError(f"{args.to}: --overwrite replaces a store on the local file system only")
+            args.to = hadoop_uri(args.to)
+        else:
+            target = local_path(args.to)
+            assert target is not None
+            args.to = os.path.abspath(target)
+            if not args.each_store:  # else each target is checked once the source stores are known
+                check_target(args.to, args.overwrite)
         check_name("server", args.server)
         if args.codec not in _native.codecs():
             raise ValueError(f"--codec is one of {', '.join(_native.codecs())}, not {args.codec!r}")
@@ -355,7 +403,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark = session(args.master, args.conf, verbose=args.verbose)
         if args.command == "export":
             result = export(spark, args.stores, args.to, args.view)
-            print(f"exported {result['rows']} rows to {result['to']} in {result['seconds']:.1f} s")
+            staged = result.get("staged")
+            through = (
+                f" (read through the Hadoop layer: {staged['segments']} segments, {staged['bytes']:,} bytes staged)"
+                if staged
+                else ""
+            )
+            print(f"exported {result['rows']} rows to {result['to']} in {result['seconds']:.1f} s{through}")
         elif args.command == "import" and args.each_store:
             result = import_each(
                 spark, args.parquet, args.to, server=args.server, codec=args.codec, overwrite=args.overwrite

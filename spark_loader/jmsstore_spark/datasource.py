@@ -25,7 +25,7 @@ from jmsstore.jms.destination import check_name
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter, InputPartition
 from pyspark.sql.types import StructType
 
-from jmsstore_spark.checks import check_target, store_paths
+from jmsstore_spark.checks import check_target, local_path, store_paths
 from jmsstore_spark.imports import StoreWriter, check_columns
 from jmsstore_spark.messages import MESSAGES_SCHEMA, MessagesReader
 
@@ -198,7 +198,13 @@ class JmsStoreDataSource(DataSource):
         if not target:
             raise ValueError("no store directory given (save(path) or option('path', ...))")
         columns = check_columns(schema)
-        target = os.path.abspath(target)
+        local = local_path(target)
+        if local is None:
+            raise ValueError(
+                f"{target}: the jmsstore data source writes stores on the local file system only (a path or a "
+                "file:// URI); jmsstore-spark import and jmsstore_spark.imports.import_to_uri write any Hadoop URI"
+            )
+        target = os.path.abspath(local)
         check_target(target, overwrite)
         server = check_name("server", self.options.get("server", "jms1"))
         codec = self.options.get("codec", "none")

@@ -31,6 +31,11 @@ its own, the target stores written in parallel: the source tasks stage
 their rows by target, the rows of each target go to one task (partitioned
 by target exactly), which sorts and loads them into a new store beside its
 target; the driver publishes every store once all tasks have succeeded.
+
+:func:`import_to_uri` imports into a new store behind any URI of Spark's
+Hadoop layer (``hdfs://``, ``s3a://``): the driver builds the store on its
+local disk from the tasks' sorted rows, copies it up, checks it and renames
+it into place.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -79,7 +85,7 @@ from jmsstore.jms.message import (
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from jmsstore_spark.checks import StoreImportError, check_target, is_store
+from jmsstore_spark.checks import StoreImportError, check_target, is_store, messages_by_collection
 from jmsstore_spark.messages import stored_boots
 from jmsstore_spark.outputs import OutputError
 
@@ -857,3 +863,133 @@ def import_each_store(
         {"to": paths[r["target"]], "messages": r["messages"], "partition": r["partition"], "stage": r["stage"]}
         for r in results
     ]
+
+
+def _stage_sorted(columns: list[str], server: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A task of :func:`import_to_uri`: its rows checked, encoded and sorted
+    (as :meth:`StoreWriter.write` stages them), handed back as Arrow IPC
+    streams of at most :data:`_STAGED_BATCH_ROWS` rows, in order; the last
+    one's metadata holds the boot counters seen."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    part = context.partitionId() if context is not None else 0
+    rows = 0
+    boots: dict[str, int] = {}
+    staged: list[pa.RecordBatch] = []
+    for batch in batches:
+        staged.append(stage(batch, columns, part, rows, server, boots))
+        rows += batch.num_rows
+    table = pa.Table.from_batches(staged, schema=_STAGED)
+    table = table.take(pc.sort_indices(table, sort_keys=[(k, "ascending") for k in _ORDER]))
+    chunks = table.to_batches(max_chunksize=_STAGED_BATCH_ROWS)
+    for i, chunk in enumerate(chunks):
+        last = i == len(chunks) - 1
+        schema = _STAGED.with_metadata({"boots": json.dumps(boots)}) if last else _STAGED
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, schema) as writer:
+            writer.write_batch(chunk.replace_schema_metadata(schema.metadata))
+        yield pa.RecordBatch.from_pydict({"part": [part], "staged": [sink.getvalue().to_pybytes()]}, schema=_PART_BLOB)
+
+
+_PART_BLOB = pa.schema([("part", pa.int32()), ("staged", pa.binary())])
+
+
+def import_to_uri(spark: Any, df: Any, target: str, *, server: str = "jms1", codec: str = "none") -> dict[str, Any]:
+    """Imports ``df`` into a new store at ``target``, a URI of any file
+    system of Spark's Hadoop layer (``hdfs://``, ``s3a://``, ...), all or
+    nothing.
+
+    The tasks check, encode and sort their rows; the driver receives them
+    one task's rows at a time (``toLocalIterator``), writes them to a
+    temporary local directory, loads them into a new store there (the
+    store's normal write path), copies the store through the Hadoop layer
+    into a staging directory beside ``target``, reads back the name and
+    size of every file, and renames the staging directory to ``target``
+    (refused if it exists). If anything fails the staging directory is
+    removed and nothing is at ``target``. The driver's local disk needs
+    room for the staged rows and the store (about twice the store).
+
+    Returns ``messages``, ``collections``, ``bytes`` (copied) and ``to``."""
+    [result] = import_each_to_uri(spark, [(df, target)], server=server, codec=codec)
+    return result
+
+
+def import_each_to_uri(
+    spark: Any, imports: list[tuple[Any, str]], *, server: str = "jms1", codec: str = "none"
+) -> list[dict[str, Any]]:
+    """Imports each ``(df, target)`` as :func:`import_to_uri` does, one after
+    the other (each store is built on the driver), and publishes them once
+    every one is built, copied up and checked: if any fails, none is
+    published and every staging directory is removed. Returns, per import,
+    what :func:`import_to_uri` returns."""
+    from jmsstore_spark.hadoop import HadoopFiles, hadoop_uri
+
+    files = HadoopFiles(spark)
+    targets = [hadoop_uri(target) for _, target in imports]
+    if len(set(targets)) != len(targets):
+        raise StoreImportError("two imports have the same target store")
+    for target in targets:
+        if files.exists(target):
+            raise StoreImportError(f"{target} exists: an import through the Hadoop layer writes a new store")
+    check_name("server", server)
+    _native.compress(codec, b"")  # an unknown codec is refused before any task runs
+    columns = [check_columns(df.schema) for df, _ in imports]
+    built: list[tuple[str, dict[str, Any]]] = []  # (staging, result)
+    try:
+        for (df, _), target, wanted in zip(imports, targets, columns, strict=True):
+            parent, _, name = target.rpartition("/")
+            staging = f"{parent}/.{name}.import-{uuid.uuid4().hex[:12]}"
+            built.append((staging, {"to": target}))
+            built[-1][1].update(_build_and_upload(files, df.select(*wanted), wanted, staging, server, codec))
+        for staging, result in built:
+            files.rename_new(staging, result["to"])
+    except BaseException:
+        for staging, _ in built:
+            files.remove(staging)  # their names are ours alone; a published one is gone from there
+        raise
+    return [result for _, result in built]
+
+
+def _build_and_upload(files: Any, df: Any, columns: list[str], staging: str, server: str, codec: str) -> dict[str, Any]:
+    """One store of :func:`import_each_to_uri`, built on the driver's local
+    disk and copied up to ``staging`` (checked); returns ``messages``,
+    ``collections`` and ``bytes``."""
+    work = tempfile.mkdtemp(prefix="jmsstore-spark-import-")
+    try:
+        staged = df.mapInArrow(lambda batches: _stage_sorted(columns, server, batches), "part int, staged binary")
+        writers: dict[int, Any] = {}
+        sinks: list[Any] = []
+        parts: dict[int, StagedPart] = {}
+        try:
+            for row in staged.toLocalIterator():
+                table = pa.ipc.open_stream(bytes(row["staged"])).read_all()
+                part = parts.get(row["part"])
+                if part is None:
+                    path = os.path.join(work, f"part-{row['part']:05d}.arrow")
+                    part = parts[row["part"]] = StagedPart(path, 0, {})
+                    sinks.append(pa.OSFile(path, "wb"))
+                    writers[row["part"]] = pa.ipc.new_file(sinks[-1], _STAGED)
+                for seen_server, boot in json.loads((table.schema.metadata or {}).get(b"boots", b"{}")).items():
+                    part.boots[seen_server] = max(part.boots.get(seen_server, 0), boot)
+                writers[row["part"]].write_table(table.replace_schema_metadata(None))
+                part.rows += table.num_rows
+        finally:
+            for writer in writers.values():
+                writer.close()
+            for sink in sinks:
+                sink.close()
+        store_dir = os.path.join(work, "store")
+        messages = _load(store_dir, list(parts.values()), codec, {})
+        local = {entry.name: entry.stat().st_size for entry in os.scandir(store_dir) if entry.is_file()}
+        by_collection = messages_by_collection(store_dir)
+        files.upload(store_dir, staging)
+        found = files.files(staging)
+        if found != local:
+            raise OutputError(
+                f"import: the store copied to {staging} holds {len(found)} files of {sum(found.values())} bytes, "
+                f"not the {len(local)} files of {sum(local.values())} bytes written"
+            )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {"messages": messages, "collections": len(by_collection), "bytes": sum(local.values())}

@@ -1,7 +1,9 @@
 """Outputs that are verifiably written, or not there at all.
 
 Every job that writes (export, report) writes into a staging directory
-beside its target. Before the staging directory is renamed into place, the
+beside its target, renamed into place by a rename that refuses an existing
+target (:meth:`~jmsstore_spark.hadoop.HadoopFiles.rename_new`). Before the
+staging directory is renamed, the
 driver reads back what was committed: it must hold data files, and the rows
 read back from each output must be the rows the job computed. Anything that
 fails raises :class:`OutputError` and removes the staging directory (it has
@@ -21,12 +23,10 @@ Hadoop file system layer, so an output may be any URI Spark writes
 from __future__ import annotations
 
 import contextlib
-import os
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
-from jmsstore_spark.checks import local_path
+from jmsstore_spark.hadoop import HadoopFiles, hadoop_uri
 
 __all__ = ["OutputError", "Outputs", "output_uri", "shown"]
 
@@ -42,10 +42,7 @@ def output_uri(path: str) -> str:
     ``file:`` URI becomes the ``file:`` URI of the absolute local path (so a
     plain path stays local where the cluster's default file system is
     HDFS); a URI of another scheme is kept as it is."""
-    local = local_path(path)
-    if local is None:
-        return path.rstrip("/") or path
-    return "file:" + os.path.abspath(local)
+    return hadoop_uri(path)
 
 
 def shown(uri: str) -> str:
@@ -54,27 +51,14 @@ def shown(uri: str) -> str:
     return uri.removeprefix("file:") if uri.startswith("file:/") and not uri.startswith("file://") else uri
 
 
-class Outputs:
+class Outputs(HadoopFiles):
     """The driver's file operations on outputs, through Spark's Hadoop layer."""
-
-    def __init__(self, spark: Any) -> None:
-        self.spark = spark
-        self._jvm = spark._jvm
-        self._conf = spark._jsc.hadoopConfiguration()
-
-    def _fs(self, uri: str) -> tuple[Any, Any]:
-        path = self._jvm.org.apache.hadoop.fs.Path(uri)
-        return path.getFileSystem(self._conf), path
-
-    def exists(self, uri: str) -> bool:
-        fs, path = self._fs(uri)
-        return bool(fs.exists(path))
 
     def data_files(self, uri: str) -> list[str]:
         """The data files under ``uri``: every file whose name, and whose
         directories' names below ``uri``, do not start with ``_`` or ``.``
         (what Spark reads back; ``_SUCCESS`` is not data)."""
-        fs, path = self._fs(uri)
+        fs, path = self.fs(uri)
         if not fs.exists(path):
             return []
         root = fs.makeQualified(path).toUri().getPath().rstrip("/")
@@ -89,32 +73,24 @@ class Outputs:
         return found
 
     def mkdirs(self, uri: str) -> None:
-        fs, path = self._fs(uri)
+        fs, path = self.fs(uri)
         if not fs.mkdirs(path):
             raise OutputError(f"could not create {uri}")
 
     def write_text(self, uri: str, text: str) -> None:
         """Writes a new file at ``uri`` (refused if it exists)."""
-        fs, path = self._fs(uri)
+        fs, path = self.fs(uri)
         out = fs.create(path, False)
         try:
             out.write(bytearray(text.encode()))
         finally:
             out.close()
 
-    def remove(self, uri: str) -> None:
-        fs, path = self._fs(uri)
-        if fs.exists(path):
-            fs.delete(path, True)
-
     def publish(self, staging: str, target: str) -> None:
-        """Renames ``staging`` to ``target``, which must not exist (a Hadoop
-        rename onto an existing directory would move staging into it)."""
-        fs, source = self._fs(staging)
-        _, destination = self._fs(target)
-        if fs.exists(destination):
-            raise FileExistsError(f"{target} exists: a job writes a new directory")
-        if not fs.rename(source, destination) or not fs.exists(destination):
+        """Renames ``staging`` to ``target``, refused if ``target`` exists (no
+        check first: see :meth:`~jmsstore_spark.hadoop.HadoopFiles.rename_new`)."""
+        self.rename_new(staging, target)
+        if not self.exists(target):
             raise OutputError(f"could not rename {staging} to {target}")
 
     @contextlib.contextmanager

@@ -31,9 +31,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from jmsstore import inspect, table
+from jmsstore import table
 
-from jmsstore_spark.checks import store_paths
+from jmsstore_spark.stores import read_view, resolve_stores, store_segments
 
 __all__ = ["NOTES", "REPORTS", "Reports", "evaluate", "format_table", "release", "reports", "write_reports"]
 
@@ -70,14 +70,11 @@ def reports(spark: Any, stores: Sequence[str], *, redelivered_over: int = 1, as_
 
     if isinstance(redelivered_over, bool) or not isinstance(redelivered_over, int) or redelivered_over < 0:
         raise ValueError(f"redelivered_over is a count of 0 or more, not {redelivered_over!r}")
-    paths = store_paths(",".join(stores))
-    spec = ",".join(paths)
+    paths = resolve_stores(spark, stores)
     now = int(time.time() * 1000) if as_of_ms is None else as_of_ms
 
     messages = (
-        spark.read.format("jmsstore")
-        .option("view", "messages")
-        .load(spec)
+        read_view(spark, "messages", paths)[0]
         .select(
             "store",
             "server",
@@ -93,9 +90,7 @@ def reports(spark: Any, stores: Sequence[str], *, redelivered_over: int = 1, as_
         .cache()
     )
     records = (
-        spark.read.format("jmsstore")
-        .option("view", "records")
-        .load(spec)
+        read_view(spark, "records", paths)[0]
         .select(
             "store",
             "segment",
@@ -148,7 +143,7 @@ def reports(spark: Any, stores: Sequence[str], *, redelivered_over: int = 1, as_
     # Transactions: only journal segments carry commit records (compaction
     # rewrites committed records on their own).
     journal = spark.createDataFrame(
-        [(path, seg["number"]) for path in paths for seg in inspect.segments(path) if seg["kind"] == "journal"],
+        [(path, seg["number"]) for path in paths for seg in store_segments(spark, path) if seg["kind"] == "journal"],
         "store string, segment long",
     )
     tx_records = records.join(F.broadcast(journal), ["store", "segment"]).where(F.col("tx_id") > 0)
