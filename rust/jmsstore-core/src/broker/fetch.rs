@@ -33,7 +33,7 @@ impl Broker {
     /// (`consumer`, its flag on the target's bell) on to another idle one:
     /// there may be more. `owner` is the consumer's id: of a unit of order
     /// another consumer holds messages of, it gets none (WebLogic's
-    /// Unit-of-Order; None takes as a consumer of its own).
+    /// Unit-of-Order; with None, units of order do not apply).
     #[allow(clippy::too_many_arguments)]
     pub fn fetch(
         &self,

@@ -1642,8 +1642,9 @@ impl Pager {
             if !deliverable(m) {
                 continue;
             }
-            let unit = m.unit_of_order;
-            if unit != 0 {
+            // Units of order apply to consumers' takes only.
+            let unit = if owner.is_some() { m.unit_of_order } else { 0 };
+            if let (Some(owner), true) = (owner, unit != 0) {
                 let after = units_found.get(&unit).copied().unwrap_or(0);
                 if !st.units.may_take(unit, owner) || st.unit_first(unit, after, now) != Some(slot) {
                     continue;
@@ -1759,7 +1760,9 @@ impl Pager {
     }
 
     /// As [`Pager::take_many`] for consumer `owner`: of a unit of order
-    /// another consumer holds, nothing is taken (see [`units`]).
+    /// another consumer holds, nothing is taken, and of the others only
+    /// each unit's first messages in arrival order (see [`units`]). Without
+    /// an owner (as [`Pager::take_many`]), units of order do not apply.
     pub fn take_many_for(
         &self,
         destination: u32,
@@ -3048,10 +3051,6 @@ mod tests {
         assert_eq!(p.units(q).expect("units"), (2, 2));
         // b's next goes to its holder only.
         assert!(p.take_many_for(q, Some(2), 0, 10, None, false).expect("take").is_empty());
-        assert!(
-            p.take_many(q, 0, 10, None, false).expect("take").is_empty(),
-            "a caller with no id is another consumer"
-        );
         assert_eq!(keys(p.take_many_for(q, Some(1), 0, 10, None, false).expect("take")), [k[3]]);
         check_invariants(&p);
 
@@ -3070,6 +3069,12 @@ mod tests {
         p.remove(k[2]).expect("remove");
         assert_eq!(p.units(q).expect("units"), (0, 0));
         check_invariants(&p);
+
+        // The pager's own take (no consumer) passes units by, in the destination's order.
+        let k = add_units(&p, q, &[(Some("a"), 1), (Some("a"), 9)]);
+        assert_eq!(keys(p.take_many(q, 0, 10, None, false).expect("take")), [k[1], k[0]]);
+        assert_eq!(p.units(q).expect("units"), (1, 1));
+        assert!(p.take_many_for(q, Some(1), 0, 10, None, false).expect("take").is_empty());
     }
 
     #[test]

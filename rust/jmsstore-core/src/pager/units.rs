@@ -18,9 +18,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-/// Who takes messages: a consumer's id, or None for a caller with no
-/// identity (each such take is a consumer of its own, that holds what it
-/// takes until released or removed).
+/// Who takes messages: a consumer's id, to whom units of order apply; or
+/// None, a take that passes them by (the pager's own API, whose callers
+/// order as they like): it takes any deliverable message, and what it
+/// takes holds its unit against consumers until released or removed.
 pub type Owner = Option<u64>;
 
 #[derive(Default)]
@@ -47,10 +48,10 @@ impl Units {
         self.units.entry(unit).or_default().waiting.insert((seq, slot));
     }
 
-    /// Whether `owner` may take messages of `unit` now: nobody holds it, or
-    /// the same consumer does.
-    pub(super) fn may_take(&self, unit: u32, owner: Owner) -> bool {
-        self.units.get(&unit).is_none_or(|u| u.in_flight == 0 || (owner.is_some() && u.owner == owner))
+    /// Whether consumer `owner` may take messages of `unit` now: nobody
+    /// holds it, or the same consumer does.
+    pub(super) fn may_take(&self, unit: u32, owner: u64) -> bool {
+        self.units.get(&unit).is_none_or(|u| u.in_flight == 0 || u.owner == Some(owner))
     }
 
     /// The unit's messages not reserved that arrived after `after`, in arrival order.
@@ -121,17 +122,17 @@ mod tests {
         let mut units = Units::default();
         units.arrived(7, 1, 10);
         units.arrived(7, 2, 11);
-        assert!(units.may_take(7, Some(1)) && units.may_take(7, None));
+        assert!(units.may_take(7, 1) && units.may_take(7, 2));
         units.reserved(7, 1, 10, Some(1));
         units.reserved(7, 2, 11, Some(1));
         assert_eq!((units.len(), units.held()), (1, 1));
-        assert!(units.may_take(7, Some(1)), "its holder takes more");
-        assert!(!units.may_take(7, Some(2)) && !units.may_take(7, None), "nobody else");
+        assert!(units.may_take(7, 1), "its holder takes more");
+        assert!(!units.may_take(7, 2), "nobody else");
         units.released(7, 1, 10);
-        assert!(!units.may_take(7, Some(2)), "still one in its holder's hands");
+        assert!(!units.may_take(7, 2), "still one in its holder's hands");
         assert_eq!(units.waiting_after(7, 0).collect::<Vec<_>>(), [(1, 10)]);
         units.removed(7, 2, 11, true);
-        assert!(units.may_take(7, Some(2)), "free once nothing is reserved");
+        assert!(units.may_take(7, 2), "free once nothing is reserved");
         assert_eq!((units.len(), units.held()), (1, 0));
         units.removed(7, 1, 10, false);
         assert_eq!(units.len(), 0, "a unit without messages is forgotten");

@@ -397,7 +397,7 @@ impl NativeBroker {
     /// their delivery record (wait for it before handing out the first).
     /// The consumer's JMS `selector` runs in the core without the GIL.
     /// `consumer` is the consumer's signal on the target's bell; `owner` its
-    /// id, for units of order (None: a consumer of its own each call).
+    /// id, for units of order (None: they do not apply).
     #[pyo3(signature = (target, now, limit, selector=None, consumer=None, owner=None))]
     #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn fetch<'py>(
