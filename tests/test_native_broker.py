@@ -272,7 +272,7 @@ def test_a_header_of_the_wrong_shape_is_an_invalid_argument_and_changes_nothing(
     data, header = message(1)
     wrong: Any = (*header, None, None)[:fields]
     for send in (engine.broker.send, engine.broker.send_async, engine.broker.stage):
-        with pytest.raises(InvalidArgumentError, match="header|unit of order"):
+        with pytest.raises(InvalidArgumentError, match=r"header|unit of order"):
             send(destination, data, (*header, ""), True)
     for send in (engine.broker.send, engine.broker.send_async, engine.broker.stage):
         with pytest.raises(InvalidArgumentError, match="header"):

@@ -124,7 +124,7 @@ class Replay:
         before = self.receipts[uid]
         if before:
             if not redelivered or count <= before[-1][1]:
-                self.problems.append(f"{where}: {uid} again without redelivered / a higher count: {redelivered} {count}")
+                self.problems.append(f"{where}: {uid} again without redelivered or a higher count: {count}")
             if redelivered and self.crashes_between:
                 self.redelivered_after_crash += 1
         before.append((redelivered, count))

@@ -12,8 +12,9 @@ picks a unit, takes the unit's lock, numbers the message and sends it with
 producers share units ``u0``-``u2`` with ``send``; a third sends to ``u3``
 and ``u4`` with ``send_async`` (an asynchronous send is published when it
 completes, so producers acting as one on a unit order their asynchronous
-sends by waiting for them; one producer's sends complete in order). A message's ``uid`` property is ``<cycle>.<unit>.<n>``: the
-messages of a later cycle were created after those of an earlier one.
+sends by waiting for them; one producer's sends complete in order). A
+message's ``uid`` property is ``<cycle>.<unit>.<n>``: the messages of a
+later cycle were created after those of an earlier one.
 
 Consumers (CLIENT with ``receive``, CLIENT with a listener, transacted;
 prefetch 1, 10 or 50 for the run) settle now and then, recover, roll back
