@@ -459,3 +459,29 @@ def test_unit_of_order_sends_are_two_way(server: JMSServer) -> None:
         with pytest.raises(ResourceAllocationError):
             producer.send(TextMessage("second"), delivery_mode=DeliveryMode.NON_PERSISTENT)
     assert server.statistics()["one_way_dropped"] == 0
+
+
+def test_units_of_order_from_a_configuration_file(tmp_path: Any) -> None:
+    """UOO-5 by configuration alone: a destination's ``default_unit_of_order`` and a
+    connection factory's ``unit_of_order`` in the TOML file."""
+    path = tmp_path / "jms.toml"
+    path.write_text(
+        "[servers.jms1]\ndirectory = 'srv'\n"
+        "[servers.jms1.queues.legacy]\ndefault_unit_of_order = true\n"
+        "[servers.jms1.connection_factories.ordered]\nunit_of_order = 'feed'\n"
+    )
+    with JMSServer.from_config(path) as server:
+        queue = server.queue("legacy")
+        assert server.settings(queue).default_unit_of_order is True
+        factory = server.connection_factories["ordered"]
+        assert factory.unit_of_order == "feed"
+        with factory.create_connection() as connection:
+            producer = connection.create_session().create_producer(queue)
+            assert producer.unit_of_order == "feed"
+            producer.send(TextMessage("fed"))
+        send_texts(server, queue, ["defaulted"])
+        with connect(server, prefetch=False) as connection:
+            got = [connection.create_session().create_consumer(queue).receive(SOON) for _ in range(1)]
+            second = connection.create_session().create_consumer(queue).receive(SOON)
+        units = [m.get_property(UNIT) if m is not None else None for m in [*got, second]]
+    assert units == ["feed", "jmsstore.default:legacy"]
