@@ -2309,6 +2309,22 @@ mod tests {
                 }
             }
             assert!(st.free_slots.iter().all(|s| st.slots[*s as usize].message.is_none()));
+            // Every message of a unit is in its unit: reserved, or waiting in arrival order.
+            let mut units: std::collections::BTreeMap<u32, (u32, Vec<(u64, u32)>)> = Default::default();
+            for (slot, m) in &in_slots {
+                if m.unit_of_order != 0 {
+                    let unit = units.entry(m.unit_of_order).or_default();
+                    if m.flags & FLAG_RESERVED != 0 {
+                        unit.0 += 1;
+                    } else {
+                        unit.1.push((m.seq, *slot));
+                    }
+                }
+            }
+            units.values_mut().for_each(|u| u.1.sort_unstable());
+            assert_eq!(st.units.contents(), units, "units of order");
+            assert_eq!(st.units.held(), units.values().filter(|u| u.0 > 0).count());
+            assert_eq!(dest.units.load(Relaxed), units.len());
             // What it published.
             assert_eq!(dest.messages.load(Relaxed), st.all.len());
             assert_eq!(dest.resident_messages.load(Relaxed), st.resident.len());

@@ -111,6 +111,13 @@ impl Units {
     pub(super) fn held(&self) -> usize {
         self.held
     }
+
+    /// Per unit: its reserved count and its waiting messages, by name (for
+    /// the pager's invariant checks).
+    #[cfg(test)]
+    pub(super) fn contents(&self) -> std::collections::BTreeMap<u32, (u32, Vec<(u64, u32)>)> {
+        self.units.iter().map(|(unit, u)| (*unit, (u.in_flight, u.waiting.iter().copied().collect()))).collect()
+    }
 }
 
 #[cfg(test)]
