@@ -485,3 +485,37 @@ def test_units_of_order_from_a_configuration_file(tmp_path: Any) -> None:
             second = connection.create_session().create_consumer(queue).receive(SOON)
         units = [m.get_property(UNIT) if m is not None else None for m in [*got, second]]
     assert units == ["feed", "jmsstore.default:legacy"]
+
+
+def test_units_of_order_over_stomp(server: JMSServer) -> None:
+    """UOO-2, UOO-5 over the network: a remote producer's unit travels as the
+    ``JMS_BEA_UnitOfOrder`` header, a ``JMSXGroupID`` header names a unit too, and the
+    server holds each unit for one remote consumer at a time."""
+    import jmsstore
+    from jmsstore.net import serve
+
+    queue = server.create_queue("Q")
+    stomp = serve(server, "127.0.0.1", 0)
+    try:
+        factory = jmsstore.connect(f"stomp://127.0.0.1:{stomp.address[1]}", prefetch=False)
+        with factory.create_connection() as connection:
+            producer = connection.create_session().create_producer(queue)
+            producer.unit_of_order = "r"
+            for n in range(2):
+                producer.send(TextMessage(f"r:{n}"))
+            producer.unit_of_order = None
+            grouped = TextMessage("g:0")
+            grouped.set_property("JMSXGroupID", "g")
+            producer.send(grouped)
+        assert server.statistics()["queues"]["Q"]["units_of_order"] == 2
+        with factory.create_connection() as connection:
+            connection.start()
+            a = connection.create_session(False, AckMode.CLIENT).create_consumer(queue)
+            b = connection.create_session(False, AckMode.CLIENT).create_consumer(queue)
+            first = a.receive(SOON)
+            assert _text(first) == "r:0" and first is not None and first.get_property(UNIT) == "r"
+            assert _text(b.receive(SOON)) == "g:0", "not r:1, which a holds"
+            first.acknowledge()  # a STOMP subscription's window is one unacknowledged message here
+            assert _text(a.receive(SOON)) == "r:1"
+    finally:
+        stomp.close()
