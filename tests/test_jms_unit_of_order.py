@@ -519,3 +519,29 @@ def test_units_of_order_over_stomp(server: JMSServer) -> None:
             assert _text(a.receive(SOON)) == "r:1"
     finally:
         stomp.close()
+
+
+@pytest.mark.parametrize("how", ["recover", "rollback"])
+def test_a_prefetched_unit_comes_back_in_order_after_recover_or_rollback(server: JMSServer, how: str) -> None:
+    """UOO-3 with UOO-4 (a prefetch of any size): a consumer that prefetched a unit's
+    messages and recovers (or rolls back) after the first gets the first again, flagged
+    redelivered, before the ones it had prefetched behind it."""
+    queue = server.create_queue("Q")
+    _send_units(server, queue, {"u": 5})
+    with connect(server, messages_maximum=10) as connection:
+        session = (
+            connection.create_session(transacted=True)
+            if how == "rollback"
+            else connection.create_session(False, AckMode.CLIENT)
+        )
+        consumer = session.create_consumer(queue)
+        assert [_text(consumer.receive(SOON)) for _ in range(2)] == ["u:0", "u:1"]
+        session.recover() if how == "recover" else session.rollback()
+        again = [consumer.receive(SOON) for _ in range(5)]
+        assert [_text(m) for m in again] == [f"u:{n}" for n in range(5)]
+        assert [m.redelivered for m in again if m is not None] == [True, True, False, False, False]
+        if how == "recover":
+            again[-1].acknowledge()  # type: ignore[union-attr]
+        else:
+            session.commit()
+    assert server.message_count(queue) == 0
