@@ -265,11 +265,15 @@ def test_an_unknown_expiration_policy_is_an_invalid_argument() -> None:
         destination.set_settings(0, -1, None, "shred")
 
 
-@pytest.mark.parametrize("fields", [6, 8])
+@pytest.mark.parametrize("fields", [6, 9])
 def test_a_header_of_the_wrong_shape_is_an_invalid_argument_and_changes_nothing(engine: Engine, fields: int) -> None:
+    """7 fields, or 8 with the unit of order; an empty unit name is refused too."""
     destination, target = engine.queue()
     data, header = message(1)
-    wrong: Any = (*header, None)[:fields]
+    wrong: Any = (*header, None, None)[:fields]
+    for send in (engine.broker.send, engine.broker.send_async, engine.broker.stage):
+        with pytest.raises(InvalidArgumentError, match=r"header|unit of order"):
+            send(destination, data, (*header, ""), True)
     for send in (engine.broker.send, engine.broker.send_async, engine.broker.stage):
         with pytest.raises(InvalidArgumentError, match="header"):
             send(destination, data, wrong, True)

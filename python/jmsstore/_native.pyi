@@ -62,8 +62,11 @@ __all__ = [
 _Progress = Callable[[int, int], None]
 _Completion = Callable[[int | None, BaseException | None], None]
 _Path = str | PathLike[str]
-# (id, priority, timestamp, expiration, delivery_time, correlation_id, type)
-_Header = tuple[int, int, int, int, int, str | None, str | None]
+# (id, priority, timestamp, expiration, delivery_time, correlation_id, type[, unit_of_order])
+_Header = (
+    tuple[int, int, int, int, int, str | None, str | None]
+    | tuple[int, int, int, int, int, str | None, str | None, str | None]
+)
 _Filter = Callable[[dict[str, Any]], bool] | Callable[[dict[str, Any], bytes], bool]
 
 @final
@@ -173,6 +176,7 @@ class NativePager:
     def expired(self, now: int, limit: int = 1000) -> list[int]: ...
     def browse(self, destination: int, after: int | None = None, limit: int = 1000) -> list[int]: ...
     def count(self, destination: int) -> int: ...
+    def units(self, destination: int) -> tuple[int, int]: ...
     def stats(self) -> dict[str, Any]: ...
     @property
     def closed(self) -> bool: ...
@@ -456,6 +460,7 @@ class NativeBroker:
         limit: int,
         selector: NativeSelector | None = None,
         consumer: Signal | None = None,
+        owner: int | None = None,
     ) -> tuple[list[tuple[int, int, bytes]], Signal | None]: ...
     def acknowledge(self, keys: list[int]) -> None: ...
     def acknowledge_lazily(self, keys: list[int], backlog: AckBacklog, flush_at: int) -> None: ...

@@ -22,7 +22,9 @@ topic with 1 and 4 durable subscriptions, a non-durable subscriber);
 acknowledgement (AUTO, CLIENT every 10, DUPS_OK, transacted batches of 1, 10,
 100); selector; every store codec on compressible and incompressible bodies;
 paging (a backlog of a fixed size built then drained, with a message budget a
-tenth of it); producers and consumers (1, 4, 16).
+tenth of it); producers and consumers (1, 4, 16); WebLogic's unit-of-order (8
+producers and 8 consumers, each producer's messages spread over 64 units, vs
+the same run without units).
 
 Peers in the same run: sqlite3 as a queue (WAL, synchronous=FULL, a commit
 per message, and batched), persist-queue (its SQLite queue and its file
@@ -83,6 +85,7 @@ PAGING_MIN_BUDGET = 64 << 10
 RAW_PROBE_WRITES = 20  # the raw-disk row's first writes, which size its run to the time box
 MESSAGES_MAXIMUM = 128
 ONE_WAY_WINDOW = 100  # the one-way row's two-way send every this many
+UNITS = 64  # the unit-of-order row's units of order
 RECEIVE_TIMEOUT = 0.05
 PEERS = ["sqlite", "sqlite-batch", "pq-sqlite", "pq-file", "raw-disk"]
 BROKERS = ["rabbitmq", "activemq"]  # peers with --brokers only: real servers, started for the run
@@ -123,6 +126,7 @@ class Scenario:
     threads: int = 1  # producers, and as many consumers (queues)
     backlog: bool = False  # everything sent first, then drained
     one_way: bool = False  # WebLogic's one-way sends (non-persistent; a two-way send every ONE_WAY_WINDOW)
+    units: int = 0  # WebLogic's unit-of-order: messages spread round-robin over this many units (0: none)
     peers: bool = False  # the peers are run (or shown as unable) in this group's scenario
 
 
@@ -163,6 +167,8 @@ def scenarios() -> list[Scenario]:
         Scenario("paging", "backlog, paging on", backlog=True, paging=True, peers=True),
     ]
     out += [Scenario("threads", f"{t}+{t}", threads=t, peers=True) for t in (1, 4, 16)]
+    unordered = Scenario("unit-of-order", "8+8, no units", threads=8)
+    out += [unordered, replace(unordered, name=f"8+8, {UNITS} units", units=UNITS)]
     return out
 
 
@@ -309,6 +315,9 @@ def run_ours(ctx: Context, sc: Scenario, n: int, seconds: float) -> dict[str, An
                 k = 0
                 while k < count:
                     message = create(body)
+                    if sc.units:
+                        # Every producer on every unit: the units' holders move between consumers.
+                        producer.unit_of_order = f"u{k % sc.units}"
                     if sc.selector:
                         message.set_property("kind", "order")
                     message.set_property("sent_ns", clock())

@@ -140,6 +140,7 @@ FACTORY_KEYS = {
     "prefetch": bool,
     "one_way_send_mode": str,
     "one_way_window_size": int,
+    "unit_of_order": str,
 }
 SETTING_KEYS = {f.name for f in fields(DestinationSettings)}
 

@@ -30,6 +30,10 @@ def now_ms() -> int:
     return ExpiryReaper.now()
 
 
+# Consumer ids, process-wide: a unit of order is held by the consumer whose id took it.
+_consumer_ids = itertools.count(1)
+
+
 class ConsumerLink:
     """What one consumer reads: a queue, or a subscription (``client.port.ConsumerPort``)."""
 
@@ -47,13 +51,15 @@ class ConsumerLink:
         # alone (no Python is called there).
         self._native_selector: NativeSelector | None = selector.native() if selector.text else None
         self._closed = False
+        # Who holds a unit of order (WebLogic's Unit-of-Order) is this id.
+        self.id = next(_consumer_ids)
         if selector.text:
             self.bell.add_selective(1)
 
     def fetch(self, limit: int, waiter: Signal) -> list[Delivery]:
         now = now_ms()
         self._port.reaper.sweep(now)
-        items, record = self._native.fetch(self.target.native, now, limit, self._native_selector, waiter)
+        items, record = self._native.fetch(self.target.native, now, limit, self._native_selector, waiter, self.id)
         deliveries = [Delivery(self, key, count, body) for key, count, body in items]
         if deliveries and record is not None:
             # Only the first waits for the record: the buffer hands them out

@@ -27,16 +27,17 @@ from jmsstore.broker.layout import message_id, numeric_id
 from jmsstore.broker.limits import FlowControl, ServerLimits
 from jmsstore.broker.pause import PauseControl
 from jmsstore.broker.registry import Registry, State
+from jmsstore.broker.settings import default_unit_name
 from jmsstore.client.port import SendOptions
 from jmsstore.errors import DestinationPausedError, JmsStoreError, MessageTooLargeError
 from jmsstore.jms.destination import Destination
-from jmsstore.jms.message import DELIVERY_MODES, DeliveryMode, Message, encode
+from jmsstore.jms.message import DELIVERY_MODES, DeliveryMode, Message, encode, set_unit_of_order, unit_of_order
 
 __all__ = ["PostOffice", "ProducerLink"]
 
 _ADMITTED, _NO_ROOM, _OVER_SYSTEM_LIMIT, _DROPPED = 0, 1, 2, 3
 
-Header = tuple[int, int, int, int, int, str | None, str | None]
+Header = tuple[int, int, int, int, int, str | None, str | None, str | None]
 Completed = Callable[[int | None, BaseException | None], None]
 
 
@@ -102,7 +103,16 @@ class PostOffice:
                 f"the message is {len(data)} bytes encoded, more than the server's maximum message size "
                 f"of {self.maximum_message_size}"
             )
-        return data, (ident, priority, now, expiration, delivery_time, correlation_id, message_type)
+        return data, (
+            ident,
+            priority,
+            now,
+            expiration,
+            delivery_time,
+            correlation_id,
+            message_type,
+            unit_of_order(message),
+        )
 
     def state(self, destination: Destination) -> State:
         """The destination's state, if production is not paused there."""
@@ -227,6 +237,8 @@ class ProducerLink:
         # The call only when anything is paused at all: this runs per send.
         if (pause.server or state.paused) and pause.production_paused(state):
             raise DestinationPausedError(f"production is paused on {destination!r}")
+        if state.settings.default_unit_of_order and unit_of_order(message) is None:
+            set_unit_of_order(message, default_unit_name(destination.name))
         data, header = post.stamp(message, destination, mode, priority, ttl, delay)
         flow = self._flow
         # Cheap when nothing is armed and the producer is not limited: the common case.

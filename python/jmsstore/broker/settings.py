@@ -13,7 +13,7 @@ from jmsstore.broker.limits import Thresholds
 from jmsstore.errors import InvalidArgumentError
 from jmsstore.jms.destination import check_name
 
-__all__ = ["EXPIRATION_POLICIES", "DestinationSettings"]
+__all__ = ["EXPIRATION_POLICIES", "DestinationSettings", "default_unit_name"]
 
 EXPIRATION_POLICIES = ("discard", "log", "redirect")
 
@@ -46,6 +46,13 @@ class DestinationSettings:
       consumer of this destination (Open MQ's destination
       ``consumerFlowLimit``); a connection factory's own limit applies
       where it is smaller. -1: no limit of the destination's.
+    - ``default_unit_of_order``: WebLogic's destination Default
+      Unit-of-Order: a message sent without a unit of order (see
+      :attr:`MessageProducer.unit_of_order`) is put in one system-named
+      unit of this destination (:func:`default_unit_name`), so that its
+      messages are processed in order, one consumer at a time, as old
+      strict-order applications expect of one consumer with a pipeline of
+      one. A topic's subscriptions each process the unit on their own.
     """
 
     order: str = "priority"
@@ -61,6 +68,7 @@ class DestinationSettings:
     expiration_logging_policy: str | None = None
     messages_limit_override: int = -1
     consumer_flow_limit: int = -1
+    default_unit_of_order: bool = False
 
     def thresholds(self) -> Thresholds:
         return Thresholds(
@@ -119,4 +127,12 @@ class DestinationSettings:
             raise TypeError(f"consumer_flow_limit is an int, not {type(flow).__name__}")
         if flow != -1 and not 1 <= flow <= 1_000_000:
             raise InvalidArgumentError(f"consumer_flow_limit must be -1 (none) or within 1..1000000, not {flow}")
+        if not isinstance(self.default_unit_of_order, bool):
+            raise TypeError(f"default_unit_of_order is a bool, not {type(self.default_unit_of_order).__name__}")
         return self
+
+
+def default_unit_name(destination: str) -> str:
+    """The unit of order a destination with ``default_unit_of_order`` puts
+    messages without one in (WebLogic generates one name per destination)."""
+    return f"jmsstore.default:{destination}"

@@ -58,6 +58,11 @@ class Statistics:
     def _count(self, target: Target) -> int:
         return int(self._pager.count(target.pager_id))
 
+    def _units(self, target: Target) -> tuple[int, int]:
+        """A target's units of order with messages, and of them those a consumer holds."""
+        units, held = self._pager.units(target.pager_id)
+        return int(units), int(held)
+
     def _flow_controlled(self, state: State | None) -> int:
         return sum(
             1
@@ -74,6 +79,8 @@ class Statistics:
             active=s.consumers,
             subscription_limit_deleted_count=s.native.limit_deleted,
             messages_paged=self._paged(s),
+            units_of_order=self._units(s)[0],
+            units_of_order_held=self._units(s)[1],
             messages_pending=pending.messages,
             bytes_pending=pending.bytes,
             messages_expired=s.native.expired,
@@ -100,6 +107,8 @@ class Statistics:
                     "blocked_senders": q.usage.blocked_for(q),
                     "flow_controlled_producers": self._flow_controlled(q),
                     "messages_paged": self._paged(q.target),
+                    "units_of_order": self._units(q.target)[0],
+                    "units_of_order_held": self._units(q.target)[1],
                     "paused": sorted(q.paused),
                     "held_by_insertion_pause": self._native.held_count(q.native),
                     "messages_expired": q.native.messages_expired,
@@ -157,6 +166,9 @@ class Statistics:
             "messages_pending": sum(x.native.pending.messages for x in subs),
             "bytes_pending": sum(x.native.pending.bytes for x in subs),
             "messages_paged": sum(self._paged(x) for x in subs),
+            # Each subscription processes a unit on its own: counted once per subscription.
+            "units_of_order": sum(self._units(x)[0] for x in subs),
+            "units_of_order_held": sum(self._units(x)[1] for x in subs),
             "paused": sorted(t.paused),
             "held_by_insertion_pause": self._native.held_count(t.native),
             "subscription_limit_deleted_count": sum(x.native.limit_deleted for x in subs),

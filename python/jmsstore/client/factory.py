@@ -9,6 +9,7 @@ from jmsstore.client.port import BrokerPort, Clock, SendOptions
 from jmsstore.client.producer import ONE_WAY_MODES, ProducerSettings
 from jmsstore.errors import InvalidArgumentError
 from jmsstore.jms.destination import check_name
+from jmsstore.jms.message import check_unit_of_order
 
 __all__ = ["ConnectionFactory"]
 
@@ -41,6 +42,10 @@ class ConnectionFactory:
     WebLogic's one-way sends: ``one_way_send_mode`` (``queues_and_topics``,
     ``topics_only`` or None, the default) and ``one_way_window_size``
     (default 1: every send is two-way); see :meth:`MessageProducer.send`.
+
+    ``unit_of_order``: the unit of order every producer of this factory's
+    connections starts with (WebLogic's connection factory Unit-of-Order
+    setting; None, the default: none); see :attr:`MessageProducer.unit_of_order`.
     """
 
     def __init__(
@@ -64,6 +69,7 @@ class ConnectionFactory:
         prefetch: bool = True,
         one_way_send_mode: str | None = None,
         one_way_window_size: int = 1,
+        unit_of_order: str | None = None,
         clock: Clock | None = None,
     ) -> None:
         self.port = port
@@ -103,6 +109,7 @@ class ConnectionFactory:
             )
         self.one_way_send_mode = one_way_send_mode
         self.one_way_window_size = integer("one_way_window_size", one_way_window_size, 1, 1 << 31)
+        self.unit_of_order = check_unit_of_order("unit_of_order", unit_of_order)
         self.clock = clock
         self.client_id = client_id
         self.messages_maximum = messages_maximum
@@ -127,7 +134,11 @@ class ConnectionFactory:
             self.messages_maximum,
             self.send_options(),
             ProducerSettings(
-                self.send_async_window, self.send_async_window_bytes, self.one_way_send_mode, self.one_way_window_size
+                self.send_async_window,
+                self.send_async_window_bytes,
+                self.one_way_send_mode,
+                self.one_way_window_size,
+                self.unit_of_order,
             ),
             ConsumerFlow(self.consumer_flow_limit, self.consumer_flow_threshold, self.prefetch),
             self.connection_flow_limit if self.connection_flow_limit_enabled else None,

@@ -15,7 +15,15 @@ from jmsstore._native import Signal
 from jmsstore.client.port import CompletionCallback, ProducerPort
 from jmsstore.errors import IllegalStateError, InvalidArgumentError, InvalidDestinationError, ResourceAllocationError
 from jmsstore.jms.destination import Destination, Topic
-from jmsstore.jms.message import DELIVERY_MODES, DeliveryMode, Message
+from jmsstore.jms.message import (
+    DELIVERY_MODES,
+    UNIT_OF_ORDER,
+    DeliveryMode,
+    Message,
+    check_unit_of_order,
+    set_unit_of_order,
+    unit_of_order,
+)
 
 __all__ = ["MessageProducer", "ProducerSettings", "SendFuture"]
 
@@ -177,15 +185,25 @@ class ProducerSettings:
 
     ``one_way_mode`` (WebLogic's One-Way Send Mode: ``queues_and_topics``,
     ``topics_only`` or None) and ``one_way_window``: see
-    :meth:`MessageProducer.send`."""
+    :meth:`MessageProducer.send`. ``unit_of_order``: the unit of order a
+    new producer starts with (WebLogic's connection factory Default
+    Unit-of-Order); see :attr:`MessageProducer.unit_of_order`."""
 
-    __slots__ = ("max_bytes", "max_messages", "one_way_mode", "one_way_window")
+    __slots__ = ("max_bytes", "max_messages", "one_way_mode", "one_way_window", "unit_of_order")
 
-    def __init__(self, max_messages: int, max_bytes: int, one_way_mode: str | None, one_way_window: int) -> None:
+    def __init__(
+        self,
+        max_messages: int,
+        max_bytes: int,
+        one_way_mode: str | None,
+        one_way_window: int,
+        unit_of_order: str | None = None,
+    ) -> None:
         self.max_messages = max_messages
         self.max_bytes = max_bytes
         self.one_way_mode = one_way_mode
         self.one_way_window = one_way_window
+        self.unit_of_order = check_unit_of_order("unit_of_order", unit_of_order)
 
 
 def _complete_soon(future: SendFuture) -> None:
@@ -217,8 +235,24 @@ class MessageProducer:
         self.priority = 4
         self.time_to_live = 0
         self.delivery_delay = 0
+        self._unit_of_order = settings.unit_of_order
         self._closed = False
         self._lock = threading.Lock()
+
+    @property
+    def unit_of_order(self) -> str | None:
+        """The unit of order of this producer's sends (WebLogic's
+        Unit-of-Order; None: none). A send puts its message in the unit by
+        setting the message's ``JMS_BEA_UnitOfOrder`` property; without one
+        here, a message's own ``JMS_BEA_UnitOfOrder``, else its
+        ``JMSXGroupID``, names its unit. The messages of one unit are
+        processed in the order they were sent, by one consumer at a time:
+        see the README's "Unit-of-order". A non-empty str or None."""
+        return self._unit_of_order
+
+    @unit_of_order.setter
+    def unit_of_order(self, name: str | None) -> None:
+        self._unit_of_order = check_unit_of_order("unit_of_order", name)
 
     @property
     def flow_limit(self) -> float | None:
@@ -257,6 +291,11 @@ class MessageProducer:
         delay = self.delivery_delay if delivery_delay is None else delivery_delay
         if type(delay) is not int or not 0 <= delay <= _MAX_MS:
             delay = integer("delivery_delay (ms)", delay, 0, _MAX_MS)
+        unit = self._unit_of_order
+        if unit is not None:
+            set_unit_of_order(message, unit)
+        elif message.property_exists(UNIT_OF_ORDER):
+            check_unit_of_order(f"property {UNIT_OF_ORDER}", message.get_property(UNIT_OF_ORDER))
         return target, mode, prio, ttl, delay
 
     def send(
@@ -286,8 +325,8 @@ class MessageProducer:
         ``one_way_window_size``-th send is two-way: it waits and raises
         ``ResourceAllocationError`` as any send does, and after that the
         producer's sends stay two-way until one of them finds room.
-        Persistent and transacted sends are always two-way, and paused
-        production raises for one-way sends too.
+        Persistent and transacted sends are always two-way, and so are sends
+        of a unit of order; paused production raises for one-way sends too.
         """
         target, mode, prio, ttl, delay = self._arguments(
             message, destination, delivery_mode, priority, time_to_live, delivery_delay
@@ -297,7 +336,13 @@ class MessageProducer:
             if staged is not None:
                 self._session.stage(staged)
             return
-        if self._one_way is None or mode != DeliveryMode.NON_PERSISTENT or not self._one_way_covers(target):
+        if (
+            self._one_way is None
+            or mode != DeliveryMode.NON_PERSISTENT
+            or not self._one_way_covers(target)
+            # WebLogic upgrades unit-of-order sends to two-way.
+            or unit_of_order(message) is not None
+        ):
             self.port.send(message, target, mode, prio, ttl, delay)
             return
         if not self._two_way_until_room:

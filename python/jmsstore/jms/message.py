@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMappin
 from typing import Any
 
 from jmsstore import _native
+from jmsstore._args import utf8
 from jmsstore.errors import (
     InvalidArgumentError,
     MessageFormatError,
@@ -40,10 +41,13 @@ __all__ = [
     "Message",
     "StreamMessage",
     "TextMessage",
+    "check_unit_of_order",
     "decode",
     "decode_delivered",
     "delivered",
     "encode",
+    "set_unit_of_order",
+    "unit_of_order",
     "with_message_id",
 ]
 
@@ -78,6 +82,42 @@ def check_property_name(name: object) -> str:
     if name.startswith("JMS") and not name.startswith(("JMSX", "JMS_")):
         raise InvalidArgumentError(f"property name {name!r} is in the reserved JMS namespace")
     return name
+
+
+# WebLogic's Unit-of-Order: the property naming a message's unit, and JMS's
+# group property, read as the unit when a message has no unit of its own
+# (the broker core reads the two the same way: format::validate).
+UNIT_OF_ORDER = "JMS_BEA_UnitOfOrder"
+GROUP_ID = "JMSXGroupID"
+
+
+def check_unit_of_order(what: str, name: object) -> str | None:
+    """``name`` if it can name a unit of order (a non-empty str that is valid text), or None."""
+    if name is None:
+        return None
+    if not isinstance(name, str):
+        raise TypeError(f"{what} is a str or None, not {type(name).__name__}")
+    if not name:
+        raise InvalidArgumentError(f"{what} must not be empty")
+    return utf8(what, name)
+
+
+def unit_of_order(message: Message) -> str | None:
+    """The unit of order a message belongs to: its ``JMS_BEA_UnitOfOrder``
+    property, else its ``JMSXGroupID`` (a value that is not a non-empty str names none)."""
+    props = message._properties
+    unit = props.get(UNIT_OF_ORDER)
+    if type(unit) is str and unit:
+        return unit
+    group = props.get(GROUP_ID)
+    return group if type(group) is str and group else None
+
+
+def set_unit_of_order(message: Message, name: str) -> None:
+    """Puts a message in unit ``name`` (checked by :func:`check_unit_of_order`),
+    as a send does: the provider sets the property even on a message whose
+    properties are read-only to the application."""
+    message._properties[UNIT_OF_ORDER] = name
 
 
 def _check_property_value(name: str, value: object) -> object:

@@ -286,6 +286,11 @@ impl NativePager {
         Ok(self.pager.residency(destination)?)
     }
 
+    /// (units of order with messages, of them held by a consumer) of a destination.
+    fn units(&self, destination: u32) -> PyResult2<(usize, usize)> {
+        Ok(self.pager.units(destination)?)
+    }
+
     fn count(&self, destination: u32) -> PyResult2<usize> {
         Ok(self.pager.count(destination)?)
     }

@@ -69,6 +69,7 @@ pub(crate) fn header_of(h: &Header) -> Envelope {
         delivery_time: h.delivery_time,
         correlation_id: h.correlation_id.clone(),
         message_type: h.message_type.clone(),
+        unit_of_order: h.unit_of_order.clone(),
     }
 }
 
@@ -405,7 +406,7 @@ mod tests {
 
         f.broker.release(&keys[..1], false, NOW).unwrap();
         assert!(f.records().is_empty(), "a record left naming nothing is deleted");
-        let fetched = f.broker.fetch(&q.target, NOW, 10, None, true, None).unwrap();
+        let fetched = f.broker.fetch(&q.target, NOW, 10, None, true, None, None).unwrap();
         assert!(fetched.items.iter().all(|t| t.redelivery_count == 0));
         wait_durable(fetched.record.as_ref().unwrap());
         assert_eq!(f.records(), [[(h1, 1), (h2, 1)]], "delivered once, as far as anyone knows");
@@ -426,8 +427,8 @@ mod tests {
         assert_eq!((q.target.pending.messages(), q.target.held.messages()), (0, 1));
         assert_eq!(f.broker.counters.values().redelivered, 1);
 
-        assert!(f.broker.fetch(&q.target, NOW + 999, 1, None, true, None).unwrap().items.is_empty());
-        let fetched = f.broker.fetch(&q.target, NOW + 1000, 1, None, true, None).unwrap();
+        assert!(f.broker.fetch(&q.target, NOW + 999, 1, None, true, None, None).unwrap().items.is_empty());
+        let fetched = f.broker.fetch(&q.target, NOW + 1000, 1, None, true, None, None).unwrap();
         assert_eq!(fetched.items[0].redelivery_count, 1);
     }
 

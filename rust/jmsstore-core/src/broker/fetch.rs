@@ -14,7 +14,7 @@ use crate::broker::server::{Broker, Counters};
 use crate::broker::target::Target;
 use crate::broker::wake::Flag;
 use crate::error::Result;
-use crate::pager::{Filter, Header, Taken};
+use crate::pager::{Filter, Header, Owner, Taken};
 
 /// What a fetch reserved for a consumer.
 pub struct Fetched {
@@ -31,7 +31,10 @@ impl Broker {
     /// `filter` is the consumer's selector (given bodies if `with_body`).
     /// A consumer that takes a full batch passes the wake-up it had
     /// (`consumer`, its flag on the target's bell) on to another idle one:
-    /// there may be more.
+    /// there may be more. `owner` is the consumer's id: of a unit of order
+    /// another consumer holds messages of, it gets none (WebLogic's
+    /// Unit-of-Order; with None, units of order do not apply).
+    #[allow(clippy::too_many_arguments)]
     pub fn fetch(
         &self,
         target: &Target,
@@ -40,8 +43,9 @@ impl Broker {
         filter: Option<Filter<'_>>,
         with_body: bool,
         consumer: Option<&Arc<Flag>>,
+        owner: Owner,
     ) -> Result<Fetched> {
-        let items = self.pager.take_many(target.pager_id(), now, limit, filter, with_body)?;
+        let items = self.pager.take_many_for(target.pager_id(), owner, now, limit, filter, with_body)?;
         self.reserved(target, items, limit, consumer)
     }
 
@@ -57,6 +61,7 @@ impl Broker {
         limit: usize,
         selector: &Selector,
         consumer: Option<&Arc<Flag>>,
+        owner: Owner,
     ) -> Result<Fetched> {
         let with_body = !selector.needs_only_pager_header();
         let mut filter = |h: &Header, body: Option<&[u8]>| -> bool {
@@ -66,7 +71,7 @@ impl Broker {
             };
             selected.unwrap_or(false)
         };
-        self.fetch(target, now, limit, Some(&mut filter), with_body, consumer)
+        self.fetch(target, now, limit, Some(&mut filter), with_body, consumer, owner)
     }
 
     /// As [`Broker::fetch`] without a selector, but only if it needs no
@@ -78,8 +83,9 @@ impl Broker {
         now: i64,
         limit: usize,
         consumer: Option<&Arc<Flag>>,
+        owner: Owner,
     ) -> Result<Option<Fetched>> {
-        match self.pager.try_take_many(target.pager_id(), now, limit)? {
+        match self.pager.try_take_many_for(target.pager_id(), owner, now, limit)? {
             Some(items) => self.reserved(target, items, limit, consumer).map(Some),
             None => Ok(None),
         }
@@ -161,7 +167,7 @@ mod tests {
         let f = Fixture::new();
         let q = f.queue("Q");
         f.send_all(&q.destination, 1..=5);
-        let fetched = f.broker.fetch(&q.target, NOW, 3, None, true, None).unwrap();
+        let fetched = f.broker.fetch(&q.target, NOW, 3, None, true, None, None).unwrap();
 
         assert_eq!(ids(&f, &fetched), [1, 2, 3]);
         assert!(fetched.items.iter().all(|t| f.pager().header(t.key).unwrap().reserved));
@@ -175,9 +181,9 @@ mod tests {
         let named: Vec<(u64, u32)> = [1, 2, 3].map(|id| (f.handle_of(&q.target, id), 1)).to_vec();
         assert_eq!(f.records(), [named], "each delivered once");
 
-        let rest = f.broker.fetch(&q.target, NOW, 10, None, true, None).unwrap();
+        let rest = f.broker.fetch(&q.target, NOW, 10, None, true, None, None).unwrap();
         assert_eq!(ids(&f, &rest), [4, 5]);
-        assert!(f.broker.fetch(&q.target, NOW, 10, None, true, None).unwrap().items.is_empty());
+        assert!(f.broker.fetch(&q.target, NOW, 10, None, true, None, None).unwrap().items.is_empty());
         assert_eq!(f.broker.deliveries().stats().records_written, 2);
     }
 
@@ -189,7 +195,7 @@ mod tests {
         let keys = f.take(&q.target, 1);
         f.broker.release(&keys, true, NOW).unwrap();
 
-        let fetched = f.broker.fetch(&q.target, NOW, 1, None, true, None).unwrap();
+        let fetched = f.broker.fetch(&q.target, NOW, 1, None, true, None, None).unwrap();
         assert_eq!(fetched.items[0].redelivery_count, 1);
         wait_durable(fetched.record.as_ref().unwrap());
         let h = f.handle_of(&q.target, 1);
@@ -201,7 +207,7 @@ mod tests {
         let f = Fixture::new();
         let q = f.queue("Q");
         f.send(&q.destination, &Message::new(1).non_persistent()).unwrap();
-        let fetched = f.broker.fetch(&q.target, NOW, 10, None, true, None).unwrap();
+        let fetched = f.broker.fetch(&q.target, NOW, 10, None, true, None, None).unwrap();
         assert_eq!(ids(&f, &fetched), [1]);
         assert!(fetched.record.is_none());
         assert_eq!(f.broker.deliveries().stats().records_written, 0);
@@ -218,7 +224,7 @@ mod tests {
         assert_eq!(f.broker.deliveries().stats().records_at_send, 1);
 
         consumer.clear();
-        let fetched = f.broker.fetch(&q.target, NOW, 10, None, true, Some(&consumer)).unwrap();
+        let fetched = f.broker.fetch(&q.target, NOW, 10, None, true, Some(&consumer), None).unwrap();
         assert_eq!(ids(&f, &fetched), [1, 2]);
         wait_durable(fetched.record.as_ref().expect("the second needs one"));
         assert_eq!(f.broker.deliveries().stats().records_written, 1);
@@ -228,7 +234,7 @@ mod tests {
         // Only messages whose send wrote their record: no record at all.
         q.target.bell.push_idle(consumer.clone());
         f.send_from(&q.destination, Sender::default(), &Message::new(3), true).unwrap();
-        let fetched = f.broker.fetch(&q.target, NOW, 10, None, true, Some(&consumer)).unwrap();
+        let fetched = f.broker.fetch(&q.target, NOW, 10, None, true, Some(&consumer), None).unwrap();
         assert_eq!(ids(&f, &fetched), [3]);
         assert!(fetched.record.is_none());
         assert_eq!(f.broker.deliveries().stats().records_written, 1);
@@ -246,7 +252,7 @@ mod tests {
             assert!(last.is_set() && !first.is_set(), "one woken for the three: the last to go idle");
 
             last.clear(); // it looks
-            let fetched = f.broker.fetch(&q.target, NOW, limit, None, true, Some(&last)).unwrap();
+            let fetched = f.broker.fetch(&q.target, NOW, limit, None, true, Some(&last), None).unwrap();
             assert_eq!(fetched.items.len(), limit.min(3));
             assert_eq!(first.is_set(), passed_on, "batch of {limit}: there may be more only after a full one");
         }
@@ -260,7 +266,7 @@ mod tests {
             f.send(&q.destination, &Message::new(id).property("color", Value::String(color))).unwrap();
         }
         let selector = property_equals("color", "red");
-        let fetched = f.broker.fetch_selected(&q.target, NOW, 10, &selector, None).unwrap();
+        let fetched = f.broker.fetch_selected(&q.target, NOW, 10, &selector, None, None).unwrap();
 
         assert_eq!(ids(&f, &fetched), [1, 3]);
         let reserved: Vec<(u64, bool)> = f.headers(&q.target).iter().map(|h| (h.id, h.reserved)).collect();
@@ -283,7 +289,7 @@ mod tests {
         assert!(selector.needs_only_pager_header());
 
         let before = f.pager().stats();
-        let fetched = f.broker.fetch_selected(&q.target, NOW, 10, &selector, None).unwrap();
+        let fetched = f.broker.fetch_selected(&q.target, NOW, 10, &selector, None, None).unwrap();
         let after = f.pager().stats();
         assert_eq!(ids(&f, &fetched), [2, 4]);
         assert_eq!(after.filter_body_reads, before.filter_body_reads, "the selector read no body");
@@ -292,8 +298,32 @@ mod tests {
 
         // A selector on a property must read them.
         let before = f.pager().stats();
-        let none = f.broker.fetch_selected(&q.target, NOW, 10, &property_equals("color", "red"), None).unwrap();
+        let none = f.broker.fetch_selected(&q.target, NOW, 10, &property_equals("color", "red"), None, None).unwrap();
         assert!(none.items.is_empty());
         assert_eq!(f.pager().stats().filter_body_reads - before.filter_body_reads, 2);
+    }
+
+    #[test]
+    fn a_unit_of_order_stays_with_the_consumer_holding_it_until_its_messages_are_settled() {
+        use crate::broker::format::{GROUP_ID_PROPERTY, UNIT_OF_ORDER_PROPERTY};
+        let f = Fixture::new();
+        let q = f.queue("Q");
+        let sends = [(1, UNIT_OF_ORDER_PROPERTY, "a"), (2, GROUP_ID_PROPERTY, "b"), (3, UNIT_OF_ORDER_PROPERTY, "a")];
+        for (id, property, unit) in sends {
+            f.send(&q.destination, &Message::new(id).property(property, Value::String(unit))).unwrap();
+        }
+        f.send(&q.destination, &Message::new(4)).unwrap();
+
+        let first = f.broker.fetch(&q.target, NOW, 1, None, true, None, Some(1)).unwrap();
+        assert_eq!(ids(&f, &first), [1]);
+        let second = f.broker.fetch(&q.target, NOW, 10, None, true, None, Some(2)).unwrap();
+        assert_eq!(ids(&f, &second), [2, 4], "unit a is consumer 1's, b (a JMSXGroupID) is free");
+        assert!(f.broker.try_fetch(&q.target, NOW, 10, None, Some(2)).unwrap().unwrap().items.is_empty());
+
+        // Consumer 1 rolls back: message 1 is a's first again, redelivered before 3.
+        f.broker.release(&[first.items[0].key], true, NOW).unwrap();
+        let again = f.broker.fetch(&q.target, NOW, 10, None, true, None, Some(2)).unwrap();
+        assert_eq!(ids(&f, &again), [1, 3]);
+        assert_eq!(again.items[0].redelivery_count, 1);
     }
 }

@@ -490,7 +490,16 @@ pub struct Envelope {
     pub correlation_id: Option<String>,
     /// JMSType.
     pub message_type: Option<String>,
+    /// The unit of order (WebLogic's Unit-of-Order): the message's
+    /// `JMS_BEA_UnitOfOrder` property, else its `JMSXGroupID`.
+    pub unit_of_order: Option<String>,
 }
+
+/// The property naming a message's unit of order, as WebLogic names it.
+pub const UNIT_OF_ORDER_PROPERTY: &str = "JMS_BEA_UnitOfOrder";
+/// JMS's standard group property, read as the unit of order when a message
+/// has no [`UNIT_OF_ORDER_PROPERTY`].
+pub const GROUP_ID_PROPERTY: &str = "JMSXGroupID";
 
 impl Envelope {
     /// The pager's view of the message, never delivered before.
@@ -504,7 +513,7 @@ impl Envelope {
             redelivery_count: 0,
             correlation_id: self.correlation_id.as_deref(),
             message_type: self.message_type.as_deref(),
-            unit_of_order: None,
+            unit_of_order: self.unit_of_order.as_deref(),
             store_handle,
         }
     }
@@ -540,10 +549,30 @@ pub fn validate(data: &[u8]) -> Result<Envelope> {
     r.java_string("the reply-to")?;
     let owned = |s: Option<&[u8]>| s.map(|b| String::from_utf8_lossy(b).into_owned());
     let (correlation_id, message_type) = (owned(correlation_id), owned(message_type));
+    // The unit of order, and the group id standing in for it; the last of a
+    // repeated name counts, as in Python's reader. A value that is not a
+    // non-empty string names no unit.
+    let (mut unit, mut group) = (None, None);
     for _ in 0..r.count(MIN_ENTRY_LEN)? {
-        r.java_string("a property name")?;
-        r.java_value()?;
+        let name = r.java_string("a property name")?;
+        let slot = match name {
+            Some(n) if n == UNIT_OF_ORDER_PROPERTY.as_bytes() => Some(&mut unit),
+            Some(n) if n == GROUP_ID_PROPERTY.as_bytes() => Some(&mut group),
+            _ => None,
+        };
+        match slot {
+            Some(slot) if r.data.get(r.pos) == Some(&b'S') => {
+                r.pos += 1;
+                *slot = r.java_string("a string value")?.filter(|v| !v.is_empty());
+            }
+            Some(slot) => {
+                *slot = None;
+                r.java_value()?;
+            }
+            None => r.java_value()?,
+        }
     }
+    let unit_of_order = owned(unit.or(group));
     match body_type {
         BodyType::Empty | BodyType::Bytes => {}
         BodyType::Text => {
@@ -561,7 +590,7 @@ pub fn validate(data: &[u8]) -> Result<Envelope> {
             }
         }
     }
-    Ok(Envelope { id, priority, timestamp, expiration, delivery_time, correlation_id, message_type })
+    Ok(Envelope { id, priority, timestamp, expiration, delivery_time, correlation_id, message_type, unit_of_order })
 }
 
 /// Whether `bytes` are UTF-8 but for lone surrogates written as three bytes
@@ -1295,9 +1324,30 @@ mod tests {
                     delivery_time: 1_700_000_000_001,
                     correlation_id: Some("corr".into()),
                     message_type: None,
+                    unit_of_order: None,
                 }
             );
         }
+    }
+
+    #[test]
+    fn validate_reads_the_unit_of_order_property_else_the_group_id() {
+        let unit =
+            |properties: &[(&str, Value<'_>)]| validate(&message(properties, Body::Empty)).unwrap().unit_of_order;
+        assert_eq!(unit(&[]), None);
+        assert_eq!(unit(&[(GROUP_ID_PROPERTY, Value::String("g"))]), Some("g".into()));
+        assert_eq!(
+            unit(&[(UNIT_OF_ORDER_PROPERTY, Value::String("u")), (GROUP_ID_PROPERTY, Value::String("g"))]),
+            Some("u".into()),
+            "WebLogic's property first"
+        );
+        assert_eq!(
+            unit(&[(UNIT_OF_ORDER_PROPERTY, Value::String("a")), (UNIT_OF_ORDER_PROPERTY, Value::String("b"))]),
+            Some("b".into()),
+            "the last of a repeated name, as Python reads it"
+        );
+        assert_eq!(unit(&[(UNIT_OF_ORDER_PROPERTY, Value::Int(3))]), None, "not a string: no unit");
+        assert_eq!(unit(&[(UNIT_OF_ORDER_PROPERTY, Value::String(""))]), None, "empty: no unit");
     }
 
     #[test]

@@ -780,7 +780,7 @@ mod tests {
         let sub = f.subscription(&t, "S", true, Routing::default());
         sub.set_subscription_limit(2);
         f.send_all(&t.destination, [1, 2]);
-        let first = f.broker.fetch(&sub, NOW, 1, None, true, None).unwrap();
+        let first = f.broker.fetch(&sub, NOW, 1, None, true, None, None).unwrap();
         assert_eq!(first.items.len(), 1);
 
         f.send(&t.destination, &Message::new(3)).unwrap();
@@ -788,7 +788,7 @@ mod tests {
         assert_eq!(f.stored_ids(&sub), [1, 3], "and left the store");
         assert_eq!(sub.limit_deleted.load(std::sync::atomic::Ordering::Relaxed), 1);
 
-        let second = f.broker.fetch(&sub, NOW, 1, None, true, None).unwrap();
+        let second = f.broker.fetch(&sub, NOW, 1, None, true, None, None).unwrap();
         assert_eq!(f.pager().header(second.items[0].key).unwrap().id, 3);
         f.send(&t.destination, &Message::new(4)).unwrap();
         assert_eq!(f.ids(&sub), [1, 3, 4], "every message reserved: accepted over the limit");

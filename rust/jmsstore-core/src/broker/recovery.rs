@@ -45,8 +45,8 @@ struct Indexed {
 
 enum Rest {
     None,
-    /// Correlation id and type.
-    Strings(Box<(Option<String>, Option<String>)>),
+    /// Correlation id, type and unit of order.
+    Strings(Box<(Option<String>, Option<String>, Option<String>)>),
     Malformed(Box<str>),
 }
 
@@ -61,8 +61,8 @@ impl Indexed {
                 delivery_time: v.delivery_time,
                 len: len as u32,
                 priority: v.priority,
-                rest: match (v.correlation_id, v.message_type) {
-                    (None, None) => Rest::None,
+                rest: match (v.correlation_id, v.message_type, v.unit_of_order) {
+                    (None, None, None) => Rest::None,
                     strings => Rest::Strings(Box::new(strings)),
                 },
             },
@@ -81,9 +81,9 @@ impl Indexed {
 
     /// Its fields as `validate` gave them, or why it is malformed.
     fn into_validated(self) -> std::result::Result<Envelope, String> {
-        let (correlation_id, message_type) = match self.rest {
+        let (correlation_id, message_type, unit_of_order) = match self.rest {
             Rest::Malformed(why) => return Err(why.into()),
-            Rest::None => (None, None),
+            Rest::None => (None, None, None),
             Rest::Strings(strings) => *strings,
         };
         Ok(Envelope {
@@ -94,6 +94,7 @@ impl Indexed {
             delivery_time: self.delivery_time,
             correlation_id,
             message_type,
+            unit_of_order,
         })
     }
 }
@@ -421,7 +422,7 @@ mod tests {
         assert_eq!(counts(&q.target.pending), (0, 0));
         assert_eq!(q.target.next_due(NOW), Some(DUE), "consumers wake when the delayed one is due");
 
-        let fetched = f.broker.fetch(&q.target, NOW, 10, None, true, None).unwrap();
+        let fetched = f.broker.fetch(&q.target, NOW, 10, None, true, None, None).unwrap();
         let redelivery: Vec<u32> = fetched.items.iter().map(|t| t.redelivery_count).collect();
         assert_eq!(redelivery, [1, 2], "the delayed one is not due");
     }
@@ -508,7 +509,7 @@ mod tests {
         let _ = (deleted, superseded);
 
         // A consumer reads the bodies back from the store.
-        let fetched = f.broker.fetch(&q.target, NOW, 10, None, true, None).unwrap();
+        let fetched = f.broker.fetch(&q.target, NOW, 10, None, true, None, None).unwrap();
         let bodies: Vec<Vec<u8>> = fetched.items.iter().map(|t| t.body.to_vec()).collect();
         assert_eq!(bodies, [Message::new(1).encode(), Message::new(33).encode()]);
     }
@@ -527,5 +528,35 @@ mod tests {
         let loaded = f.broker.load(&q.target, Some(&index), &mut |_| {}).unwrap();
         assert_eq!((loaded.messages, f.ids(&q.target)), (2, vec![1, 2]));
         assert!(f.store().stats().reads >= 2, "read back, as without an index");
+    }
+
+    #[test]
+    fn units_of_order_come_back_from_the_index_with_their_messages_in_arrival_order() {
+        use crate::broker::format::{Value, UNIT_OF_ORDER_PROPERTY};
+        let unit = |id: u64, name: &'static str| Message::new(id).property(UNIT_OF_ORDER_PROPERTY, Value::String(name));
+        let mut f = Fixture::new();
+        {
+            let q = f.queue("Q");
+            for (id, name) in [(1, "a"), (2, "b"), (3, "a"), (4, "b")] {
+                f.send(&q.destination, &unit(id, name)).unwrap();
+            }
+            // One of each unit in a consumer's hands at the crash.
+            let fetched = f.broker.fetch(&q.target, NOW, 10, None, true, None, Some(1)).unwrap();
+            assert_eq!(fetched.items.len(), 4);
+        }
+        let index = HeaderIndex::new(vec!["q/Q".into()]);
+        f.restart_visiting(&index);
+        let q = f.queue("Q");
+        f.broker.recover_deliveries().unwrap();
+        f.broker.load(&q.target, Some(&index), &mut |_| {}).unwrap();
+        assert_eq!(f.pager().units(q.target.pager_id()).unwrap(), (2, 0), "both units, nobody holds them");
+
+        // Consumer 2 takes unit a's first two; consumer 3 gets only b's.
+        let ids = |fetched: crate::broker::fetch::Fetched| -> Vec<(u64, u32)> {
+            fetched.items.iter().map(|t| (f.pager().header(t.key).unwrap().id, t.redelivery_count)).collect()
+        };
+        assert_eq!(ids(f.broker.fetch(&q.target, NOW, 2, None, true, None, Some(2)).unwrap()), [(1, 1), (3, 1)]);
+        assert_eq!(ids(f.broker.fetch(&q.target, NOW, 10, None, true, None, Some(3)).unwrap()), [(2, 1), (4, 1)]);
+        assert!(f.broker.fetch(&q.target, NOW, 10, None, true, None, Some(2)).unwrap().items.is_empty());
     }
 }

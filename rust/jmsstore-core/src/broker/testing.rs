@@ -186,7 +186,7 @@ impl Fixture {
     /// Reserves up to `limit` messages of `target` for a consumer at [`NOW`]
     /// and waits for their delivery record; their keys, in delivery order.
     pub fn take(&self, target: &Target, limit: usize) -> Vec<Key> {
-        let fetched = self.broker.fetch(target, NOW, limit, None, true, None).unwrap();
+        let fetched = self.broker.fetch(target, NOW, limit, None, true, None, None).unwrap();
         if let Some(record) = &fetched.record {
             wait_durable(record);
         }
@@ -360,6 +360,7 @@ pub(crate) fn envelope(encoded: &[u8]) -> Envelope {
         delivery_time: f.delivery_time,
         correlation_id: f.correlation_id.map(str::to_owned),
         message_type: f.message_type.map(str::to_owned),
+        unit_of_order: format::validate(encoded).unwrap().unit_of_order,
     }
 }
 

@@ -135,6 +135,7 @@
 
 pub mod order;
 pub mod paging;
+mod units;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -148,6 +149,8 @@ use crate::error::{Error, Result};
 use crate::store::Store;
 use order::{Order, OrderFields, OrderIndex, OrderKey};
 use paging::{PagedRef, PagingFiles};
+pub use units::Owner;
+use units::Units;
 
 /// A message's key: its destination's index, its slot in that destination
 /// and the slot's generation (see the module documentation, "Keys and
@@ -588,6 +591,9 @@ struct DestState {
     /// Since the earliest expiration was last published.
     expirations_changed: bool,
     interner: Interner,
+    /// Its units of order (WebLogic's Unit-of-Order): who holds each, and
+    /// which of its messages is deliverable.
+    units: Units,
     /// The next message's arrival number (orders FIFO, LIFO and ties).
     next_seq: u64,
     /// The generation of a new slot: above every generation a destination
@@ -634,6 +640,9 @@ struct Destination {
     filter_body_reads: AtomicU64,
     /// Earliest expiration held (i64::MAX: none).
     next_expiration: AtomicI64,
+    /// Units of order with messages here, and of them those a consumer holds.
+    units: AtomicUsize,
+    units_held: AtomicUsize,
     // Also changed by a page-out's writer, holding no lock but the body's
     // `InFlight` mutex.
     paged_messages: AtomicU64,
@@ -660,6 +669,8 @@ impl Destination {
             read_ahead_hits: AtomicU64::new(0),
             filter_body_reads: AtomicU64::new(0),
             next_expiration: AtomicI64::new(i64::MAX),
+            units: AtomicUsize::new(0),
+            units_held: AtomicUsize::new(0),
             paged_messages: AtomicU64::new(0),
             paged_bytes: AtomicU64::new(0),
             page_outs: AtomicU64::new(0),
@@ -680,6 +691,8 @@ impl Destination {
         self.page_ins.store(st.page_ins, Relaxed);
         self.read_ahead_hits.store(st.read_ahead_hits, Relaxed);
         self.filter_body_reads.store(st.filter_body_reads, Relaxed);
+        self.units.store(st.units.len(), Relaxed);
+        self.units_held.store(st.units.held(), Relaxed);
         if st.expirations_changed {
             st.expirations_changed = false;
             self.next_expiration.store(st.expirations.first().map_or(i64::MAX, |e| e.0), Relaxed);
@@ -823,6 +836,7 @@ impl DestState {
             expirations: BTreeSet::new(),
             expirations_changed: true,
             interner: Interner::default(),
+            units: Units::default(),
             next_seq: 1,
             first_generation,
             max_generation: first_generation,
@@ -907,6 +921,26 @@ impl DestState {
         self.slots[slot as usize].generation
     }
 
+    /// Reserves the message in `slot` for `owner` (holding its unit of order, if any).
+    fn reserve(&mut self, slot: u32, owner: Owner) {
+        let m = self.indexed_mut(slot);
+        m.flags |= FLAG_RESERVED;
+        let (unit, seq) = (m.unit_of_order, m.seq);
+        if unit != 0 {
+            self.units.reserved(unit, seq, slot, owner);
+        }
+    }
+
+    /// The slot of `unit`'s first message not reserved after arrival
+    /// `after`, passing over expired ones (the reaper takes them): the only
+    /// one of the unit a consumer may take now.
+    fn unit_first(&self, unit: u32, after: u64, now: i64) -> Option<u32> {
+        self.units.waiting_after(unit, after).map(|(_, slot)| slot).find(|&slot| {
+            let m = self.indexed(slot);
+            m.expiration == 0 || m.expiration > now
+        })
+    }
+
     fn header(&self, m: &Message) -> Header {
         Header {
             id: m.id,
@@ -973,6 +1007,9 @@ impl DestState {
         if m.expiration > 0 {
             self.expirations.remove(&(m.expiration, m.seq, slot));
             self.expirations_changed = true;
+        }
+        if m.unit_of_order != 0 {
+            self.units.removed(m.unit_of_order, m.seq, slot, m.flags & FLAG_RESERVED != 0);
         }
         self.interner.release(m.correlation_id);
         self.interner.release(m.message_type);
@@ -1315,9 +1352,12 @@ impl Pager {
             };
             let order_key = st.order.key(&message.order_fields());
             let resident = matches!(message.body, Body::Resident(_));
-            let expiration = message.expiration;
+            let (expiration, unit) = (message.expiration, message.unit_of_order);
             let (slot, generation) = st.place(message);
             st.all.insert(order_key, slot);
+            if unit != 0 {
+                st.units.arrived(unit, seq, slot);
+            }
             if resident {
                 st.resident.insert(order_key, slot);
                 st.resident_bytes += u64::from(body_len);
@@ -1562,10 +1602,10 @@ impl Pager {
         with_body: bool,
     ) -> Result<Option<Key>> {
         let mut st = self.locked(destination)?;
-        let found = self.scan(&mut st, now, 1, filter, with_body, false)?;
+        let found = self.scan(&mut st, None, now, 1, filter, with_body, false)?;
         let Some(first) = found.first() else { return Ok(None) };
         if reserve {
-            st.indexed_mut(first.slot).flags |= FLAG_RESERVED;
+            st.reserve(first.slot, None);
         }
         Ok(Some(st.dest.key_of(first.slot, st.generation(first.slot))))
     }
@@ -1574,9 +1614,11 @@ impl Pager {
     /// [`Pager::next`]), nothing reserved. With `keep_bodies`, a body the
     /// filter had read from a paging file or the store is kept with its
     /// message so that it is not read twice.
+    #[allow(clippy::too_many_arguments)]
     fn scan(
         &self,
         st: &mut DestState,
+        owner: Owner,
         now: i64,
         limit: usize,
         mut filter: Option<Filter<'_>>,
@@ -1589,37 +1631,65 @@ impl Pager {
         }
         let mut body_reads = 0u64;
         let mut failure = None;
-        for (order_key, slot) in st.all.iter_from(st.order.reversed(), None) {
+        // Per unit of order, the arrival of its last message found so far:
+        // the next one found must be the one after it.
+        let mut units_found: HashMap<u32, u64> = HashMap::new();
+        let deliverable = |m: &Message| {
+            m.flags & FLAG_RESERVED == 0 && m.delivery_time <= now && (m.expiration == 0 || m.expiration > now)
+        };
+        'scan: for (order_key, slot) in st.all.iter_from(st.order.reversed(), None) {
             let m = st.indexed(slot);
-            if m.flags & FLAG_RESERVED != 0 || m.delivery_time > now || (m.expiration != 0 && m.expiration <= now) {
+            if !deliverable(m) {
                 continue;
             }
-            let mut body = None;
-            if let Some(f) = filter.as_mut() {
-                let header = st.header(m);
-                let accepted = match m.in_memory() {
-                    _ if !with_body => f(&header, None),
-                    Some(b) => f(&header, Some(&b[..])),
-                    None => match self.read_body(m) {
-                        Ok((b, _)) => {
-                            body_reads += 1;
-                            let accepted = f(&header, Some(&b));
-                            if accepted && keep_bodies {
-                                body = Some(b);
-                            }
-                            accepted
-                        }
-                        Err(e) => {
-                            failure = Some(e);
-                            break;
-                        }
-                    },
-                };
-                if !accepted {
+            // Units of order apply to consumers' takes only.
+            let unit = if owner.is_some() { m.unit_of_order } else { 0 };
+            if let (Some(owner), true) = (owner, unit != 0) {
+                let after = units_found.get(&unit).copied().unwrap_or(0);
+                if !st.units.may_take(unit, owner) || st.unit_first(unit, after, now) != Some(slot) {
                     continue;
                 }
             }
-            found.push(Found { slot, order_key, body });
+            match self.accepts(st, m, &mut filter, with_body, keep_bodies, &mut body_reads) {
+                Ok(Some(body)) => found.push(Found { slot, order_key, body }),
+                Ok(None) => continue,
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+            if found.len() >= limit {
+                break;
+            }
+            if unit == 0 {
+                continue;
+            }
+            // The unit's next messages follow its first at once (a unit is
+            // one sequence, wherever the order puts its later messages),
+            // as long as they are due and accepted.
+            let mut last = m.seq;
+            for (seq, next) in st.units.waiting_after(unit, m.seq) {
+                let n = st.indexed(next);
+                if n.expiration != 0 && n.expiration <= now {
+                    continue; // passed over, as `unit_first` does
+                }
+                if !deliverable(n) {
+                    break;
+                }
+                match self.accepts(st, n, &mut filter, with_body, keep_bodies, &mut body_reads) {
+                    Ok(Some(body)) => found.push(Found { slot: next, order_key, body }),
+                    Ok(None) => break,
+                    Err(e) => {
+                        failure = Some(e);
+                        break 'scan;
+                    }
+                }
+                last = seq;
+                if found.len() >= limit {
+                    break;
+                }
+            }
+            units_found.insert(unit, last);
             if found.len() >= limit {
                 break;
             }
@@ -1629,6 +1699,33 @@ impl Pager {
             Some(e) => Err(e),
             None => Ok(found),
         }
+    }
+
+    /// Whether `filter` (if any) accepts `m`: None if not, else the body
+    /// the filter had read from a paging file or the store (with
+    /// `keep_bodies`), so that a take does not read it again.
+    fn accepts(
+        &self,
+        st: &DestState,
+        m: &Message,
+        filter: &mut Option<Filter<'_>>,
+        with_body: bool,
+        keep_bodies: bool,
+        body_reads: &mut u64,
+    ) -> Result<Option<Option<BodyBytes>>> {
+        let Some(f) = filter.as_mut() else { return Ok(Some(None)) };
+        let header = st.header(m);
+        let accepted = match m.in_memory() {
+            _ if !with_body => f(&header, None),
+            Some(b) => f(&header, Some(&b[..])),
+            None => {
+                let (b, _) = self.read_body(m)?;
+                *body_reads += 1;
+                let accepted = f(&header, Some(&b));
+                return Ok(accepted.then(|| keep_bodies.then_some(b)));
+            }
+        };
+        Ok(accepted.then_some(None))
     }
 
     /// Reserves the next deliverable message (see [`Pager::next`]) and
@@ -1659,7 +1756,25 @@ impl Pager {
         filter: Option<Filter<'_>>,
         with_body: bool,
     ) -> Result<Vec<Taken>> {
-        Ok(self.take_many_with(true, destination, now, limit, filter, with_body)?.expect("a waiting take returns"))
+        self.take_many_for(destination, None, now, limit, filter, with_body)
+    }
+
+    /// As [`Pager::take_many`] for consumer `owner`: of a unit of order
+    /// another consumer holds, nothing is taken, and of the others only
+    /// each unit's first messages in arrival order (see [`units`]). Without
+    /// an owner (as [`Pager::take_many`]), units of order do not apply.
+    pub fn take_many_for(
+        &self,
+        destination: u32,
+        owner: Owner,
+        now: i64,
+        limit: usize,
+        filter: Option<Filter<'_>>,
+        with_body: bool,
+    ) -> Result<Vec<Taken>> {
+        Ok(self
+            .take_many_with(true, destination, owner, now, limit, filter, with_body)?
+            .expect("a waiting take returns"))
     }
 
     /// As [`Pager::take_many`] without a filter, but only if it can be done
@@ -1667,13 +1782,26 @@ impl Pager {
     /// destination's lock or if a body of the destination is not in memory
     /// (reading it is I/O).
     pub fn try_take_many(&self, destination: u32, now: i64, limit: usize) -> Result<Option<Vec<Taken>>> {
-        self.take_many_with(false, destination, now, limit, None, false)
+        self.try_take_many_for(destination, None, now, limit)
     }
 
+    /// As [`Pager::try_take_many`] for consumer `owner` (see [`Pager::take_many_for`]).
+    pub fn try_take_many_for(
+        &self,
+        destination: u32,
+        owner: Owner,
+        now: i64,
+        limit: usize,
+    ) -> Result<Option<Vec<Taken>>> {
+        self.take_many_with(false, destination, owner, now, limit, None, false)
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn take_many_with(
         &self,
         wait: bool,
         destination: u32,
+        owner: Owner,
         now: i64,
         limit: usize,
         filter: Option<Filter<'_>>,
@@ -1688,7 +1816,7 @@ impl Pager {
             if !wait && st.resident.len() != st.all.len() {
                 return Ok(None);
             }
-            self.take_locked(&mut st, now, limit, filter, with_body, &mut to_empty).map(Some)
+            self.take_locked(&mut st, owner, now, limit, filter, with_body, &mut to_empty).map(Some)
         })();
         // A paging file read-ahead emptied is truncated with no lock held.
         self.paging.empty_all(to_empty);
@@ -1696,16 +1824,18 @@ impl Pager {
     }
 
     /// [`Pager::take_many`]'s work under the destination's lock.
+    #[allow(clippy::too_many_arguments)]
     fn take_locked(
         &self,
         st: &mut Locked<'_>,
+        owner: Owner,
         now: i64,
         limit: usize,
         filter: Option<Filter<'_>>,
         with_body: bool,
         to_empty: &mut Vec<u32>,
     ) -> Result<Vec<Taken>> {
-        let found = self.scan(st, now, limit, filter, with_body, true)?;
+        let found = self.scan(st, owner, now, limit, filter, with_body, true)?;
         let Some(last) = found.last().map(|f| f.order_key) else { return Ok(Vec::new()) };
         // Read every body before reserving anything, so that a failed read leaves no trace.
         let mut taken = Vec::with_capacity(found.len());
@@ -1737,7 +1867,7 @@ impl Pager {
         let taken: Vec<Taken> = taken
             .into_iter()
             .map(|(slot, redelivery_count, store_handle, body)| {
-                st.indexed_mut(slot).flags |= FLAG_RESERVED;
+                st.reserve(slot, owner);
                 Taken { key: dest.key_of(slot, st.generation(slot)), redelivery_count, store_handle, body }
             })
             .collect();
@@ -1858,6 +1988,7 @@ impl Pager {
         let order = st.order;
         let (slot, m) = st.message_mut(key)?;
         let before = m.order_fields();
+        let (was_reserved, unit) = (m.flags & FLAG_RESERVED != 0, m.unit_of_order);
         m.flags &= !FLAG_RESERVED;
         if redelivered {
             m.redelivery_count = m.redelivery_count.saturating_add(1);
@@ -1874,6 +2005,10 @@ impl Pager {
             if resident && st.resident.remove(old).is_some() {
                 st.resident.insert(new, slot);
             }
+        }
+        if was_reserved && unit != 0 {
+            // Its unit's first again: before any later message of it.
+            st.units.released(unit, before.seq, slot);
         }
         Ok(())
     }
@@ -2027,6 +2162,12 @@ impl Pager {
         })
     }
 
+    /// A destination's units of order with messages, and of them those a
+    /// consumer holds reserved messages of. No lock: the figures it published last.
+    pub fn units(&self, destination: u32) -> Result<(usize, usize)> {
+        self.published(destination, |d| (d.units.load(Relaxed), d.units_held.load(Relaxed)))
+    }
+
     /// A destination's name.
     pub fn destination_name(&self, destination: u32) -> Result<String> {
         let dest = self.lookup(destination)?;
@@ -2168,6 +2309,22 @@ mod tests {
                 }
             }
             assert!(st.free_slots.iter().all(|s| st.slots[*s as usize].message.is_none()));
+            // Every message of a unit is in its unit: reserved, or waiting in arrival order.
+            let mut units: std::collections::BTreeMap<u32, (u32, Vec<(u64, u32)>)> = Default::default();
+            for (slot, m) in &in_slots {
+                if m.unit_of_order != 0 {
+                    let unit = units.entry(m.unit_of_order).or_default();
+                    if m.flags & FLAG_RESERVED != 0 {
+                        unit.0 += 1;
+                    } else {
+                        unit.1.push((m.seq, *slot));
+                    }
+                }
+            }
+            units.values_mut().for_each(|u| u.1.sort_unstable());
+            assert_eq!(st.units.contents(), units, "units of order");
+            assert_eq!(st.units.held(), units.values().filter(|u| u.0 > 0).count());
+            assert_eq!(dest.units.load(Relaxed), units.len());
             // What it published.
             assert_eq!(dest.messages.load(Relaxed), st.all.len());
             assert_eq!(dest.resident_messages.load(Relaxed), st.resident.len());
@@ -2874,5 +3031,101 @@ mod tests {
         }
         assert_eq!(p.browse(reborn, None, 10).expect("browse"), new_keys);
         assert!(matches!(p.create_destination("still-too-many", Order::Fifo), Err(Error::Full(_))));
+    }
+
+    /// Adds messages of the given units (None: no unit) with priorities, ids 1, 2, ...
+    fn add_units(p: &Pager, q: u32, messages: &[(Option<&str>, u8)]) -> Vec<Key> {
+        messages
+            .iter()
+            .enumerate()
+            .map(|(i, (unit, priority))| {
+                let m =
+                    NewMessage { id: i as u64 + 1, priority: *priority, unit_of_order: *unit, ..NewMessage::default() };
+                p.add(q, &m, Some(b"x"), 0).expect("add")
+            })
+            .collect()
+    }
+
+    fn keys(taken: Vec<Taken>) -> Vec<Key> {
+        taken.into_iter().map(|t| t.key).collect()
+    }
+
+    #[test]
+    fn a_unit_of_order_goes_to_one_consumer_at_a_time_in_arrival_order_whatever_the_priorities() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = pager(1 << 20, dir.path());
+        let q = p.create_destination("q", Order::Priority).expect("dest");
+        // Unit "a": 1 (priority 1), 3 (priority 9); unit "b": 2, 4; 5 has no unit.
+        let k = add_units(&p, q, &[(Some("a"), 1), (Some("b"), 4), (Some("a"), 9), (Some("b"), 4), (None, 0)]);
+        assert_eq!(p.units(q).expect("units"), (2, 0));
+
+        // Consumer 1 takes a unit's first message: a's 3 has the higher
+        // priority but must wait for a's 1.
+        assert_eq!(keys(p.take_many_for(q, Some(1), 0, 1, None, false).expect("take")), [k[1]]);
+        // Consumer 2 gets none of b (held by 1): a's first, then a's next, then 5.
+        assert_eq!(keys(p.take_many_for(q, Some(2), 0, 10, None, false).expect("take")), [k[0], k[2], k[4]]);
+        assert_eq!(p.units(q).expect("units"), (2, 2));
+        // b's next goes to its holder only.
+        assert!(p.take_many_for(q, Some(2), 0, 10, None, false).expect("take").is_empty());
+        assert_eq!(keys(p.take_many_for(q, Some(1), 0, 10, None, false).expect("take")), [k[3]]);
+        check_invariants(&p);
+
+        // Ordered redelivery: 1 comes back and is a's first again; a stays
+        // with consumer 2 while it holds 3.
+        p.release(k[0], true, None).expect("release");
+        assert!(p.take_many_for(q, Some(1), 0, 10, None, false).expect("take").is_empty());
+        p.release(k[2], true, None).expect("release");
+        assert_eq!(keys(p.take_many_for(q, Some(1), 0, 10, None, false).expect("take")), [k[0], k[2]]);
+
+        // Acknowledged one by one, the unit is free once nothing is held.
+        for key in [k[0], k[1], k[3], k[4]] {
+            p.remove(key).expect("remove");
+        }
+        assert_eq!(p.units(q).expect("units"), (1, 1));
+        p.remove(k[2]).expect("remove");
+        assert_eq!(p.units(q).expect("units"), (0, 0));
+        check_invariants(&p);
+
+        // The pager's own take (no consumer) passes units by, in the destination's order.
+        let k = add_units(&p, q, &[(Some("a"), 1), (Some("a"), 9)]);
+        assert_eq!(keys(p.take_many(q, 0, 10, None, false).expect("take")), [k[1], k[0]]);
+        assert_eq!(p.units(q).expect("units"), (1, 1));
+        assert!(p.take_many_for(q, Some(1), 0, 10, None, false).expect("take").is_empty());
+    }
+
+    #[test]
+    fn a_unit_first_message_not_due_holds_back_the_later_ones_and_an_expired_one_does_not() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = pager(1 << 20, dir.path());
+        let q = p.create_destination("q", Order::Lifo).expect("dest");
+        let k = add_units(&p, q, &[(Some("u"), 4), (Some("u"), 4), (Some("u"), 4)]);
+        // LIFO places the unit, arrival order rules within it.
+        assert_eq!(keys(p.take_many_for(q, Some(1), 0, 1, None, false).expect("take")), [k[0]]);
+        // Back with a redelivery delay: the unit waits for it.
+        p.release(k[0], true, Some(100)).expect("release");
+        assert!(p.take_many_for(q, Some(2), 50, 10, None, false).expect("take").is_empty());
+        assert_eq!(keys(p.take_many_for(q, Some(2), 100, 10, None, false).expect("take")), [k[0], k[1], k[2]]);
+
+        let e = p.create_destination("e", Order::Fifo).expect("dest");
+        let expiring = NewMessage { id: 1, expiration: 10, unit_of_order: Some("u"), ..NewMessage::default() };
+        p.add(e, &expiring, Some(b"x"), 0).expect("add");
+        let later = p.add(e, &NewMessage { id: 2, unit_of_order: Some("u"), ..NewMessage::default() }, Some(b"y"), 0);
+        let later = later.expect("add");
+        assert_eq!(keys(p.take_many_for(e, Some(1), 20, 10, None, false).expect("take")), [later]);
+        check_invariants(&p);
+    }
+
+    #[test]
+    fn a_filter_that_refuses_a_unit_first_message_gets_none_of_that_unit() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = pager(1 << 20, dir.path());
+        let q = p.create_destination("q", Order::Fifo).expect("dest");
+        let k = add_units(&p, q, &[(Some("u"), 4), (Some("u"), 4), (None, 4)]);
+        let mut not_first = |h: &Header, _: Option<&[u8]>| h.id != 1;
+        let taken = p.take_many_for(q, Some(1), 0, 10, Some(&mut not_first), false).expect("take");
+        assert_eq!(keys(taken), [k[2]]);
+        // Deleting the destination forgets its units.
+        assert_eq!(p.delete_destination(q).expect("delete"), 3);
+        check_invariants(&p);
     }
 }

@@ -27,7 +27,8 @@ use crate::pager::NativePager;
 use crate::store::{NativeStore, DETACH_ABOVE};
 
 /// The pager fields of a message as Python passes them:
-/// (id, priority, timestamp, expiration, delivery_time, correlation_id, type).
+/// (id, priority, timestamp, expiration, delivery_time, correlation_id, type),
+/// and optionally an eighth, the unit of order.
 type HeaderArgs = (u64, u8, i64, i64, i64, Option<String>, Option<String>);
 
 /// A message's header argument ([`HeaderArgs`]). A tuple of another length
@@ -40,17 +41,30 @@ impl<'a, 'py> FromPyObject<'a, 'py> for HeaderArg {
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         let tuple = obj.cast::<PyTuple>()?;
-        if tuple.len() != 7 {
+        if tuple.len() != 7 && tuple.len() != 8 {
             let reason = format!(
                 "a message header is a tuple of 7 fields (id, priority, timestamp, expiration, delivery_time, \
-                 correlation_id, type), not {}",
+                 correlation_id, type) or 8 (and the unit of order), not {}",
                 tuple.len()
             );
             return Err(PyStoreError(Error::invalid(reason)).into());
         }
         let (id, priority, timestamp, expiration, delivery_time, correlation_id, message_type): HeaderArgs =
-            tuple.extract()?;
-        Ok(HeaderArg(Envelope { id, priority, timestamp, expiration, delivery_time, correlation_id, message_type }))
+            tuple.get_slice(0, 7).extract()?;
+        let unit_of_order: Option<String> = if tuple.len() == 8 { tuple.get_item(7)?.extract()? } else { None };
+        if unit_of_order.as_deref() == Some("") {
+            return Err(PyStoreError(Error::invalid("a unit of order's name must not be empty")).into());
+        }
+        Ok(HeaderArg(Envelope {
+            id,
+            priority,
+            timestamp,
+            expiration,
+            delivery_time,
+            correlation_id,
+            message_type,
+            unit_of_order,
+        }))
     }
 }
 
@@ -382,9 +396,10 @@ impl NativeBroker {
     /// `([(key, redelivery_count, body)], record)`, `record` the signal of
     /// their delivery record (wait for it before handing out the first).
     /// The consumer's JMS `selector` runs in the core without the GIL.
-    /// `consumer` is the consumer's signal on the target's bell.
-    #[pyo3(signature = (target, now, limit, selector=None, consumer=None))]
-    #[allow(clippy::type_complexity)]
+    /// `consumer` is the consumer's signal on the target's bell; `owner` its
+    /// id, for units of order (None: they do not apply).
+    #[pyo3(signature = (target, now, limit, selector=None, consumer=None, owner=None))]
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn fetch<'py>(
         &self,
         py: Python<'py>,
@@ -393,6 +408,7 @@ impl NativeBroker {
         limit: usize,
         selector: Option<PyRef<'_, NativeSelector>>,
         consumer: Option<PyRef<'_, Signal>>,
+        owner: Option<u64>,
     ) -> PyResult2<(Vec<TakenTuple<'py>>, Option<Signal>)> {
         let consumer = consumer.map(|s| s.flag());
         let target = target.target.clone();
@@ -400,12 +416,12 @@ impl NativeBroker {
             // A selector may read bodies (paged out, or in the store): I/O.
             Some(selector) => {
                 let selector = selector.selector.clone();
-                py.detach(|| self.broker.fetch_selected(&target, now, limit, &selector, consumer.as_ref()))?
+                py.detach(|| self.broker.fetch_selected(&target, now, limit, &selector, consumer.as_ref(), owner))?
             }
             // Holding the GIL when it needs no wait and no disk read.
-            None => match self.broker.try_fetch(&target, now, limit, consumer.as_ref())? {
+            None => match self.broker.try_fetch(&target, now, limit, consumer.as_ref(), owner)? {
                 Some(fetched) => fetched,
-                None => py.detach(|| self.broker.fetch(&target, now, limit, None, false, consumer.as_ref()))?,
+                None => py.detach(|| self.broker.fetch(&target, now, limit, None, false, consumer.as_ref(), owner))?,
             },
         };
         Ok((taken_tuples(py, fetched.items), fetched.record.map(Signal::wrap)))
