@@ -169,11 +169,13 @@ class ActiveMQ(Server):
         }
 
 
-class _Listener:
+class StompListener:
     """A stomp.py listener: receipts (waited for by the sending thread),
-    messages (queued for the consuming thread), errors (counted)."""
+    messages (queued for the consuming thread), errors (raised, naming
+    ``server``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, server: str = "ActiveMQ") -> None:
+        self.server = server
         self.cv = threading.Condition()
         self.receipts: set[str] = set()
         self.messages: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -192,13 +194,16 @@ class _Listener:
             self.errors.append(frame.headers.get("message", "ERROR frame"))
             self.cv.notify_all()
 
+    def raise_error(self) -> None:
+        if self.errors:
+            raise RuntimeError(f"{self.server}: {self.errors[-1]}")
+
     def wait(self, receipt: str) -> None:
         with self.cv:
             ok = self.cv.wait_for(lambda: receipt in self.receipts or self.errors, RECEIPT_TIMEOUT)
-            if self.errors:
-                raise RuntimeError(f"ActiveMQ: {self.errors[-1]}")
+            self.raise_error()
             if not ok:
-                raise TimeoutError(f"no receipt {receipt} from ActiveMQ in {RECEIPT_TIMEOUT:.0f} s")
+                raise TimeoutError(f"no receipt {receipt} from {self.server} in {RECEIPT_TIMEOUT:.0f} s")
             self.receipts.discard(receipt)
 
 
@@ -215,7 +220,7 @@ class ActiveMQClient(Client):
         self.headers = {"persistent": "false" if mode == "non-persistent" else "true"}
 
     def producer(self) -> tuple[Send, Close]:
-        listener = _Listener()
+        listener = StompListener()
         try:
             conn = self.amq.connect(listener)
         except BaseException as e:
@@ -259,7 +264,7 @@ class ActiveMQClient(Client):
         return send, finish
 
     def consumer(self) -> tuple[Receive, Close]:
-        listener = _Listener()
+        listener = StompListener()
         try:
             conn = self.amq.connect(listener)
             conn.subscribe(
@@ -293,7 +298,7 @@ class ActiveMQClient(Client):
 
     def drain(self, quiet: float = 0.5, limit: float = 60.0) -> int:
         """Receive (and acknowledge) whatever is left on the queue: the count."""
-        listener = _Listener()
+        listener = StompListener()
         conn = self.amq.connect(listener)
         n = 0
         try:

@@ -45,7 +45,6 @@ import itertools
 import os
 import queue
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +60,6 @@ else:
     IMPORT_ERROR = None
 
 PREFETCH = 128
-RECEIPT_TIMEOUT = 60.0
 LOGIN = ("guest", "guest")  # RabbitMQ's default user; jmsstore and ActiveMQ without users ignore it
 MODES = {
     "persistent": "persistent:true, a receipt per SEND (waited for)",
@@ -210,43 +208,6 @@ class ActiveMQStomp(_ServerProcess, activemq.ActiveMQ):
         return s
 
 
-class _Listener:
-    """A stomp.py listener: receipts (waited for by the sending thread),
-    messages (queued for the consuming thread), errors (raised)."""
-
-    def __init__(self, server: str) -> None:
-        self.server = server
-        self.cv = threading.Condition()
-        self.receipts: set[str] = set()
-        self.messages: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.errors: list[str] = []
-
-    def on_receipt(self, frame: Any) -> None:
-        with self.cv:
-            self.receipts.add(frame.headers.get("receipt-id", ""))
-            self.cv.notify_all()
-
-    def on_message(self, frame: Any) -> None:
-        self.messages.put(frame)
-
-    def on_error(self, frame: Any) -> None:
-        with self.cv:
-            self.errors.append(frame.headers.get("message", "ERROR frame"))
-            self.cv.notify_all()
-
-    def raise_error(self) -> None:
-        if self.errors:
-            raise RuntimeError(f"{self.server}: {self.errors[-1]}")
-
-    def wait(self, receipt: str) -> None:
-        with self.cv:
-            ok = self.cv.wait_for(lambda: receipt in self.receipts or self.errors, RECEIPT_TIMEOUT)
-            self.raise_error()
-            if not ok:
-                raise TimeoutError(f"no receipt {receipt} from {self.server} in {RECEIPT_TIMEOUT:.0f} s")
-            self.receipts.discard(receipt)
-
-
 class StompClient(Client):
     """One run against any of the three servers: a fresh queue, producers and
     consumers each on its own stomp.py connection (the module documentation
@@ -262,7 +223,7 @@ class StompClient(Client):
         self.errors: list[str] = []
 
     def producer(self) -> tuple[Send, Close]:
-        listener = _Listener(self.server.name)
+        listener = activemq.StompListener(self.server.name)
         try:
             conn = stomp_connect(self.port, listener)
         except BaseException as e:
@@ -289,7 +250,7 @@ class StompClient(Client):
         return send, finish
 
     def consumer(self) -> tuple[Receive, Close]:
-        listener = _Listener(self.server.name)
+        listener = activemq.StompListener(self.server.name)
         try:
             conn = stomp_connect(self.port, listener)
             conn.subscribe(
@@ -324,7 +285,7 @@ class StompClient(Client):
 
     def remaining(self) -> int:
         """Receive (and ACK) whatever is left on the queue within a short quiet time: the count."""
-        listener = _Listener(self.server.name)
+        listener = activemq.StompListener(self.server.name)
         conn = stomp_connect(self.port, listener)
         n = 0
         try:
