@@ -20,8 +20,6 @@ naming it, before anything is read or written.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import errno
 import os
 import shutil
 import tempfile
@@ -29,6 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from jmsstore_spark.checks import local_path, scheme
+from jmsstore_spark.renames import NOREPLACE, renameat2
 
 __all__ = [
     "LOCAL_SHORTCUT",
@@ -93,22 +92,12 @@ def _java_error(error: Exception) -> str:
 
 def _rename_noreplace(source: str, target: str) -> bool:
     """Renames local ``source`` to ``target`` in one step that fails if
-    ``target`` exists (Linux ``renameat2`` with ``RENAME_NOREPLACE``); False
+    ``target`` exists (``renameat2`` with ``RENAME_NOREPLACE``); False
     where the kernel or file system cannot (nothing renamed then)."""
     try:
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return False
-    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    at_cwd, noreplace = -100, 1
-    if renameat2(at_cwd, os.fsencode(source), at_cwd, os.fsencode(target), noreplace) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
-        return False
-    if err == errno.EEXIST:
-        raise FileExistsError(f"{target} exists: a job writes a new directory")
-    raise OSError(err, os.strerror(err), source, None, target)
+        return renameat2(source, target, NOREPLACE)
+    except FileExistsError:
+        raise FileExistsError(f"{target} exists: a job writes a new directory") from None
 
 
 class HadoopFiles:

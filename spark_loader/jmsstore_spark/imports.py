@@ -41,8 +41,6 @@ it into place.
 from __future__ import annotations
 
 import base64
-import ctypes
-import errno
 import fcntl
 import heapq
 import itertools
@@ -88,6 +86,7 @@ from pyspark.sql.types import StructType
 from jmsstore_spark.checks import StoreImportError, check_target, is_store, messages_by_collection
 from jmsstore_spark.messages import stored_boots
 from jmsstore_spark.outputs import OutputError
+from jmsstore_spark.renames import EXCHANGE, renameat2
 
 __all__ = ["COLUMNS", "StoreImportError", "StoreWriter", "check_columns", "check_target", "import_each_store"]
 
@@ -663,20 +662,9 @@ def _fsync_dir(path: str) -> None:
 
 
 def _exchange(a: str, b: str) -> bool:
-    """Swaps two directories in one step (Linux ``renameat2`` with
+    """Swaps two directories in one step (``renameat2`` with
     ``RENAME_EXCHANGE``); False where the kernel or file system cannot."""
-    try:
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return False
-    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    at_cwd, exchange = -100, 2
-    if renameat2(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), exchange) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
-        return False
-    raise OSError(err, os.strerror(err), a, None, b)
+    return renameat2(a, b, EXCHANGE)
 
 
 def _publish(store_dir: str, target: str, overwrite: bool, staging: str) -> None:

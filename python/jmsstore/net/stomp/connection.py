@@ -216,17 +216,7 @@ class StompConnection:
     # ------------------------------------------------------------ writing
 
     def _write(self, frame: Frame) -> None:
-        data = encode(frame)
-        with self._write_lock:
-            try:
-                if self._tail:
-                    data, self._tail = self._tail + data, b""
-                self._transport.sendall(data)
-            except OSError:
-                self._break()
-                raise
-            self._last_write = time.monotonic()
-        self._stats.frame_out(frame.command)
+        self._write_frames([frame])
 
     def _write_frames(self, frames: list[Frame]) -> None:
         """Several frames in one write (one system call, one TCP segment where they fit)."""
