@@ -545,3 +545,27 @@ def test_a_prefetched_unit_comes_back_in_order_after_recover_or_rollback(server:
         else:
             session.commit()
     assert server.message_count(queue) == 0
+
+
+def test_producers_acting_as_one_keep_creation_order_across_sync_and_async_sends(server: JMSServer) -> None:
+    """UOO-1 with "a producer (or several acting as one)": one producer's asynchronous
+    sends and another's synchronous sends of the same unit, each made after the one
+    before it returned, are delivered in that order. (An asynchronous send is published
+    once durable, by the broker's completer; a synchronous send of a unit is published
+    after the completer has published what was committed before it.)"""
+    queue = server.create_queue("mixed")
+    rounds = 150
+    with connect(server, start=False) as connection:
+        async_session, sync_session = connection.create_session(), connection.create_session()
+        async_producer = async_session.create_producer(queue)
+        sync_producer = sync_session.create_producer(queue)
+        async_producer.unit_of_order = sync_producer.unit_of_order = "shared"
+        futures = []
+        for n in range(rounds):
+            futures.append(async_producer.send_async(TextMessage(f"shared:{2 * n}")))
+            sync_producer.send(TextMessage(f"shared:{2 * n + 1}"))
+        for future in futures:
+            future.result(SOON)
+    with connect(server) as connection:
+        texts = [_text(m) for m in drain(connection.create_session().create_consumer(queue))]
+    assert [_split(t)[1] for t in texts] == list(range(2 * rounds))

@@ -7,7 +7,8 @@
 //! batches in commit order, so the sends of one producer are published in
 //! the order they were sent.
 
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::cell::Cell;
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender};
 use std::sync::OnceLock;
 
 use crate::background;
@@ -26,10 +27,28 @@ fn completer() -> &'static Sender<Job> {
     })
 }
 
+thread_local! {
+    static ON_COMPLETER: Cell<bool> = const { Cell::new(false) };
+}
+
 fn run(rx: Receiver<Job>) {
+    ON_COMPLETER.with(|on| on.set(true));
     while let Ok(job) = rx.recv() {
         job();
     }
+}
+
+/// Returns once every job handed over before this call has run (at once
+/// on the completer thread itself, which is past them by being here).
+pub fn wait_for_earlier() {
+    if ON_COMPLETER.with(Cell::get) {
+        return;
+    }
+    let (tx, rx) = sync_channel(1);
+    run_later(Box::new(move || {
+        let _ = tx.send(());
+    }));
+    let _ = rx.recv();
 }
 
 /// Runs `job` on the completer thread (or here, if that thread is gone).
@@ -57,5 +76,27 @@ mod tests {
         let got: Vec<_> = (0..100).map(|_| rx.recv().unwrap()).collect();
         assert_eq!(got.iter().map(|(i, _)| *i).collect::<Vec<_>>(), (0..100).collect::<Vec<_>>());
         assert!(got.iter().all(|(_, thread)| *thread != caller));
+    }
+
+    #[test]
+    fn waiting_for_earlier_jobs_returns_after_every_job_handed_over_before() {
+        let (tx, rx) = mpsc::channel();
+        for i in 0..50 {
+            let tx = tx.clone();
+            run_later(Box::new(move || {
+                std::thread::sleep(std::time::Duration::from_micros(100));
+                tx.send(i).unwrap();
+            }));
+        }
+        wait_for_earlier();
+        let done: Vec<_> = rx.try_iter().collect();
+        assert_eq!(done, (0..50).collect::<Vec<_>>(), "all ran before the wait returned");
+        // On the completer thread itself it does not wait for itself.
+        let (tx, rx) = mpsc::channel();
+        run_later(Box::new(move || {
+            wait_for_earlier();
+            tx.send(()).unwrap();
+        }));
+        rx.recv_timeout(std::time::Duration::from_secs(10)).expect("no deadlock on the completer thread");
     }
 }

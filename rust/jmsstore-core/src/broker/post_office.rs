@@ -162,6 +162,9 @@ impl Broker {
     ) -> Result<()> {
         if !routes.iter().any(|r| r.stored) || destination.insertion_paused() {
             let handles = self.store_copies(routes, &body)?;
+            if header.unit_of_order.is_some() {
+                completer::wait_for_earlier(); // as below
+            }
             return self.publish(destination, routes, &handles, body, header, true);
         }
         self.make_room(routes)?;
@@ -187,6 +190,12 @@ impl Broker {
                 // messages nobody took; this one was not taken either.
                 self.delete_lazily(record);
             }
+        }
+        if header.unit_of_order.is_some() {
+            // The unit's asynchronous sends committed before this one are
+            // published by the completer (which the flusher hands them to
+            // before it releases this thread): after them, in commit order.
+            completer::wait_for_earlier();
         }
         self.deliver(routes, &handles, &body, header)?;
         Counters::bump(&self.counters.sent, 1);
