@@ -125,7 +125,12 @@ class Peers:
             st["reason"] = why
             self.ctx.step(f"{name}: cannot run: {why}")
             return
-        server = self.server_class(name)(self.ctx.scratch / f"server-{name}", self.ctx.step)
+        self.start(name, self.server_class(name)(self.ctx.scratch / f"server-{name}", self.ctx.step))
+
+    def start(self, name: str, server: servers.Server) -> bool:
+        """Starts ``server`` as ``name`` (stopped with the others at the end) and
+        records in its status where it listens, or why it did not start."""
+        st = self.status[name]
         self.servers[name] = server
         self._stack.callback(self._stop, name)
         self.ctx.step(f"{name}: starting ({server.root}, ports {server.ports})")
@@ -134,12 +139,13 @@ class Peers:
         except RuntimeError as e:
             st["reason"] = f"did not start: {e}"
             self.ctx.step(f"{name}: {st['reason']}")
-            return
+            return False
         st["listen"] = servers.listen_addresses(list(server.ports.values()))
         st["loopback_only"] = servers.loopback_only(st["listen"])
         st["settings"] = server.settings()
         st["available"] = True
         self.ctx.step(f"{name}: up in {st['start_s']:.1f} s, listening on {', '.join(st['listen'])}")
+        return True
 
     def server_class(self, name: str) -> type[servers.Server]:
         """The broker class started for ``name`` (the stomp suite starts their STOMP flavours)."""

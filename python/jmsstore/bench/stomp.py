@@ -86,22 +86,8 @@ class StompPeers(Peers):
                 return [(w, argv, {**env, "PYTHONPATH": base}, p) for w, argv, env, p in plain()]
 
             server.processes = processes  # type: ignore[method-assign]
-        self.servers[name] = server
-        self._stack.callback(self._stop, name)
-        self.ctx.step(f"{name}: starting ({server.root}, port {server.ports['stomp']})")
-        try:
-            st["start_s"] = server.start()
-        except RuntimeError as e:
-            st["reason"] = f"did not start: {e}"
-            self.ctx.step(f"{name}: {st['reason']}")
-            return
-        st["listen"] = servers.listen_addresses(list(server.ports.values()))
-        st["loopback_only"] = servers.loopback_only(st["listen"])
-        st["settings"] = server.settings()
-        if name == BASELINE:
+        if self.start(name, server) and name == BASELINE:
             st["settings"]["pythonpath"] = self.baseline
-        st["available"] = True
-        self.ctx.step(f"{name}: up in {st['start_s']:.1f} s, listening on {', '.join(st['listen'])}")
 
 
 def measure(peers: StompPeers, system: str, mode: str, producers: int, per: int, body: bytes, cap: float) -> Any:
