@@ -22,6 +22,20 @@ from jmsstore.net.stomp.frames import SERVER_COMMANDS, Frame, FrameParser
 WAIT = 10.0
 
 
+def disconnect_unless_closed(conn: stomp.Connection12) -> None:
+    """Teardown: disconnects ``conn`` unless the server has closed it already.
+
+    After an ERROR frame the server closes the socket; stomp.py may still
+    report itself connected for a moment, so the DISCONNECT can find no
+    socket to write to."""
+    if not conn.is_connected():
+        return
+    try:
+        conn.disconnect()
+    except stomp.exception.NotConnectedException:
+        pass
+
+
 class Served:
     """A ``jmsstore serve`` child on a free loopback port."""
 

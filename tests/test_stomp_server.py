@@ -17,7 +17,7 @@ from jmsstore import BytesMessage, DeliveryMode, JMSServer, Queue, TextMessage, 
 from jmsstore.errors import IllegalStateError, InvalidArgumentError
 from jmsstore.net import StompServer, serve
 from jmsstore.net.stomp.frames import FrameLimits
-from stomp_helpers import RawClient
+from stomp_helpers import RawClient, disconnect_unless_closed
 
 WAIT = 5.0
 
@@ -123,8 +123,7 @@ def client(served: StompServer) -> Iterator[Callable[..., Client]]:
 
     yield connect
     for conn in opened:
-        if conn.is_connected():
-            conn.disconnect()
+        disconnect_unless_closed(conn)
 
 
 def eventually(predicate: Callable[[], bool]) -> None:
@@ -600,6 +599,8 @@ def test_commit_of_an_unknown_transaction_is_an_error(client: Callable[..., Clie
     conn, collector = client()
     conn.commit("nope")
     collector.wait(lambda: bool(collector.errors))
+    # STOMP 1.2: the server closes the connection after it sends an ERROR frame.
+    collector.wait(lambda: collector.disconnected)
 
 
 # ---------------------------------------------------------------- durable subscriptions

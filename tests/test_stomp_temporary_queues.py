@@ -18,7 +18,7 @@ from jmsstore import JMSServer, Queue, TextMessage
 from jmsstore.errors import InvalidDestinationError
 from jmsstore.jms.destination import TemporaryQueue
 from jmsstore.net import StompServer, serve
-from stomp_helpers import WAIT
+from stomp_helpers import WAIT, disconnect_unless_closed
 
 
 class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
@@ -73,8 +73,7 @@ def connect(served: tuple[JMSServer, StompServer]) -> Iterator[Any]:
 
     yield make
     for conn in opened:
-        if conn.is_connected():
-            conn.disconnect()
+        disconnect_unless_closed(conn)
 
 
 def test_request_and_reply_through_a_temporary_queue(served: tuple[JMSServer, StompServer], connect: Any) -> None:
