@@ -4,6 +4,7 @@ collects messages and receipts."""
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import signal
 import socket
@@ -30,10 +31,8 @@ def disconnect_unless_closed(conn: stomp.Connection12) -> None:
     socket to write to."""
     if not conn.is_connected():
         return
-    try:
+    with contextlib.suppress(stomp.exception.NotConnectedException):
         conn.disconnect()
-    except stomp.exception.NotConnectedException:
-        pass
 
 
 class Served:

@@ -163,3 +163,40 @@ def test_a_completion_listener_sending_past_the_window_does_not_wait_for_itself(
 def test_bad_windows_are_refused(server: JMSServer, option: str, value: Any, error: type[Exception]) -> None:
     with pytest.raises(error, match=option):
         server.connection_factory(**{option: value})
+
+
+def test_waiting_on_a_send_future_as_it_completes_never_misses_the_completion(server: JMSServer) -> None:
+    """A send's future makes its condition only when something waits on it,
+    and the broker's callback thread completes futures that have none
+    without one. Each future here is waited on right after its send, while
+    its completion is under way, by each of the standard tools in turn (and
+    by a second thread): every wait returns with the future done, and every
+    done-callback runs once."""
+    import concurrent.futures
+
+    queue = server.create_queue("Q")
+    sends = 400
+    callbacks: list[int] = []
+    with connect(server) as connection:
+        producer = connection.create_session().create_producer(queue)
+        with concurrent.futures.ThreadPoolExecutor(1) as other_thread:
+            for i in range(sends):
+                future = producer.send_async(TextMessage(f"m{i}"))
+                way = i % 5
+                if way == 0:
+                    assert future.result(timeout=SOON).text == f"m{i}"
+                elif way == 1:
+                    done, not_done = concurrent.futures.wait([future], timeout=SOON)
+                    assert done == {future} and not not_done
+                elif way == 2:
+                    assert list(concurrent.futures.as_completed([future], timeout=SOON)) == [future]
+                elif way == 3:
+                    ran = threading.Event()
+                    future.add_done_callback(lambda _f, i=i, ran=ran: (callbacks.append(i), ran.set()))
+                    assert ran.wait(SOON)
+                else:
+                    assert other_thread.submit(future.exception, SOON).result(timeout=SOON) is None
+                assert future.done() and not future.running() and future.exception(0) is None
+        consumer = connection.create_session().create_consumer(queue)
+        assert [m.text for m in drain(consumer) if isinstance(m, TextMessage)] == [f"m{i}" for i in range(sends)]
+    assert callbacks == list(range(3, sends, 5))

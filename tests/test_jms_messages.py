@@ -1064,7 +1064,8 @@ def test_the_native_writer_writes_what_the_python_writer_writes(
 ) -> None:
     """Every send encodes its message natively: byte for byte what the Python
     writer (the format's reference) writes, for any headers, properties and body."""
-    from jmsstore.jms.message import _encode_natively, encode, encode_in_python
+    from jmsstore.jms import message as message_module
+    from jmsstore.jms.message import encode, encode_in_python
 
     for name, value in properties.items():
         body.set_property(name, value)
@@ -1072,16 +1073,22 @@ def test_the_native_writer_writes_what_the_python_writer_writes(
     body.delivery_mode = DeliveryMode.PERSISTENT if persistent else DeliveryMode.NON_PERSISTENT
     body.message_id, body.correlation_id, body.type = strings
     body.reply_to = reply_to
-    native = _encode_natively(body)
-    assert native is not None  # strict UTF-8 and values it takes: not left to Python
-    assert native == encode_in_python(body) == encode(body)
+    reference = encode_in_python(body)
+    python_writes = _PythonWrites(message_module)
+    try:
+        native = encode(body)
+    finally:
+        python_writes.undo()
+    assert python_writes.calls == 0  # strict UTF-8 and values it takes: not left to Python
+    assert native == reference
 
 
 def test_the_native_writer_leaves_surrogates_and_subclasses_to_python() -> None:
     """Java strings may hold lone surrogates, which strict UTF-8 refuses: Python
     writes those (``surrogatepass``), and a message subclass, whose body the
     native writer does not know where to find."""
-    from jmsstore.jms.message import _encode_natively, decode, encode, encode_in_python
+    from jmsstore.jms import message as message_module
+    from jmsstore.jms.message import decode, encode, encode_in_python
 
     class Labelled(TextMessage):
         pass
@@ -1093,12 +1100,40 @@ def test_the_native_writer_leaves_surrogates_and_subclasses_to_python() -> None:
         Labelled("plain"),
     ):
         message.set_property("p", "fine")
-        assert _encode_natively(message) is None
-        assert encode(message) == encode_in_python(message)
+        reference = encode_in_python(message)
+        python_writes = _PythonWrites(message_module)
+        try:
+            assert encode(message) == reference
+        finally:
+            python_writes.undo()
+        assert python_writes.calls == 1
     surrogate_property = TextMessage("t")
     surrogate_property.correlation_id = "c\udc80"
-    assert _encode_natively(surrogate_property) is None
-    assert decode(encode(surrogate_property)).correlation_id == "c\udc80"
+    python_writes = _PythonWrites(message_module)
+    try:
+        data = encode(surrogate_property)
+    finally:
+        python_writes.undo()
+    assert python_writes.calls == 1
+    assert decode(data).correlation_id == "c\udc80"
+
+
+class _PythonWrites:
+    """Counts the calls ``encode`` makes to the Python writer (a spy on it)."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+        self.original = module.encode_in_python
+        self.calls = 0
+
+        def spy(message: Message) -> bytes:
+            self.calls += 1
+            return self.original(message)  # type: ignore[no-any-return]
+
+        module.encode_in_python = spy
+
+    def undo(self) -> None:
+        self.module.encode_in_python = self.original
 
 
 def test_a_string_with_an_encoded_surrogate_is_read_by_the_python_reader() -> None:

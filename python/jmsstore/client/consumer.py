@@ -156,7 +156,9 @@ class MessageConsumer:
         idle = False  # in the bell's idle list, or woken by it and not yet looking
         try:
             while True:
-                if self._closed or self._stopping or session.closed:
+                # A closing session stops its consumers first; its own flag is
+                # looked at only before a wait (this runs per receive).
+                if self._closed or self._stopping:
                     return None
                 if port.deleted:
                     raise InvalidDestinationError(f"{self.destination!r} was deleted")
@@ -166,6 +168,8 @@ class MessageConsumer:
                     bell.forget_idle(self._wake)
                     idle = False
                 if not connection.started:
+                    if session.closed:
+                        return None
                     # In slices, so that a close from another thread is seen.
                     step = time.monotonic() + 0.2
                     started = connection.wait_started(step if deadline is None else min(deadline, step))
@@ -173,6 +177,8 @@ class MessageConsumer:
                         return None
                     continue
                 if paused:
+                    if session.closed:
+                        return None
                     remaining = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
                     if remaining <= 0:
                         return None
@@ -207,7 +213,7 @@ class MessageConsumer:
                     session.flush_dups()
                 session.flush_acks()
                 timeout = None if deadline is None else deadline - time.monotonic()
-                if timeout is not None and timeout <= 0:
+                if (timeout is not None and timeout <= 0) or session.closed:
                     return None
                 due = port.next_due()
                 if due is not None:

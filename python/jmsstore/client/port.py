@@ -229,6 +229,10 @@ class BrokerPort(Protocol):
     def acknowledge_lazily(self, deliveries: list[Delivery], backlog: AckBacklog, flush_at: int) -> None:
         """AUTO / DUPS_OK acknowledgement: gone now, store deletes batched."""
 
+    def acknowledge_one_lazily(self, delivery: Delivery, backlog: AckBacklog, flush_at: int) -> None:
+        """:meth:`acknowledge_lazily` of one message: AUTO acknowledges each
+        message as the next receive begins."""
+
     def flush_acknowledgements(self, backlog: AckBacklog) -> None:
         """Submits a session's batched acknowledgement deletes."""
 

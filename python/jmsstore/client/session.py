@@ -145,7 +145,9 @@ class Session:
         """Raises ``IllegalStateError`` if the session (or its connection) is closed."""
         if self._closed:
             raise IllegalStateError("the session is closed")
-        self.connection.check_open()
+        # The connection's own check is not needed: a connection closes
+        # every session before it counts as closed, and opens none while
+        # it closes (this runs per send and per receive).
 
     @property
     def consumers(self) -> list[MessageConsumer]:
@@ -278,7 +280,7 @@ class Session:
         pending = self._auto_pending
         if pending is not None:
             self._auto_pending = None
-            self.port.acknowledge_lazily([pending], self._backlog, self.connection.messages_maximum)
+            self.port.acknowledge_one_lazily(pending, self._backlog, self.connection.messages_maximum)
 
     def deliver(self, d: Delivery, listener: bool) -> Message:
         """The message of ``d``, handed to the application now: it joins

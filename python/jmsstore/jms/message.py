@@ -517,14 +517,6 @@ _BODY_ATTRIBUTE: dict[type[Message], str | None] = {
 }
 
 
-def encode(message: Message) -> bytes:
-    """The message's bytes (see the module documentation): written natively,
-    or by :func:`encode_in_python` where the native writer declines (a
-    string that is not strict UTF-8, a value it would refuse)."""
-    data = _encode_natively(message)
-    return data if data is not None else encode_in_python(message)
-
-
 # The fixed-size header fields after the format version, in the order both
 # writers write them: read in one C call (this runs per send).
 _FIXED_FIELDS = operator.attrgetter(
@@ -532,13 +524,17 @@ _FIXED_FIELDS = operator.attrgetter(
 )
 
 
-def _encode_natively(message: Message) -> bytes | None:
+def encode(message: Message) -> bytes:
+    """The message's bytes (see the module documentation): written natively,
+    or by :func:`encode_in_python` where the native writer declines (a
+    string that is not strict UTF-8, a value it would refuse)."""
     message_class = type(message)
     if message_class not in _BODY_ATTRIBUTE:
-        return None  # a subclass: its body may be kept differently
+        return encode_in_python(message)  # a subclass: its body may be kept differently
     body_attribute = _BODY_ATTRIBUTE[message_class]
     reply_to = message.reply_to
-    return _native.write_message(
+    # One native call, no Python call between: this runs per send.
+    data = _native.write_message(
         (FORMAT_VERSION, *_FIXED_FIELDS(message)),
         message.message_id,
         message.correlation_id,
@@ -547,6 +543,7 @@ def _encode_natively(message: Message) -> bytes | None:
         message._properties,
         None if body_attribute is None else getattr(message, body_attribute),
     )
+    return data if data is not None else encode_in_python(message)
 
 
 def encode_in_python(message: Message) -> bytes:

@@ -576,6 +576,9 @@ class RemotePort:
         for consumer in consumers:
             consumer.after_settling()
 
+    def acknowledge_one_lazily(self, delivery: Delivery, backlog: AckBacklog, flush_at: int) -> None:
+        self.acknowledge_lazily([delivery], backlog, flush_at)
+
     def flush_acknowledgements(self, backlog: AckBacklog) -> None:
         """Nothing is batched here (see :meth:`new_backlog`)."""
 
