@@ -94,6 +94,8 @@ class Subscription:
         self._in_flight: OrderedDict[str, Delivery] = OrderedDict()
         self._sequence = itertools.count(1)
         self._wake = Signal()  # a message arrived, room was made, or the subscription closes
+        # The dispatcher waits for an ACK to make room: only then does an ACK wake it.
+        self._waiting_for_room = False
         # acknowledged (auto mode, ACKs without a receipt), store deletes not yet submitted
         self._backlog = broker.new_backlog()
         self._closed = False
@@ -103,7 +105,6 @@ class Subscription:
         )
 
     def start(self) -> None:
-        self._consumer.bell.add_listener(self._wake)
         self._thread.start()
 
     @property
@@ -136,30 +137,54 @@ class Subscription:
             self._fail("internal error while delivering")
 
     def _dispatch_loop(self) -> None:
+        # The dispatcher waits on the destination's bell as an embedded
+        # consumer does: in its idle list while it looks and waits with room,
+        # so that a burst of messages wakes one idle dispatcher (the last to
+        # go idle) instead of every subscription of the queue, and a send
+        # can write the delivery record for the idle one with its message.
         consumer = self._consumer
-        while not self._closed:
-            if consumer.deleted:
-                raise ProtocolError(f"the destination of subscription {self.id} was deleted")
-            if consumer.consumption_paused():
-                consumer.wait_resumed(0.2)
-                continue
-            room = self._room()
-            if room <= 0:
-                self._wake.wait(_IDLE_LOOK)
-                self._wake.clear()
-                continue
-            # Cleared before looking: a message published after the look sets it again.
-            self._wake.clear()
-            deliveries = consumer.fetch(room, self._wake)
-            if not deliveries:
-                self._flush_acknowledgements()
-                timeout = _IDLE_LOOK
-                due = consumer.next_due()
-                if due is not None:
-                    timeout = min(timeout, max(0.001, (due - time.time_ns() // 1_000_000) / 1000))
-                self._wake.wait(timeout)
-                continue
-            self._deliver(deliveries)
+        bell = consumer.bell
+        wake = self._wake
+        idle = False
+        try:
+            while not self._closed:
+                if consumer.deleted:
+                    raise ProtocolError(f"the destination of subscription {self.id} was deleted")
+                if consumer.consumption_paused():
+                    if idle:
+                        bell.forget_idle(wake)
+                        idle = False
+                    consumer.wait_resumed(0.2)
+                    continue
+                wake.clear()
+                self._waiting_for_room = True  # before looking: an ACK after the look wakes us
+                room = self._room()
+                if room <= 0:
+                    if idle:
+                        bell.forget_idle(wake)  # a message now is for a dispatcher with room
+                        idle = False
+                    wake.wait(_IDLE_LOOK)
+                    continue
+                self._waiting_for_room = False
+                # In the idle list before looking: a message sent after the look wakes us.
+                bell.push_idle(wake)
+                idle = True
+                deliveries = consumer.fetch(room, wake)
+                if not deliveries:
+                    self._flush_acknowledgements()
+                    timeout = _IDLE_LOOK
+                    due = consumer.next_due()
+                    if due is not None:
+                        timeout = min(timeout, max(0.001, (due - time.time_ns() // 1_000_000) / 1000))
+                    wake.wait(timeout)
+                    continue
+                bell.forget_idle(wake)
+                idle = False
+                self._deliver(deliveries)
+        finally:
+            self._waiting_for_room = False
+            if idle:
+                bell.forget_idle(wake)
 
     def _deliver(self, deliveries: list[Delivery]) -> None:
         record = deliveries[0].record
@@ -238,7 +263,8 @@ class Subscription:
                     taken.append(delivery)
                     if key == ack:
                         break
-        self._wake.set()  # room for more
+        if self._waiting_for_room:
+            self._wake.set()  # room for more, and the dispatcher waits for it
         return taken
 
     # ------------------------------------------------------------ closing
@@ -253,7 +279,6 @@ class Subscription:
         self._wake.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
-        self._consumer.bell.remove_listener(self._wake)
         with self._lock:
             returned = list(self._in_flight.values())
             self._in_flight.clear()

@@ -262,12 +262,34 @@ impl Broker {
             };
             handles.push(handle);
         }
+        // As `send`: a message for one target where a consumer waits idle
+        // gets its delivery record in the same store transaction.
+        let mut birth = None;
+        if let ([route], [Some(handle)]) = (routes.as_slice(), handles.as_slice()) {
+            if !header.delayed() && route.target.bell.expects_taker() {
+                match self.deliveries.put_birth(&mut batch, *handle) {
+                    Ok(record) => birth = record.map(|record| (*handle, record)),
+                    Err(e) => {
+                        fail(self, &routes);
+                        return Err(e);
+                    }
+                }
+            }
+        }
         let broker = Arc::clone(self);
         let destination = Arc::clone(destination);
         let done_routes = routes.clone();
         let submitted = self.store.commit_async(batch, move |outcome| {
             completer::run_later(Box::new(move || {
-                let outcome = outcome.and_then(|()| broker.deliver(&done_routes, &handles, &body, &header));
+                let outcome = outcome.and_then(|()| {
+                    // Known before the message is visible: a consumer may take it at once.
+                    if let Some((message, record)) = birth {
+                        if !broker.deliveries.remember_birth(message, record) {
+                            broker.delete_lazily(record); // the server closed: nobody took it
+                        }
+                    }
+                    broker.deliver(&done_routes, &handles, &body, &header)
+                });
                 if outcome.is_err() {
                     let targets: Vec<Arc<Target>> = done_routes.iter().map(|r| r.target.clone()).collect();
                     broker.uncharge(&destination, &targets, size);
@@ -707,6 +729,39 @@ mod tests {
         for account in [&q.target.held, &q.destination.gauge, &q.quota, f.server()] {
             assert_eq!(counts(account), (1, size_of(1)));
         }
+    }
+
+    #[test]
+    fn an_asynchronous_message_for_an_idle_consumer_gets_its_delivery_record_in_the_sends_transaction() {
+        let f = Fixture::new();
+        let q = f.queue("Q");
+        let consumer = Arc::new(Flag::new());
+        q.target.bell.push_idle(consumer.clone());
+        let transactions = f.store().stats().transactions;
+        let (routes, body, header) = f.admitted(&q.destination, &Message::new(1));
+        let (tx, rx) = mpsc::channel();
+        let on_done: OnDone = Box::new(move |outcome| tx.send(outcome.is_ok()).unwrap());
+        f.broker.send_async(&q.destination, routes, body, header, on_done).unwrap();
+        assert!(rx.recv_timeout(Duration::from_secs(30)).unwrap());
+
+        assert_eq!(f.store().stats().transactions, transactions + 1, "the message and its record together");
+        assert_eq!(f.broker.deliveries().stats().records_at_send, 1);
+        assert_eq!(f.records(), [[(f.handle_of(&q.target, 1), 1)]], "delivered once, by the consumer waiting");
+        assert!(consumer.is_set(), "the consumer was woken");
+        // The consumer takes it: the record written with the message is its delivery record.
+        let fetched = f.broker.fetch(&q.target, NOW, 10, None, true, Some(&consumer), None).unwrap();
+        assert_eq!(fetched.items.len(), 1);
+        assert_eq!(f.records().len(), 1, "no second record");
+
+        // Nobody idle: no record.
+        consumer.clear();
+        q.target.bell.forget_idle(&consumer);
+        let (routes, body, header) = f.admitted(&q.destination, &Message::new(2));
+        let (tx, rx) = mpsc::channel();
+        let on_done: OnDone = Box::new(move |outcome| tx.send(outcome.is_ok()).unwrap());
+        f.broker.send_async(&q.destination, routes, body, header, on_done).unwrap();
+        assert!(rx.recv_timeout(Duration::from_secs(30)).unwrap());
+        assert_eq!(f.broker.deliveries().stats().records_at_send, 1);
     }
 
     #[test]
