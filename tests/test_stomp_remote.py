@@ -391,6 +391,29 @@ def test_send_async_completes_with_its_callback(broker: Broker) -> None:
     assert texts(received) == [f"a{n}" for n in range(5)]
 
 
+def test_the_sender_learns_the_message_id_the_consumer_sees(broker: Broker) -> None:
+    """JMS sets ``JMSMessageID`` on the sent message: after ``send`` returns,
+    and by the completion of ``send_async``. Remotely jmsstore's server tells
+    it in the SEND's RECEIPT, so a reply can be matched to its request by the
+    request's message id, as JMS applications do."""
+    queue = broker.queue("ids")
+    with broker.factory().create_connection() as connection:
+        session = connection.create_session()
+        producer = session.create_producer(queue)
+        sent = TextMessage("sync")
+        producer.send(sent)
+        one_way = TextMessage("non-persistent")
+        producer.send(one_way, delivery_mode=DeliveryMode.NON_PERSISTENT)
+        asynchronous = producer.send_async(TextMessage("async")).result(WAIT)
+        connection.start()
+        consumer = session.create_consumer(queue)
+        received = [consumer.receive(WAIT) for _ in range(3)]
+    ids = [sent.message_id, one_way.message_id, asynchronous.message_id]
+    assert all(isinstance(i, str) and i.startswith("ID:") for i in ids), ids
+    assert len(set(ids)) == 3
+    assert [m.message_id for m in received if m is not None] == ids
+
+
 # ------------------------------------------------------------------ remote only: what STOMP cannot do, and failures
 
 
@@ -635,6 +658,7 @@ def test_activemq_receipted_sends_client_acknowledge_and_a_transaction(activemq_
         # What the remote client's jmsstore.property-types header says comes back through ActiveMQ too.
         assert first.get_property("count") == 7
         assert first.message_id and first.delivery_mode == DeliveryMode.PERSISTENT
+        assert text.message_id is None  # ActiveMQ's RECEIPT does not tell the sender its message id
         assert isinstance(second, BytesMessage) and second.body == b"\x00\x01\x02"
         assert texts([third]) == ["async"]
         assert third is not None

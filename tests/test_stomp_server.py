@@ -209,6 +209,28 @@ def test_a_client_without_stomp_1_2_gets_an_error_with_the_version(raw: Callable
     assert r.closed_by_server()
 
 
+def test_a_sends_receipt_tells_the_message_id_the_consumer_sees(raw: Callable[..., RawClient]) -> None:
+    """A SEND's RECEIPT carries the JMS message id the server gave the
+    message (persistent or not, in a transaction too), the one its MESSAGE
+    frame has."""
+    r = raw()
+    assert r.connect().command == "CONNECTED"
+    r.send(b"SEND\ndestination:/queue/ids\npersistent:true\nreceipt:p\n\none\x00")
+    r.send(b"SEND\ndestination:/queue/ids\nreceipt:n\n\ntwo\x00")
+    r.send(b"BEGIN\ntransaction:t\n\n\x00SEND\ndestination:/queue/ids\ntransaction:t\nreceipt:t\n\nthree\x00")
+    r.send(b"COMMIT\ntransaction:t\nreceipt:c\n\n\x00")
+    receipts = [r.next_frame() for _ in range(4)]
+    assert [f.command for f in receipts] == ["RECEIPT"] * 4
+    assert [f.header("receipt-id") for f in receipts] == ["p", "n", "t", "c"]
+    ids = [f.header("message-id") for f in receipts[:3]]
+    assert all(i is not None and i.startswith("ID:") for i in ids) and len(set(ids)) == 3
+    assert receipts[3].header("message-id") is None  # a COMMIT's receipt names no message
+    r.send(b"SUBSCRIBE\ndestination:/queue/ids\nid:s\nack:auto\n\n\x00")
+    messages = [r.next_frame() for _ in range(3)]
+    assert [m.body for m in messages] == [b"one", b"two", b"three"]
+    assert [m.header("message-id") for m in messages] == ids
+
+
 def test_a_frame_before_connect_is_an_error(raw: Callable[..., RawClient]) -> None:
     r = raw()
     r.send(b"SEND\ndestination:/queue/q\n\nhi\x00")

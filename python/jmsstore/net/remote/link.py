@@ -34,7 +34,8 @@ log = logging.getLogger("jmsstore.net.remote")
 
 _READ_SIZE = 64 * 1024
 
-Outcome = Callable[[JmsStoreError | None], None]
+# A receipted write's outcome: the error, or None and the RECEIPT frame.
+Outcome = Callable[[JmsStoreError | None, Frame | None], None]
 
 
 class Inbox(Protocol):
@@ -49,14 +50,16 @@ class Inbox(Protocol):
 class _Receipt:
     """A call waiting for a RECEIPT."""
 
-    __slots__ = ("done", "error")
+    __slots__ = ("done", "error", "receipt")
 
     def __init__(self) -> None:
         self.done = threading.Event()
         self.error: JmsStoreError | None = None
+        self.receipt: Frame | None = None
 
-    def settle(self, error: JmsStoreError | None) -> None:
+    def settle(self, error: JmsStoreError | None, receipt: Frame | None) -> None:
         self.error = error
+        self.receipt = receipt
         self.done.set()
 
 
@@ -211,8 +214,9 @@ class StompLink:
 
     def write(self, frames: list[Frame], outcome: Outcome | None = None) -> int:
         """Writes ``frames`` in one go; with ``outcome``, the last asks for a
-        receipt and ``outcome(error)`` is called on the reader thread once it
-        comes (``error`` None) or the connection fails. Returns the bytes written."""
+        receipt and ``outcome(error, receipt)`` is called on the reader thread
+        once it comes (``error`` None, the RECEIPT frame) or the connection
+        fails (the error, None). Returns the bytes written."""
         if outcome is not None:
             receipt = f"r-{self.next_id()}"
             last = frames[-1]
@@ -239,11 +243,11 @@ class StompLink:
             self._last_write = time.monotonic()
         return len(data)
 
-    def request(self, frames: list[Frame], what: str) -> None:
+    def request(self, frames: list[Frame], what: str) -> Frame:
         """Writes ``frames`` and waits for the receipt of the last: the server
-        has handled them all. Raises the server's error, or
-        :class:`StompConnectionError` when the connection fails or the receipt
-        does not come within the timeout."""
+        has handled them all. Returns the RECEIPT frame. Raises the server's
+        error, or :class:`StompConnectionError` when the connection fails or
+        the receipt does not come within the timeout."""
         waiting = _Receipt()
         self.write(frames, waiting.settle)
         if not waiting.done.wait(self._timeout):
@@ -252,6 +256,8 @@ class StompLink:
             raise error
         if waiting.error is not None:
             raise waiting.error
+        assert waiting.receipt is not None
+        return waiting.receipt
 
     # ------------------------------------------------------------ subscriptions
 
@@ -337,13 +343,13 @@ class StompLink:
             with self._lock:
                 outcome = self._receipts.pop(frame.header("receipt-id") or "", None)
             if outcome is not None:
-                outcome(None)
+                outcome(None, frame)
         elif frame.command == Command.ERROR:
             error = server_error(frame.header("message") or "ERROR frame without a message")
             with self._lock:
                 outcome = self._receipts.pop(frame.header("receipt-id") or "", None)
             if outcome is not None:
-                outcome(error)  # the call that asked gets the server's own error
+                outcome(error, None)  # the call that asked gets the server's own error
             self._fail(error)
 
     # ------------------------------------------------------------ failing and closing
@@ -361,7 +367,7 @@ class StompLink:
             log.warning("stomp connection to %s failed: %s", self.where, error)
         lost = StompConnectionError(f"the connection to {self.where} is lost: {error}")
         for outcome in receipts.values():
-            outcome(lost)
+            outcome(lost, None)
         for inbox in inboxes:
             inbox.lost()
 

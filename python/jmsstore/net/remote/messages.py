@@ -58,8 +58,9 @@ def send_frame(
     own_temporary: Container[str] = (),
 ) -> Frame:
     """The SEND frame of a send (without ``receipt`` or ``transaction``);
-    stamps the message's JMS headers as a send does (its ``message_id`` is
-    the server's, and STOMP does not tell it to the sender)."""
+    stamps the message's JMS headers as a send does, but for ``message_id``:
+    the server gives it, and tells it in the SEND's RECEIPT if it is
+    jmsstore's (a ``message-id`` header there; other servers do not)."""
     headers = [
         ("destination", stomp_destination(destination, own_temporary)),
         ("persistent", "true" if mode == DeliveryMode.PERSISTENT else "false"),

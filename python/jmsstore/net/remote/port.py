@@ -103,7 +103,8 @@ class RemoteProducer:
 
     def send(self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int) -> None:
         # Always with a receipt: a send returns once the server has it (durable, if persistent).
-        self._link.request([self._frame(message, destination, mode, priority, ttl, delay)], "SEND")
+        receipt = self._link.request([self._frame(message, destination, mode, priority, ttl, delay)], "SEND")
+        message.message_id = receipt.header("message-id")
 
     def send_one_way(self, message: Message, destination: Destination, priority: int, ttl: int, delay: int) -> bool:
         # A SEND without a receipt is STOMP's one-way send: nothing comes back, the server decides.
@@ -123,7 +124,9 @@ class RemoteProducer:
     ) -> int:
         frame = self._frame(message, destination, mode, priority, ttl, delay)
 
-        def receipted(error: JmsStoreError | None) -> None:
+        def receipted(error: JmsStoreError | None, receipt: Frame | None) -> None:
+            if receipt is not None:
+                message.message_id = receipt.header("message-id")
             if durable is not None:
                 durable.set()  # a Signal cannot carry an error set from Python; the waiter must not hang
             if completed is not None:

@@ -135,6 +135,15 @@ class _Receipt:
     asynchronous: bool = False
     done: bool = False
     error: BaseException | None = None
+    # A SEND's: the message id the server gave the message, in the RECEIPT
+    # (a jmsstore extension, so that the sender learns it as JMS promises).
+    message_id: str | None = None
+
+    def frame(self) -> Frame:
+        headers = [("receipt-id", self.receipt_id)]
+        if self.message_id is not None:
+            headers.append(("message-id", self.message_id))
+        return Frame(Command.RECEIPT, headers)
 
 
 def _heart_beat(text: str) -> tuple[int, int]:
@@ -395,7 +404,7 @@ class StompConnection:
             failed = next((i for i, r in enumerate(done) if r.error is not None), None)
             ready = done if failed is None else done[:failed]
             if ready or self._tail:
-                self._write_frames([Frame(Command.RECEIPT, [("receipt-id", r.receipt_id)]) for r in ready])
+                self._write_frames([r.frame() for r in ready])
         if failed is not None:
             receipt = done[failed]
             self._error(f"a send failed: {receipt.error}", receipt=receipt.receipt_id)
@@ -458,7 +467,7 @@ class StompConnection:
                     rest = bool(self._receipts) and self._receipts[0].done  # a failed send: the reader's
                 if not done:
                     return not rest
-                frames = [Frame(Command.RECEIPT, [("receipt-id", r.receipt_id)]) for r in done]
+                frames = [r.frame() for r in done]
                 data = b"".join([encode(frame) for frame in frames])
                 try:
                     # The socket has a timeout, so its descriptor is non-blocking: a full
@@ -709,6 +718,8 @@ class StompConnection:
             staged = producer.stage(*args)
             if staged is not None:
                 self._transaction(transaction).staged.append(staged)
+            if self._current_receipt is not None:
+                self._current_receipt.message_id = outgoing.message.message_id
         elif self._current_receipt is not None:
             receipt = self._current_receipt
             receipt.asynchronous = True
@@ -717,6 +728,8 @@ class StompConnection:
             except BaseException:
                 receipt.asynchronous = False
                 raise
+            # Stamped by now; the receipt joins the queue (and can go out) only after this returns.
+            receipt.message_id = outgoing.message.message_id
             if not accepted:
                 self._receipt_done(receipt, None)  # dropped (non-persistent, over the broker-wide limits)
         else:
