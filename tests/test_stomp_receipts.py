@@ -5,6 +5,7 @@ SEND whose store write fails gets an ERROR frame, never a RECEIPT."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import stat
@@ -187,6 +188,40 @@ def test_the_reader_stops_reading_while_too_many_receipts_are_pending(tmp_path: 
                     time.sleep(0.02)
                 time.sleep(0.3)  # were it reading, the other three would be read by now
                 assert stomp.statistics()["frames_in"]["SEND"] == 2
+                gate.set()
+                assert [client.next_frame().header("receipt-id") for _ in range(5)] == [f"r{i}" for i in range(5)]
+            finally:
+                client.close()
+    finally:
+        _FailingProducer.gate = None
+
+
+def test_heart_beats_go_out_while_the_reader_waits_for_receipt_room(tmp_path: Path) -> None:
+    """While too many receipts are pending (the store has not made the
+    SENDs durable yet), the reader waits on the store, not on the client;
+    the client keeps hearing heart-beats meanwhile, so it does not take the
+    server for dead."""
+    gate = threading.Event()
+    _FailingProducer.gate = gate
+    try:
+        with (
+            JMSServer(tmp_path / "held") as jms,
+            serve(FailingWrites(jms), port=0, max_pending_receipts=2, heart_beat=(100, 0)) as stomp,
+        ):
+            client = RawClient(stomp.address, timeout=WAIT)
+            try:
+                assert client.connect(heart_beat="0,100").header("heart-beat") == "100,0"
+                client.send(b"".join(send_frame(f"r{i}", f"m{i}") for i in range(5)))
+                held_for = time.monotonic() + 1.0
+                received = b""
+                client.sock.settimeout(0.1)
+                while time.monotonic() < held_for:
+                    with contextlib.suppress(TimeoutError):
+                        received += client.sock.recv(65536)
+                assert received.strip(b"\n") == b"", "no receipt while the store holds the sends"
+                # Negotiated every 100 ms; the server sends one at half of that at the latest.
+                assert received.count(b"\n") >= 4
+                client.sock.settimeout(WAIT)
                 gate.set()
                 assert [client.next_frame().header("receipt-id") for _ in range(5)] == [f"r{i}" for i in range(5)]
             finally:

@@ -417,14 +417,16 @@ class StompConnection:
         limit = self._settings.max_pending_receipts
         while not self._closed:
             with self._pending:
-                self._pending.wait_for(
-                    lambda: len(self._receipts) < limit or self._receipts[0].done, heartbeat.LONGEST_TICK
-                )
+                self._pending.wait_for(lambda: len(self._receipts) < limit or self._receipts[0].done, self._tick())
             if not self._send_receipts():
                 return False
             if self._pending_receipts() < limit:
                 return True
-            self._last_read = time.monotonic()  # waiting on the store, not on the client
+            now = time.monotonic()
+            self._last_read = now  # waiting on the store, not on the client
+            # The client hears from us while we wait on the store, as while we wait on it.
+            if self._send_interval and now - self._last_write >= self._send_interval / 2:
+                self._heart_beat()
         return True
 
     def _receipt_done(self, receipt: _Receipt, error: BaseException | None) -> None:
