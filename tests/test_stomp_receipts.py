@@ -173,27 +173,35 @@ def test_disconnect_receipt_comes_after_every_pending_send_is_durable(
     assert jms.message_count(Queue("piped")) == 50
 
 
-def test_the_reader_stops_reading_while_too_many_receipts_are_pending(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def held_sends(tmp_path: Path, **options: Any) -> Iterator[tuple[threading.Event, StompServer, RawClient]]:
+    """A server whose SENDs complete only once the yielded gate is set, and
+    a connected raw client."""
     gate = threading.Event()
     _FailingProducer.gate = gate
     try:
-        with JMSServer(tmp_path / "held") as jms, serve(FailingWrites(jms), port=0, max_pending_receipts=2) as stomp:
+        with JMSServer(tmp_path / "held") as jms, serve(FailingWrites(jms), port=0, **options) as stomp:
             client = RawClient(stomp.address, timeout=WAIT)
             try:
-                assert client.connect().command == "CONNECTED"
-                client.send(b"".join(send_frame(f"r{i}", f"m{i}") for i in range(5)))
-                deadline = time.monotonic() + WAIT
-                while stomp.statistics()["frames_in"].get("SEND", 0) < 2:
-                    assert time.monotonic() < deadline, "the first two SENDs were not read"
-                    time.sleep(0.02)
-                time.sleep(0.3)  # were it reading, the other three would be read by now
-                assert stomp.statistics()["frames_in"]["SEND"] == 2
-                gate.set()
-                assert [client.next_frame().header("receipt-id") for _ in range(5)] == [f"r{i}" for i in range(5)]
+                yield gate, stomp, client
             finally:
                 client.close()
     finally:
         _FailingProducer.gate = None
+
+
+def test_the_reader_stops_reading_while_too_many_receipts_are_pending(tmp_path: Path) -> None:
+    with held_sends(tmp_path, max_pending_receipts=2) as (gate, stomp, client):
+        assert client.connect().command == "CONNECTED"
+        client.send(b"".join(send_frame(f"r{i}", f"m{i}") for i in range(5)))
+        deadline = time.monotonic() + WAIT
+        while stomp.statistics()["frames_in"].get("SEND", 0) < 2:
+            assert time.monotonic() < deadline, "the first two SENDs were not read"
+            time.sleep(0.02)
+        time.sleep(0.3)  # were it reading, the other three would be read by now
+        assert stomp.statistics()["frames_in"]["SEND"] == 2
+        gate.set()
+        assert [client.next_frame().header("receipt-id") for _ in range(5)] == [f"r{i}" for i in range(5)]
 
 
 def test_heart_beats_go_out_while_the_reader_waits_for_receipt_room(tmp_path: Path) -> None:
@@ -201,33 +209,21 @@ def test_heart_beats_go_out_while_the_reader_waits_for_receipt_room(tmp_path: Pa
     SENDs durable yet), the reader waits on the store, not on the client;
     the client keeps hearing heart-beats meanwhile, so it does not take the
     server for dead."""
-    gate = threading.Event()
-    _FailingProducer.gate = gate
-    try:
-        with (
-            JMSServer(tmp_path / "held") as jms,
-            serve(FailingWrites(jms), port=0, max_pending_receipts=2, heart_beat=(100, 0)) as stomp,
-        ):
-            client = RawClient(stomp.address, timeout=WAIT)
-            try:
-                assert client.connect(heart_beat="0,100").header("heart-beat") == "100,0"
-                client.send(b"".join(send_frame(f"r{i}", f"m{i}") for i in range(5)))
-                held_for = time.monotonic() + 1.0
-                received = b""
-                client.sock.settimeout(0.1)
-                while time.monotonic() < held_for:
-                    with contextlib.suppress(TimeoutError):
-                        received += client.sock.recv(65536)
-                assert received.strip(b"\n") == b"", "no receipt while the store holds the sends"
-                # Negotiated every 100 ms; the server sends one at half of that at the latest.
-                assert received.count(b"\n") >= 4
-                client.sock.settimeout(WAIT)
-                gate.set()
-                assert [client.next_frame().header("receipt-id") for _ in range(5)] == [f"r{i}" for i in range(5)]
-            finally:
-                client.close()
-    finally:
-        _FailingProducer.gate = None
+    with held_sends(tmp_path, max_pending_receipts=2, heart_beat=(100, 0)) as (gate, _stomp, client):
+        assert client.connect(heart_beat="0,100").header("heart-beat") == "100,0"
+        client.send(b"".join(send_frame(f"r{i}", f"m{i}") for i in range(5)))
+        held_for = time.monotonic() + 1.0
+        received = b""
+        client.sock.settimeout(0.1)
+        while time.monotonic() < held_for:
+            with contextlib.suppress(TimeoutError):
+                received += client.sock.recv(65536)
+        assert received.strip(b"\n") == b"", "no receipt while the store holds the sends"
+        # Negotiated every 100 ms; the server sends one at half of that at the latest.
+        assert received.count(b"\n") >= 4
+        client.sock.settimeout(WAIT)
+        gate.set()
+        assert [client.next_frame().header("receipt-id") for _ in range(5)] == [f"r{i}" for i in range(5)]
 
 
 def _ack(ack_id: str, receipt: str | None = None) -> bytes:
