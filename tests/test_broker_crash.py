@@ -30,79 +30,16 @@ import itertools
 import json
 import os
 import random
-import select
-import signal
-import subprocess
-import sys
-import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from broker_crash_child import DURABLE, QUEUE, SHARED, SUBS_OF
+from crash_helpers import crash_cycles, kill_at_random, read_journal, start_child, stderr_of
 from jmsstore.broker import JMSServer
 
-HERE = Path(__file__).parent
-START_TIMEOUT = 60.0
-
-
-def cycles() -> int:
-    if "JMSSTORE_CRASH_CYCLES" in os.environ:
-        return int(os.environ["JMSSTORE_CRASH_CYCLES"])
-    return 200 if os.environ.get("JMSSTORE_LONG") else 20
-
-
-def read_journal(path: Path) -> list[str]:
-    """The whole lines of a journal: a torn last line (no newline) is dropped."""
-    data = path.read_bytes() if path.exists() else b""
-    return data.decode().split("\n")[:-1]
-
-
-def start_child(directory: Path, journal: Path, cycle: int, seed: int, drain: bool) -> subprocess.Popen[bytes]:
-    """The child, its stderr to ``<journal>.err`` (a pipe nobody reads could fill and stall it)."""
-    args = [sys.executable, str(HERE / "broker_crash_child.py"), str(directory), str(journal), str(cycle), str(seed)]
-    with open(journal.with_suffix(".err"), "wb") as err:
-        return subprocess.Popen(
-            [*args, "drain"] if drain else args,
-            stdout=subprocess.PIPE,
-            stderr=err,
-            bufsize=0,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])},
-        )
-
-
-def stderr_of(journal: Path) -> str:
-    return journal.with_suffix(".err").read_text(errors="replace")[-3000:]
-
-
-def wait_for(proc: subprocess.Popen[bytes], journal: Path, word: bytes) -> None:
-    """Waits until the child prints ``word`` on a line of its own."""
-    assert proc.stdout is not None
-    deadline = time.monotonic() + START_TIMEOUT
-    seen = b""
-    while word + b"\n" not in seen:
-        remaining = deadline - time.monotonic()
-        ready, _, _ = select.select([proc.stdout], [], [], max(remaining, 0))
-        chunk = os.read(proc.stdout.fileno(), 4096) if ready else b""
-        if not chunk:
-            proc.kill()
-            proc.communicate()
-            raise AssertionError(f"child did not print {word!r} (output {seen!r}): {stderr_of(journal)}")
-        seen += chunk
-
-
-def run_cycle(directory: Path, journal: Path, cycle: int, rng: random.Random) -> None:
-    proc = start_child(directory, journal, cycle, rng.getrandbits(32), drain=False)
-    if rng.random() < 0.1:
-        wait_for(proc, journal, b"OPENING")  # kill inside recovery (or just after it)
-        time.sleep(rng.uniform(0.0, 0.05))
-    else:
-        wait_for(proc, journal, b"READY")
-        time.sleep(rng.uniform(0.3, 1.5))
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate()
-    assert proc.returncode == -signal.SIGKILL, f"child exited by itself: {proc.returncode} {stderr_of(journal)}"
+SCRIPT = "broker_crash_child.py"
 
 
 Key = tuple[str, str]  # (subscription or queue, uid)
@@ -254,13 +191,13 @@ def test_broker_sigkill_loses_nothing_and_delivers_once_or_redelivered(tmp_path:
     directory = tmp_path / "server"
     rng = random.Random(int(os.environ.get("JMSSTORE_CRASH_SEED", "20261122")))
     history = History()
-    n = cycles()
+    n = crash_cycles(20, 200)
     for cycle in range(n):
         journal = tmp_path / f"journal-{cycle:04d}.log"
-        run_cycle(directory, journal, cycle, rng)
+        kill_at_random(SCRIPT, directory, journal, cycle, rng)
         history.apply(cycle, read_journal(journal))
     journal = tmp_path / f"journal-{n:04d}.log"
-    proc = start_child(directory, journal, n, rng.getrandbits(32), drain=True)
+    proc = start_child(SCRIPT, directory, journal, n, rng.getrandbits(32), drain=True)
     try:
         proc.communicate(timeout=120)
     finally:

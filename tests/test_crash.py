@@ -22,15 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from crash_child import THREADS, body_for
+from crash_helpers import crash_cycles
 from jmsstore import FileStore
 
 HERE = Path(__file__).parent
 
 
 def cycles() -> int:
-    if "JMSSTORE_CRASH_CYCLES" in os.environ:
-        return int(os.environ["JMSSTORE_CRASH_CYCLES"])
-    return 2000 if os.environ.get("JMSSTORE_LONG") else 50
+    return crash_cycles(50, 2000)
 
 
 @dataclass

@@ -55,9 +55,10 @@ def _text(message: Message | None) -> str:
     return message.text
 
 
-def _send_units(server: JMSServer, destination: Any, units: dict[str, int], **options: Any) -> None:
+def _send_units(server: JMSServer, destination: Any, units: dict[str, int], padding: int = 0, **options: Any) -> None:
     """Sends ``count`` messages ``"<unit>:<n>"`` per unit, the units interleaved, each
-    producer naming its unit (UOO-5)."""
+    producer naming its unit (UOO-5). With ``padding``, each is followed by a
+    persistent ``"pad-<unit>-<n>"`` message of that many more bytes, in the same unit."""
     with connect(server, start=False) as connection:
         session = connection.create_session()
         producers = {}
@@ -68,6 +69,8 @@ def _send_units(server: JMSServer, destination: Any, units: dict[str, int], **op
             for unit, count in units.items():
                 if n < count:
                     producers[unit].send(TextMessage(f"{unit}:{n}"), **options)
+                    if padding:
+                        producers[unit].send(TextMessage(f"pad-{unit}-{n}" + "x" * padding))
 
 
 def _split(text: str) -> tuple[str, int]:
@@ -317,16 +320,7 @@ def test_paged_out_units_are_delivered_in_order(servers: Any) -> None:
     server = servers.open(message_buffer_size=16 << 10)
     queue = server.create_queue("Q")
     units = {f"u{i}": 40 for i in range(5)}
-    with connect(server, start=False) as connection:
-        session = connection.create_session()
-        producers = {}
-        for unit in units:
-            producers[unit] = session.create_producer(queue)
-            producers[unit].unit_of_order = unit
-        for n in range(40):
-            for unit, producer in producers.items():
-                producer.send(TextMessage(f"{unit}:{n}"), delivery_mode=DeliveryMode.NON_PERSISTENT)
-                producer.send(TextMessage(f"pad-{unit}-{n}" + "x" * 1000))
+    _send_units(server, queue, units, padding=1000, delivery_mode=DeliveryMode.NON_PERSISTENT)
     assert server.statistics()["queues"]["Q"]["messages_paged"] > 0
     processing = _Processing()
     total = sum(units.values()) * 2

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import stomp
+from crash_helpers import crash_cycles
 from jmsstore import AckMode, JMSServer, Queue
 from stomp_helpers import WAIT, Served
 
@@ -37,9 +38,7 @@ SENDS_PER_CYCLE = 300
 
 
 def cycles() -> int:
-    if "JMSSTORE_CRASH_CYCLES" in os.environ:
-        return int(os.environ["JMSSTORE_CRASH_CYCLES"])
-    return 200 if os.environ.get("JMSSTORE_LONG") else 20
+    return crash_cycles(20, 200)
 
 
 @dataclass

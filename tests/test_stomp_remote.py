@@ -12,7 +12,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from jmsstore import (
     JMSServer,
     Message,
     Queue,
+    Session,
     TemporaryQueue,
     TextMessage,
     Topic,
@@ -437,13 +438,14 @@ def test_features_without_a_stomp_form_raise_naming_them(remote: Broker) -> None
         producer.send(TextMessage("still connected"))  # none of these broke the connection
 
 
-def test_request_reply_through_a_temporary_queue(broker: Broker) -> None:
-    """JMS request/reply: the requester's temporary queue goes in ``reply_to``,
-    the replier sends to it; only its connection may consume it, and it goes
-    with that connection (over STOMP: ActiveMQ's /temp-queue/, whose server-wide
-    name the request carries)."""
-    requests = broker.queue("requests")
-    factory = broker.factory()
+def request_reply(
+    factory: ConnectionFactory, requests: Queue, while_serving: Callable[[Session, Message], None] | None = None
+) -> None:
+    """JMS request/reply over ``factory``: the requester's temporary queue
+    goes in ``reply_to``, the replier sends "pong" to it, and the requester
+    receives it; ``while_serving(replier_session, request)`` runs before the
+    reply. Afterwards the temporary queue is deleted: refused while it has
+    a consumer, done once that has closed."""
     with factory.create_connection() as requester, factory.create_connection() as replier:
         requester.start()
         replier.start()
@@ -453,18 +455,31 @@ def test_request_reply_through_a_temporary_queue(broker: Broker) -> None:
         request = TextMessage("ping")
         request.reply_to = replies
         session.create_producer(requests).send(request)
-
         serving = replier.create_session()
         got = serving.create_consumer(requests).receive(WAIT)
         assert got is not None and isinstance(got.reply_to, TemporaryQueue)
-        with pytest.raises(InvalidDestinationError):
-            serving.create_consumer(got.reply_to)  # not its connection's
+        if while_serving is not None:
+            while_serving(serving, got)
         serving.create_producer(got.reply_to).send(TextMessage("pong"))
         assert texts([reply_consumer.receive(WAIT)]) == ["pong"]
         with pytest.raises(IllegalStateError):
             replies.delete()  # it has a consumer
         reply_consumer.close()
         replies.delete()
+
+
+def test_request_reply_through_a_temporary_queue(broker: Broker) -> None:
+    """JMS request/reply: the requester's temporary queue goes in ``reply_to``,
+    the replier sends to it; only its connection may consume it, and it goes
+    with that connection (over STOMP: ActiveMQ's /temp-queue/, whose server-wide
+    name the request carries)."""
+
+    def only_its_connection_consumes(serving: Session, request: Message) -> None:
+        assert request.reply_to is not None
+        with pytest.raises(InvalidDestinationError):
+            serving.create_consumer(request.reply_to)  # not its connection's
+
+    request_reply(broker.factory(), broker.queue("requests"), only_its_connection_consumes)
 
 
 def test_a_consumer_holding_its_whole_prefetch_unacknowledged_is_told_so(remote: Broker) -> None:
@@ -699,19 +714,4 @@ def test_activemq_transacted_receive_commits_its_acknowledgements(activemq_url: 
 def test_activemq_request_reply_through_a_temporary_queue(activemq_url: str) -> None:
     """ActiveMQ's own /temp-queue/ and /remote-temp-queue/ names: our client's
     temporary queue works as a reply-to there too."""
-    requests = Queue(f"requests-{os.getpid()}")
-    factory = connect(activemq_url, heart_beat=(0, 0))
-    with factory.create_connection() as requester, factory.create_connection() as replier:
-        requester.start()
-        replier.start()
-        session = requester.create_session()
-        replies = session.create_temporary_queue()
-        reply_consumer = session.create_consumer(replies)
-        request = TextMessage("ping")
-        request.reply_to = replies
-        session.create_producer(requests).send(request)
-        serving = replier.create_session()
-        got = serving.create_consumer(requests).receive(WAIT)
-        assert got is not None and isinstance(got.reply_to, TemporaryQueue)
-        serving.create_producer(got.reply_to).send(TextMessage("pong"))
-        assert texts([reply_consumer.receive(WAIT)]) == ["pong"]
+    request_reply(connect(activemq_url, heart_beat=(0, 0)), Queue(f"requests-{os.getpid()}"))

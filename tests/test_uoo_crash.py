@@ -31,48 +31,13 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
-import subprocess
-import sys
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from test_broker_crash import read_journal, stderr_of, wait_for
+from crash_helpers import crash_cycles, kill_at_random, read_journal, start_child, stderr_of
 
-HERE = Path(__file__).parent
-
-
-def cycles() -> int:
-    if "JMSSTORE_CRASH_CYCLES" in os.environ:
-        return int(os.environ["JMSSTORE_CRASH_CYCLES"])
-    return 100 if os.environ.get("JMSSTORE_LONG") else 6
-
-
-def start_child(directory: Path, journal: Path, cycle: int, seed: int, drain: bool) -> subprocess.Popen[bytes]:
-    args = [sys.executable, str(HERE / "uoo_crash_child.py"), str(directory), str(journal), str(cycle), str(seed)]
-    with open(journal.with_suffix(".err"), "wb") as err:
-        return subprocess.Popen(
-            [*args, "drain"] if drain else args,
-            stdout=subprocess.PIPE,
-            stderr=err,
-            bufsize=0,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])},
-        )
-
-
-def run_cycle(directory: Path, journal: Path, cycle: int, rng: random.Random) -> None:
-    proc = start_child(directory, journal, cycle, rng.getrandbits(32), drain=False)
-    if rng.random() < 0.1:
-        wait_for(proc, journal, b"OPENING")
-        time.sleep(rng.uniform(0.0, 0.05))
-    else:
-        wait_for(proc, journal, b"READY")
-        time.sleep(rng.uniform(0.3, 1.5))
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate()
-    assert proc.returncode == -signal.SIGKILL, f"child exited by itself: {proc.returncode} {stderr_of(journal)}"
+SCRIPT = "uoo_crash_child.py"
 
 
 Order = tuple[int, int]  # (cycle, number): a unit's creation order
@@ -180,14 +145,14 @@ def stored_units(journals: list[list[str]]) -> dict[str, set[Order]]:
 def test_units_of_order_survive_sigkill_in_order_and_once_or_redelivered(tmp_path: Path) -> None:
     directory = tmp_path / "server"
     rng = random.Random(int(os.environ.get("JMSSTORE_CRASH_SEED", "20261126")))
-    n = cycles()
+    n = crash_cycles(6, 100)
     journals: list[list[str]] = []
     for cycle in range(n):
         journal = tmp_path / f"journal-{cycle:04d}.log"
-        run_cycle(directory, journal, cycle, rng)
+        kill_at_random(SCRIPT, directory, journal, cycle, rng)
         journals.append(read_journal(journal))
     journal = tmp_path / f"journal-{n:04d}.log"
-    proc = start_child(directory, journal, n, rng.getrandbits(32), drain=True)
+    proc = start_child(SCRIPT, directory, journal, n, rng.getrandbits(32), drain=True)
     try:
         proc.communicate(timeout=120)
     finally:

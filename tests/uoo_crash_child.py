@@ -37,27 +37,19 @@ acknowledgements and commits, after it returned:
 from __future__ import annotations
 
 import json
-import os
 import random
 import sys
 import threading
 import time
 from typing import Any
 
+from crash_helpers import Journal, die_on_thread_error
 from jmsstore.broker import AckMode, Connection, JMSServer, Message, MessageConsumer, Session
 
 QUEUE = "Q"
 UNITS = ("u0", "u1", "u2", "u3", "u4")
 UNITS_OF = {"s": UNITS[:3], "a": UNITS[3:]}
 BACKLOG = 300
-
-
-class Journal:
-    def __init__(self, path: str) -> None:
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-
-    def write(self, *words: object) -> None:
-        os.write(self.fd, (" ".join(str(w) for w in words) + "\n").encode())
 
 
 class Units:
@@ -215,12 +207,7 @@ def main() -> None:
     drain = sys.argv[5:] == ["drain"]
     journal = Journal(journal_path)
 
-    def died(args: threading.ExceptHookArgs) -> None:
-        journal.write("ERROR", repr(args.exc_value).replace("\n", " "))
-        sys.__excepthook__(args.exc_type, args.exc_value, args.exc_traceback)  # type: ignore[arg-type]
-        os._exit(70)
-
-    threading.excepthook = died
+    die_on_thread_error(journal)
     print("OPENING", flush=True)
     server = JMSServer(directory, name="jms1", max_segment_bytes=1 << 20, message_buffer_size=256 << 10)
     server.create_queue(QUEUE)
