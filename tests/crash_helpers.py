@@ -12,7 +12,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).parent
 START_TIMEOUT = 60.0
@@ -85,6 +87,27 @@ def kill_at_random(script: str, directory: Path, journal: Path, cycle: int, rng:
     assert proc.returncode == -signal.SIGKILL, f"child exited by itself: {proc.returncode} {stderr_of(journal)}"
 
 
+def crash_journals(
+    script: str, directory: Path, journals: Path, cycles: int, rng: random.Random
+) -> Iterator[list[str]]:
+    """The journal of each of ``cycles`` runs of ``script`` killed at random
+    (:func:`kill_at_random`), then of the drain run that ends the test (the
+    child with ``drain``, which must exit 0 within two minutes); journals
+    are files ``journal-NNNN.log`` in ``journals``."""
+    for cycle in range(cycles):
+        journal = journals / f"journal-{cycle:04d}.log"
+        kill_at_random(script, directory, journal, cycle, rng)
+        yield read_journal(journal)
+    journal = journals / f"journal-{cycles:04d}.log"
+    proc = start_child(script, directory, journal, cycles, rng.getrandbits(32), drain=True)
+    try:
+        proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, f"the drain run failed: {proc.returncode} {stderr_of(journal)}"
+    yield read_journal(journal)
+
+
 # ------------------------------------------------------------------ the child's side
 
 
@@ -108,3 +131,12 @@ def die_on_thread_error(journal: Journal) -> None:
         os._exit(70)
 
     threading.excepthook = died
+
+
+def journal_send_outcome(journal: Journal, message: Any, error: BaseException | None) -> None:
+    """An asynchronous send's completion: ``SENT uid``, or ``FAILED uid why``."""
+    uid = message.get_property("uid")
+    if error is None:
+        journal.write("SENT", uid)
+    else:
+        journal.write("FAILED", uid, repr(error).replace("\n", " "))

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from broker_crash_child import DURABLE, QUEUE, SHARED, SUBS_OF
-from crash_helpers import crash_cycles, kill_at_random, read_journal, start_child, stderr_of
+from crash_helpers import crash_cycles, crash_journals
 from jmsstore.broker import JMSServer
 
 SCRIPT = "broker_crash_child.py"
@@ -192,18 +192,8 @@ def test_broker_sigkill_loses_nothing_and_delivers_once_or_redelivered(tmp_path:
     rng = random.Random(int(os.environ.get("JMSSTORE_CRASH_SEED", "20261122")))
     history = History()
     n = crash_cycles(20, 200)
-    for cycle in range(n):
-        journal = tmp_path / f"journal-{cycle:04d}.log"
-        kill_at_random(SCRIPT, directory, journal, cycle, rng)
-        history.apply(cycle, read_journal(journal))
-    journal = tmp_path / f"journal-{n:04d}.log"
-    proc = start_child(SCRIPT, directory, journal, n, rng.getrandbits(32), drain=True)
-    try:
-        proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0, f"the drain run failed: {proc.returncode} {stderr_of(journal)}"
-    history.apply(n, read_journal(journal))
+    for cycle, journal in enumerate(crash_journals(SCRIPT, directory, tmp_path, n, rng)):
+        history.apply(cycle, journal)
     assert history.drained is not None, "the drain run did not finish"
     assert history.drained["left"] == {QUEUE: 0, DURABLE: 0, SHARED: 0}, history.drained
     history.check()

@@ -35,7 +35,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crash_helpers import crash_cycles, kill_at_random, read_journal, start_child, stderr_of
+from crash_helpers import crash_cycles, crash_journals
 
 SCRIPT = "uoo_crash_child.py"
 
@@ -146,19 +146,7 @@ def test_units_of_order_survive_sigkill_in_order_and_once_or_redelivered(tmp_pat
     directory = tmp_path / "server"
     rng = random.Random(int(os.environ.get("JMSSTORE_CRASH_SEED", "20261126")))
     n = crash_cycles(6, 100)
-    journals: list[list[str]] = []
-    for cycle in range(n):
-        journal = tmp_path / f"journal-{cycle:04d}.log"
-        kill_at_random(SCRIPT, directory, journal, cycle, rng)
-        journals.append(read_journal(journal))
-    journal = tmp_path / f"journal-{n:04d}.log"
-    proc = start_child(SCRIPT, directory, journal, n, rng.getrandbits(32), drain=True)
-    try:
-        proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0, f"the drain run failed: {proc.returncode} {stderr_of(journal)}"
-    journals.append(read_journal(journal))
+    journals = list(crash_journals(SCRIPT, directory, tmp_path, n, rng))
 
     replay = Replay(stored_units(journals))
     for cycle, lines in enumerate(journals):

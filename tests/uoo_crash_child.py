@@ -43,7 +43,7 @@ import threading
 import time
 from typing import Any
 
-from crash_helpers import Journal, die_on_thread_error
+from crash_helpers import Journal, die_on_thread_error, journal_send_outcome
 from jmsstore.broker import AckMode, Connection, JMSServer, Message, MessageConsumer, Session
 
 QUEUE = "Q"
@@ -98,11 +98,7 @@ class Producer:
             time.sleep(self.rng.uniform(0, 0.003))
 
     def completed(self, message: Message, error: BaseException | None) -> None:
-        uid = message.get_property("uid")
-        if error is None:
-            self.journal.write("SENT", uid)
-        else:
-            self.journal.write("FAILED", uid, repr(error).replace("\n", " "))
+        journal_send_outcome(self.journal, message, error)
         self.outstanding.release()
 
 
