@@ -146,12 +146,21 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="brokers, stomp, matrix --brokers: apt-get RabbitMQ and ActiveMQ when they are missing (root)",
     )
+    parser.add_argument(
+        "--client",
+        choices=["stomp.py", "native", "both"],
+        default="both",
+        help="stomp: the STOMP client that drives the servers: stomp.py, the compiled jmsstore-stomp-load "
+        "(built with cargo from this checkout), or both (default)",
+    )
     parser.add_argument("--no-engine", action="store_true", help="skip building/running the native-thread example")
     args = parser.parse_args(argv)
     if args.scale <= 0:
         parser.error("--scale must be positive")
     if args.brokers and args.suite != "matrix":
         parser.error("--brokers is an option of the matrix (the brokers suite always runs them)")
+    if args.client != "both" and args.suite != "stomp":
+        parser.error("--client is an option of the stomp suite")
     if args.install and args.suite == "matrix" and not args.brokers:
         parser.error("--install with the matrix needs --brokers")
     pin_python = None
@@ -179,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             "pin_python": pin_python,
             "install": args.install,
             "brokers": args.brokers,
+            "clients": ["stomp.py", "native"] if args.client == "both" else [args.client],
         },
     )
     with ctx:

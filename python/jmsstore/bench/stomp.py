@@ -1,8 +1,7 @@
 """The stomp suite: ``jmsstore serve`` against ActiveMQ Classic and RabbitMQ
-(its STOMP plugin), the same stomp.py client code for all three, over
-loopback.
+(its STOMP plugin), the same client code for all three, over loopback.
 
-``python -m bench stomp [--install] [--quick]``: the three servers are
+``python -m bench stomp [--install] [--quick] [--client stomp.py|native|both]``: the three servers are
 started for the run, each as a process of its own on 127.0.0.1 from
 scratch directories, and always stopped at its end (also on an error or
 Ctrl-C); ``--install`` apt-gets the missing Debian packages (root), and a
@@ -15,6 +14,14 @@ connection; consumers ``client-individual``, an ACK per message,
 prefetch 128; the clock runs from releasing the threads to the last
 receive (:func:`bench.broker.drive`). Modes: ``persistent`` (a receipt per
 SEND, waited for) and ``non-persistent`` (no receipts).
+
+Two clients send the same frames (``--client``, default both):
+``stomp.py``, the Python library the issue names, whose process costs
+40-240 µs of CPU per message on Python threads that share one core, so
+that against a fast server the client sets the pace; and ``native``,
+``jmsstore-stomp-load`` (:mod:`bench.peers.stomp_load`), native threads
+costing a few µs per message, built with cargo from this checkout, so
+that the servers set it. The goals are reported for each.
 
 CPU per message is the server process's (``/proc/<pid>/stat`` utime +
 stime: the ``jmsstore serve`` process, RabbitMQ's ``beam.smp``,
@@ -36,14 +43,16 @@ to compare a change with the code before it in the same run.
 
 from __future__ import annotations
 
+import itertools
 import os
+from pathlib import Path
 from typing import Any
 
 from jmsstore.bench import bodies
 from jmsstore.bench.broker import drive
 from jmsstore.bench.brokers import REASON_WIDTH, Peers, range_text, servers_table, spread
-from jmsstore.bench.harness import Context, median, ratio
-from jmsstore.bench.peers import servers, stomp_servers
+from jmsstore.bench.harness import REPO_DIR, Context, median, ratio
+from jmsstore.bench.peers import servers, stomp_load, stomp_servers
 from jmsstore.table import cell
 
 BODY_BYTES = 1024
@@ -54,6 +63,10 @@ BASELINE = "jmsstore-baseline"
 PRODUCER_COUNTS = [1, 4, 16]
 QUICK_PRODUCERS = [1, 4]
 GOAL_RATIO = 2.0
+CLIENTS = ["stomp.py", "native"]
+# The native client moves this many times the messages per run: its runs
+# are that much shorter, and CPU is counted in 10 ms ticks.
+NATIVE_MESSAGES = 3
 
 
 class StompPeers(Peers):
@@ -90,8 +103,79 @@ class StompPeers(Peers):
             st["settings"]["pythonpath"] = self.baseline
 
 
-def measure(peers: StompPeers, system: str, mode: str, producers: int, per: int, body: bytes, cap: float) -> Any:
+def measure_native(
+    peers: StompPeers, system: str, mode: str, producers: int, per: int, body: bytes, cap: float, tool: NativeTool
+) -> Any:
+    """One run of the compiled client: P producers + P consumers until every message sent is received."""
+    if tool.binary is None:
+        return {"system": system, "mode": mode, "client": "native", "cannot": tool.reason}
+    server = peers.servers[system]
+    client = stomp_servers.StompClient(server, mode, body)  # its fresh queue, and what is left on it afterwards
+    run = stomp_load.run(
+        tool.binary,
+        port=client.port,
+        destination=client.destination,
+        mode=mode,
+        producers=producers,
+        consumers=producers,
+        messages=producers * per,
+        body_file=tool.body_file,
+        prefetch=stomp_servers.PREFETCH,
+        cap=cap,
+        server_cpu_seconds=server.cpu_seconds,
+        login=stomp_servers.LOGIN,
+    )
+    run["remaining"] = client.remaining()
+    run["send_errors"] = 0  # a send that failed ends the tool's run with an error instead
+    n = run["received"]
+    run.update(
+        system=system,
+        mode=mode,
+        client="native",
+        client_cpu_s=run["cpu_s"],
+        server_cpu_us_per_message=run["server_cpu_s"] / n * 1e6 if n else None,
+        client_cpu_us_per_message=run["cpu_s"] / n * 1e6 if n else None,
+    )
+    return run
+
+
+class NativeTool:
+    """The compiled client of a run: its binary (None: ``reason`` says why
+    not) and the file of the body it sends and checks."""
+
+    def __init__(self, ctx: Context, body: bytes, wanted: bool) -> None:
+        self.binary: Path | None = None
+        self.reason = "not asked for (--client)"
+        self.body_file = ctx.scratch / "stomp-body.bin"
+        self.build: dict[str, Any] = {}
+        if not wanted:
+            return
+        self.body_file.write_bytes(body)
+        ctx.step(f"building {stomp_load.CRATE} (cargo build --release -p {stomp_load.CRATE})")
+        self.build = stomp_load.build(REPO_DIR, timeout=300)
+        if self.build["status"] == "unavailable":
+            self.reason = f"{stomp_load.CRATE} cannot be built: {self.build['build_error']}"
+        else:
+            self.binary = Path(self.build["binary"])
+            if self.build["status"] == "stale":
+                ctx.note(f"{stomp_load.CRATE}: the build failed ({self.build['build_error']}), using the old binary")
+
+
+def measure(
+    peers: StompPeers,
+    system: str,
+    mode: str,
+    producers: int,
+    per: int,
+    body: bytes,
+    cap: float,
+    client_name: str = "stomp.py",
+    tool: NativeTool | None = None,
+) -> Any:
     """One run: P producers + P consumers over STOMP until every message sent is received."""
+    if client_name == "native":
+        assert tool is not None
+        return measure_native(peers, system, mode, producers, per, body, cap, tool)
     client = stomp_servers.StompClient(peers.servers[system], mode, body)
     client.expect(2 * producers, producers * per)
     run = drive(client, producers, producers, per, cap)
@@ -102,6 +186,7 @@ def measure(peers: StompPeers, system: str, mode: str, producers: int, per: int,
     run.update(
         system=system,
         mode=mode,
+        client="stomp.py",
         server_cpu_s=server_cpu,
         client_cpu_s=run["cpu_s"],
         server_cpu_us_per_message=server_cpu / n * 1e6 if n else None,
@@ -110,8 +195,16 @@ def measure(peers: StompPeers, system: str, mode: str, producers: int, per: int,
     return run
 
 
-def _summarise(system: str, mode: str, producers: int, runs: list[dict[str, Any]], ours: list[Any]) -> dict[str, Any]:
-    row: dict[str, Any] = {"system": system, "mode": mode, "producers": producers, "consumers": producers}
+def _summarise(
+    system: str, mode: str, client: str, producers: int, runs: list[dict[str, Any]], ours: list[Any]
+) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "system": system,
+        "mode": mode,
+        "client": client,
+        "producers": producers,
+        "consumers": producers,
+    }
     row["rounds"] = runs
     ok = [r for r in runs if "error" not in r and "cannot" not in r]
     if not ok:
@@ -150,6 +243,7 @@ def run(ctx: Context) -> None:
     if "jmsstore" not in systems:
         systems.insert(0, "jmsstore")  # the quotients need ours
     modes = [m for m in MODES if m in only] or list(MODES)
+    clients = ctx.options.get("clients") or list(CLIENTS)
     counts = ctx.options.get("threads") or (QUICK_PRODUCERS if ctx.quick else PRODUCER_COUNTS)
     n = ctx.n(200, 4000, minimum=max(counts))
     rounds_n = 1 if ctx.quick else 3
@@ -160,9 +254,12 @@ def run(ctx: Context) -> None:
         "body_bytes": BODY_BYTES,
         "messages": n,
         "messages_per_producer_count": {str(p): n // p * p for p in counts},
+        "native_messages_per_producer_count": {str(p): n * NATIVE_MESSAGES // p * p for p in counts},
         "producer_counts": counts,
         "consumers": "as many as producers; every producer and consumer its own STOMP connection",
         "client": f"stomp.py {stomp_servers.client_version()}, STOMP 1.2, the same code for every server",
+        "clients": clients,
+        "native_client": f"{stomp_load.CRATE} (rust/{stomp_load.CRATE}): native threads, the same frames",
         "ack": f"client-individual, an ACK per message, prefetch {stomp_servers.PREFETCH} (activemq.prefetchSize "
         "and prefetch-count)",
         "systems": systems,
@@ -178,100 +275,125 @@ def run(ctx: Context) -> None:
         "rotates by round); medians over the rounds with min-max ranges; vs jmsstore: median of per-round "
         "quotients",
         "goal": f"jmsstore >= {GOAL_RATIO:g}x the faster peer of the round at every producer count, and less "
-        "server CPU per message than either",
+        "server CPU per message than either (for each client)",
     }
+    tool = NativeTool(ctx, body, "native" in clients)
+    ctx.settings["stomp"]["native_build"] = tool.build
     peer_names = [s for s in systems if s in PEERS]
     rows: list[dict[str, Any]] = []
     peers = StompPeers(ctx, systems, install, baseline)
     try:
         with peers:
             for producers in counts:
-                per = n // producers
-                runs: dict[tuple[str, str], list[dict[str, Any]]] = {(s, m): [] for s in systems for m in modes}
-                for i in range(rounds_n):
-                    order = systems[i % len(systems) :] + systems[: i % len(systems)]
+                for client in clients:
+                    per = n * (NATIVE_MESSAGES if client == "native" else 1) // producers
+                    runs = _rounds(ctx, peers, systems, modes, client, producers, per, body, cap, rounds_n, tool)
                     for mode in modes:
-                        for system in order:
-                            r: dict[str, Any]
-                            if not peers.available(system):
-                                r = {"system": system, "mode": mode, "cannot": peers.reason(system)}
-                            else:
-                                ctx.step(
-                                    f"{producers}+{producers}, round {i + 1}/{rounds_n}: {mode}, {system}, "
-                                    f"{per * producers:,} messages"
-                                )
-                                try:
-                                    r = measure(peers, system, mode, producers, per, body, cap)
-                                except Exception as e:  # reported in its row, the run goes on
-                                    r = {"system": system, "mode": mode, "error": repr(e)}
-                                    ctx.note(f"{system} {mode} {producers}+{producers} round {i + 1}: {e!r}")
-                                else:
-                                    ctx.step(
-                                        f"  {r['received']:,} received, {r['rate']:,.0f} msg/s, server "
-                                        f"{r['server_cpu_us_per_message'] or 0:.0f} us/msg"
-                                    )
-                            runs[(system, mode)].append(r)
-                for mode in modes:
-                    ours = list(runs[("jmsstore", mode)])
-                    for system in systems:
-                        rows.append(_summarise(system, mode, producers, runs[(system, mode)], ours))
+                        ours = list(runs[("jmsstore", mode)])
+                        for system in systems:
+                            rows.append(_summarise(system, mode, client, producers, runs[(system, mode)], ours))
     finally:
         ctx.results["stomp"] = {"rows": rows, "servers": peers.status}
     _goals(ctx, rows, peer_names, counts, modes)
     _report(ctx, rows, peers, rounds_n)
 
 
+def _rounds(
+    ctx: Context,
+    peers: StompPeers,
+    systems: list[str],
+    modes: list[str],
+    client: str,
+    producers: int,
+    per: int,
+    body: bytes,
+    cap: float,
+    rounds_n: int,
+    tool: NativeTool,
+) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """The rounds of one producer count and client: every mode on every server, the order rotating by round."""
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {(s, m): [] for s in systems for m in modes}
+    for i in range(rounds_n):
+        order = systems[i % len(systems) :] + systems[: i % len(systems)]
+        for mode in modes:
+            for system in order:
+                r: dict[str, Any]
+                if not peers.available(system):
+                    r = {"system": system, "mode": mode, "client": client, "cannot": peers.reason(system)}
+                else:
+                    ctx.step(
+                        f"{producers}+{producers}, {client} client, round {i + 1}/{rounds_n}: {mode}, {system}, "
+                        f"{per * producers:,} messages"
+                    )
+                    try:
+                        r = measure(peers, system, mode, producers, per, body, cap, client, tool)
+                    except Exception as e:  # reported in its row, the run goes on
+                        r = {"system": system, "mode": mode, "client": client, "error": repr(e)}
+                        ctx.note(f"{system} {mode} {producers}+{producers} {client} round {i + 1}: {e!r}")
+                    else:
+                        if "cannot" not in r:
+                            ctx.step(
+                                f"  {r['received']:,} received, {r['rate']:,.0f} msg/s, server "
+                                f"{r['server_cpu_us_per_message'] or 0:.0f} us/msg"
+                            )
+                runs[(system, mode)].append(r)
+    return runs
+
+
 def _goals(
     ctx: Context, rows: list[dict[str, Any]], peer_names: list[str], counts: list[int], modes: list[str]
 ) -> None:
-    """Per producer count and mode: ours over the faster peer (per round, median), and server CPU."""
+    """Per client, producer count and mode: ours over the faster peer (per round, median), and server CPU."""
     summary = []
-    for producers in counts:
-        for mode in modes:
-            by = {r["system"]: r for r in rows if r["producers"] == producers and r["mode"] == mode}
-            ours = by.get("jmsstore")
-            if ours is None or ours.get("rate") is None:
-                continue
-            present = [by[p] for p in peer_names if by.get(p, {}).get("rate") is not None]
-            if not present:
-                continue
-            quotients = []
-            for i, o in enumerate(ours["rounds"]):
-                peer_rates = [p["rounds"][i].get("rate") for p in present]
-                best = max((x for x in peer_rates if x is not None), default=None)
-                quotients.append(ratio(o.get("rate"), best))
-            over = median(quotients)
-            faster = max(present, key=lambda p: p["rate"])
-            cpu_least = min(p["server_cpu_us_per_message"] for p in present)
-            entry = {
-                "producers": producers,
-                "mode": mode,
-                "faster_peer": faster["system"],
-                "over_faster_peer_rounds": quotients,
-                "over_faster_peer": over,
-                "server_cpu_us_per_message": ours["server_cpu_us_per_message"],
-                "least_peer_server_cpu_us_per_message": cpu_least,
-            }
-            summary.append(entry)
-            label = f"{mode}, {producers}+{producers}: jmsstore / faster peer"
-            ctx.goal("stomp", label, "ratio", over, ">=", GOAL_RATIO)
-            ctx.goal(
-                "stomp",
-                f"{mode}, {producers}+{producers}: least peer server CPU / ours",
-                "ratio",
-                ratio(cpu_least, ours["server_cpu_us_per_message"]),
-                ">=",
-                1.0,
-            )
+    for client, producers, mode in itertools.product(CLIENTS, counts, modes):
+        by = {
+            r["system"]: r for r in rows if r["producers"] == producers and r["mode"] == mode and r["client"] == client
+        }
+        ours = by.get("jmsstore")
+        if ours is None or ours.get("rate") is None:
+            continue
+        present = [by[p] for p in peer_names if by.get(p, {}).get("rate") is not None]
+        if not present:
+            continue
+        quotients = []
+        for i, o in enumerate(ours["rounds"]):
+            peer_rates = [p["rounds"][i].get("rate") for p in present]
+            best = max((x for x in peer_rates if x is not None), default=None)
+            quotients.append(ratio(o.get("rate"), best))
+        over = median(quotients)
+        faster = max(present, key=lambda p: p["rate"])
+        cpu_least = min(p["server_cpu_us_per_message"] for p in present)
+        entry = {
+            "client": client,
+            "producers": producers,
+            "mode": mode,
+            "faster_peer": faster["system"],
+            "over_faster_peer_rounds": quotients,
+            "over_faster_peer": over,
+            "server_cpu_us_per_message": ours["server_cpu_us_per_message"],
+            "least_peer_server_cpu_us_per_message": cpu_least,
+        }
+        summary.append(entry)
+        which = f"{mode}, {producers}+{producers}" + ("" if client == "stomp.py" else f", {client} client")
+        ctx.goal("stomp", f"{which}: jmsstore / faster peer", "ratio", over, ">=", GOAL_RATIO)
+        ctx.goal(
+            "stomp",
+            f"{which}: least peer server CPU / ours",
+            "ratio",
+            ratio(cpu_least, ours["server_cpu_us_per_message"]),
+            ">=",
+            1.0,
+        )
     ctx.results["stomp"]["goals"] = summary
 
 
 def _report(ctx: Context, rows: list[dict[str, Any]], peers: Peers, rounds_n: int) -> None:
     servers_table(ctx, peers)
     ctx.table(
-        "Over STOMP: 1 KiB, a queue, P producers + P consumers (stomp.py, a connection each), client-individual ACKs",
+        "Over STOMP: 1 KiB, a queue, P producers + P consumers (a connection each), client-individual ACKs",
         [
             "P",
+            "client",
             "mode",
             "server",
             "msg/s",
@@ -287,6 +409,7 @@ def _report(ctx: Context, rows: list[dict[str, Any]], peers: Peers, rounds_n: in
         [
             [
                 r["producers"],
+                r["client"],
                 r["mode"],
                 r["system"],
                 r.get("rate"),
@@ -304,6 +427,7 @@ def _report(ctx: Context, rows: list[dict[str, Any]], peers: Peers, rounds_n: in
         footer="\n".join(
             [
                 "persistent: persistent:true, a receipt per SEND waited for; non-persistent: neither;",
+                "client: stomp.py (Python threads) or native (jmsstore-stomp-load, the same frames);",
                 "vs jmsstore: rate / ours in the same round (median of the per-round quotients);",
                 "server CPU: the server process only (jmsstore serve / beam.smp / java), per message received;",
                 f"{rounds_n} round(s), medians; ranges min-max over the rounds.",

@@ -1,10 +1,8 @@
 """The engine without Python: the Rust example ``put_load`` (native threads).
 
 ``cargo build --release --example put_load`` is run once per benchmark run
-(a no-op when up to date). If cargo is missing or the build fails (e.g. the
-target directory is locked by someone else's long build and the timeout
-passes) an existing binary is used and that is reported; without one the
-engine rows are marked unavailable.
+(:func:`bench.peers.cargo.build`); without a binary the engine rows are
+marked unavailable.
 """
 
 from __future__ import annotations
@@ -15,6 +13,8 @@ import subprocess
 import time
 from pathlib import Path
 from typing import Any
+
+from jmsstore.bench.peers import cargo
 
 EXAMPLE = "put_load"
 # "16 threads DirectWrite: 47768 puts/s, avg batch 6.7, syncs/record 0.148; raw at that batch 80522/s; ratio 0.59"
@@ -35,34 +35,7 @@ def build(repo: Path | None, timeout: float) -> dict[str, Any]:
     """Builds the example; returns {"status": "ok"|"stale"|"unavailable", ...}.
     ``repo`` None: the harness is installed, not run from a checkout, so there
     is nothing to build."""
-    if repo is None:
-        return {"status": "unavailable", "binary": None, "build_seconds": None, "build_error": "not a source checkout"}
-    exe = binary(repo)
-    cargo = shutil.which("cargo")
-    info: dict[str, Any] = {"binary": str(exe), "build_seconds": None, "build_error": None}
-    if cargo is None:
-        info["build_error"] = "cargo not on PATH"
-    else:
-        t0 = time.perf_counter()
-        try:
-            out = subprocess.run(
-                [cargo, "build", "--release", "--example", EXAMPLE],
-                cwd=repo,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-            )
-            if out.returncode != 0:
-                info["build_error"] = out.stderr.strip().splitlines()[-1:] or ["cargo failed"]
-                info["build_error"] = info["build_error"][0]
-        except subprocess.TimeoutExpired:
-            info["build_error"] = f"cargo build did not finish in {timeout:.0f} s"
-        info["build_seconds"] = round(time.perf_counter() - t0, 2)
-    if exe.exists():
-        info["status"] = "ok" if info["build_error"] is None else "stale"
-    else:
-        info["status"] = "unavailable"
-    return info
+    return cargo.build(repo, ["--example", EXAMPLE], binary(repo) if repo is not None else None, timeout)
 
 
 def run(
