@@ -282,6 +282,7 @@ _MessageFields: TypeAlias = tuple[
 ]
 
 def read_message(data: bytes) -> _MessageFields | None: ...
+def write_nowait(fd: int, data: bytes) -> int: ...
 def write_message(
     fixed: tuple[int, int, int, int, int, int, int, int],
     message_id: str | None,

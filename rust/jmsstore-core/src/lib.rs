@@ -10,7 +10,9 @@
 //!   for tools and Spark;
 //! - [`background`]: how the engine starts its own threads;
 //! - [`broker`]: the broker's per-message work (ledgers, delivery records,
-//!   wake-ups) for the Python JMS server above it.
+//!   wake-ups) for the Python JMS server above it;
+//! - [`nowait`]: socket writes that never wait, for the STOMP server's
+//!   completion thread.
 
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
@@ -23,6 +25,7 @@ pub mod codec;
 pub mod error;
 pub mod fs;
 pub mod inspect;
+pub mod nowait;
 pub mod pager;
 pub mod store;
 

@@ -25,6 +25,7 @@ mod completion;
 mod errors;
 mod inspect;
 mod message;
+mod nowait;
 mod pager;
 mod progress;
 mod store;
@@ -52,6 +53,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(inspect::read_segment, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::live, m)?)?;
     m.add_function(wrap_pyfunction!(message::read_message, m)?)?;
+    m.add_function(wrap_pyfunction!(nowait::write_nowait, m)?)?;
     m.add_function(wrap_pyfunction!(message::write_message, m)?)?;
     m.add_function(wrap_pyfunction!(pager::check_order, m)?)?;
     m.add_function(wrap_pyfunction!(codec::compress, m)?)?;

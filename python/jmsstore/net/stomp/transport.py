@@ -13,6 +13,7 @@ from the outgoing buffer sends them before anyone else takes more.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import ssl
 import threading
@@ -41,7 +42,15 @@ def client_tls_context(cafile: str | None = None) -> ssl.SSLContext:
 
 
 class PlainTransport:
-    """A TCP socket as it is."""
+    """A TCP socket as it is.
+
+    A socket with a timeout makes every ``recv`` and ``send`` a ``poll``
+    and then the call, each giving up the GIL; in a server whose threads
+    hand the GIL over at each of them, that is a thread switch more per
+    frame. So a read or write is first tried once directly on the
+    descriptor (a socket with a timeout is non-blocking underneath), and
+    only one that would block goes through the socket, waiting as its
+    timeout says."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -56,11 +65,19 @@ class PlainTransport:
 
     def recv(self, size: int) -> bytes | None:
         """Bytes received (``b""``: none yet); None once the peer has closed."""
-        data = self.sock.recv(size)
+        try:
+            data = os.read(self.sock.fileno(), size)  # -1 once closed: EBADF, as recv raises
+        except BlockingIOError:
+            data = self.sock.recv(size)  # waits as the socket's timeout says
         return data if data else None
 
     def sendall(self, data: bytes) -> None:
-        self.sock.sendall(data)
+        try:
+            written = os.write(self.sock.fileno(), data)
+        except BlockingIOError:
+            written = 0
+        if written < len(data):
+            self.sock.sendall(memoryview(data)[written:])  # waits as the socket's timeout says
 
     def shutdown(self) -> None:
         with contextlib.suppress(OSError):
