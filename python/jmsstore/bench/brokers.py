@@ -48,6 +48,7 @@ import shutil
 import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from jmsstore.bench import bodies
@@ -333,6 +334,43 @@ def _summarise(
     return row
 
 
+def interleaved_rounds(
+    ctx: Context,
+    systems: list[str],
+    modes: list[str],
+    rounds_n: int,
+    measure_one: Callable[[str, str], dict[str, Any]],
+    *,
+    available: Callable[[str], bool],
+    reason: Callable[[str], str],
+    what: str,
+    messages: int,
+    row: dict[str, Any],
+) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Runs ``measure_one(system, mode)`` in rounds: in each, every mode on
+    every system in turn, the systems' order rotating by round, so that a
+    machine's drift falls on all alike. A system that cannot be had gets
+    its reason, a run that raises its error, in its row (with ``row``'s
+    fields); the rounds go on."""
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {(s, m): [] for s in systems for m in modes}
+    for i in range(rounds_n):
+        order = systems[i % len(systems) :] + systems[: i % len(systems)]
+        for mode in modes:
+            for system in order:
+                r: dict[str, Any]
+                if not available(system):
+                    r = {"system": system, "mode": mode, **row, "cannot": reason(system)}
+                else:
+                    ctx.step(f"{what}, round {i + 1}/{rounds_n}: {mode}, {system}, {messages:,} messages")
+                    try:
+                        r = measure_one(system, mode)
+                    except Exception as e:  # reported in its row, the run goes on
+                        r = {"system": system, "mode": mode, **row, "error": repr(e)}
+                        ctx.note(f"{system} {mode} {what} round {i + 1}: {e!r}")
+                runs[(system, mode)].append(r)
+    return runs
+
+
 def run(ctx: Context) -> None:
     only = ctx.options.get("only") or []
     unknown = sorted(set(only) - set(SYSTEMS) - set(MODES))
@@ -375,25 +413,22 @@ def run(ctx: Context) -> None:
         with peers:
             for threads in counts:
                 per = n // threads
-                runs: dict[tuple[str, str], list[dict[str, Any]]] = {(s, m): [] for s in systems for m in modes}
-                for i in range(rounds_n):
-                    order = systems[i % len(systems) :] + systems[: i % len(systems)]
-                    for mode in modes:
-                        for system in order:
-                            r: dict[str, Any]
-                            if system in PEERS and not peers.available(system):
-                                r = {"system": system, "mode": mode, "threads": threads, "cannot": peers.reason(system)}
-                            else:
-                                ctx.step(
-                                    f"{threads}+{threads} threads, round {i + 1}/{rounds_n}: {mode}, {system}, "
-                                    f"{per * threads:,} messages"
-                                )
-                                try:
-                                    r = measure(ctx, peers, system, mode, threads, per, body, cap)
-                                except Exception as e:  # reported in its row, the run goes on
-                                    r = {"system": system, "mode": mode, "threads": threads, "error": repr(e)}
-                                    ctx.note(f"{system} {mode} {threads}+{threads} round {i + 1}: {e!r}")
-                            runs[(system, mode)].append(r)
+
+                def one(system: str, mode: str, threads: int = threads, per: int = per) -> dict[str, Any]:
+                    return measure(ctx, peers, system, mode, threads, per, body, cap)
+
+                runs = interleaved_rounds(
+                    ctx,
+                    systems,
+                    modes,
+                    rounds_n,
+                    one,
+                    available=lambda system: system not in PEERS or peers.available(system),
+                    reason=peers.reason,
+                    what=f"{threads}+{threads} threads",
+                    messages=per * threads,
+                    row={"threads": threads},
+                )
                 for mode in modes:
                     ours_runs: list[dict[str, Any] | None] = [None] * rounds_n
                     if ("jmsstore", mode) in runs:

@@ -50,7 +50,7 @@ from typing import Any
 
 from jmsstore.bench import bodies
 from jmsstore.bench.broker import drive
-from jmsstore.bench.brokers import REASON_WIDTH, Peers, range_text, servers_table, spread
+from jmsstore.bench.brokers import REASON_WIDTH, Peers, interleaved_rounds, range_text, servers_table, spread
 from jmsstore.bench.harness import REPO_DIR, Context, median, ratio
 from jmsstore.bench.peers import servers, stomp_load, stomp_servers
 from jmsstore.table import cell
@@ -311,33 +311,29 @@ def _rounds(
     rounds_n: int,
     tool: NativeTool,
 ) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """The rounds of one producer count and client: every mode on every server, the order rotating by round."""
-    runs: dict[tuple[str, str], list[dict[str, Any]]] = {(s, m): [] for s in systems for m in modes}
-    for i in range(rounds_n):
-        order = systems[i % len(systems) :] + systems[: i % len(systems)]
-        for mode in modes:
-            for system in order:
-                r: dict[str, Any]
-                if not peers.available(system):
-                    r = {"system": system, "mode": mode, "client": client, "cannot": peers.reason(system)}
-                else:
-                    ctx.step(
-                        f"{producers}+{producers}, {client} client, round {i + 1}/{rounds_n}: {mode}, {system}, "
-                        f"{per * producers:,} messages"
-                    )
-                    try:
-                        r = measure(peers, system, mode, producers, per, body, cap, client, tool)
-                    except Exception as e:  # reported in its row, the run goes on
-                        r = {"system": system, "mode": mode, "client": client, "error": repr(e)}
-                        ctx.note(f"{system} {mode} {producers}+{producers} {client} round {i + 1}: {e!r}")
-                    else:
-                        if "cannot" not in r:
-                            ctx.step(
-                                f"  {r['received']:,} received, {r['rate']:,.0f} msg/s, server "
-                                f"{r['server_cpu_us_per_message'] or 0:.0f} us/msg"
-                            )
-                runs[(system, mode)].append(r)
-    return runs
+    """The rounds of one producer count and client (:func:`bench.brokers.interleaved_rounds`)."""
+
+    def one(system: str, mode: str) -> dict[str, Any]:
+        r: dict[str, Any] = measure(peers, system, mode, producers, per, body, cap, client, tool)
+        if "cannot" not in r:
+            ctx.step(
+                f"  {r['received']:,} received, {r['rate']:,.0f} msg/s, server "
+                f"{r['server_cpu_us_per_message'] or 0:.0f} us/msg"
+            )
+        return r
+
+    return interleaved_rounds(
+        ctx,
+        systems,
+        modes,
+        rounds_n,
+        one,
+        available=peers.available,
+        reason=peers.reason,
+        what=f"{producers}+{producers}, {client} client",
+        messages=per * producers,
+        row={"client": client},
+    )
 
 
 def _goals(
