@@ -283,6 +283,9 @@ _MessageFields: TypeAlias = tuple[
 
 def read_message(data: bytes) -> _MessageFields | None: ...
 def write_nowait(fd: int, data: bytes) -> int: ...
+def scan_head(
+    buffer: bytearray, start: int, max_frame_bytes: int, max_line_bytes: int, max_headers: int
+) -> tuple[int, int, str, list[tuple[str, str]], int] | None: ...
 def write_message(
     fixed: tuple[int, int, int, int, int, int, int, int],
     message_id: str | None,

@@ -12,7 +12,9 @@
 //! - [`broker`]: the broker's per-message work (ledgers, delivery records,
 //!   wake-ups) for the Python JMS server above it;
 //! - [`nowait`]: socket writes that never wait, for the STOMP server's
-//!   completion thread.
+//!   completion thread;
+//! - [`stomp_head`]: the plain case of reading a STOMP frame's head, for
+//!   the STOMP server's frame parser.
 
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
@@ -27,6 +29,7 @@ pub mod fs;
 pub mod inspect;
 pub mod nowait;
 pub mod pager;
+pub mod stomp_head;
 pub mod store;
 
 pub use error::{Error, ErrorKind, Result};

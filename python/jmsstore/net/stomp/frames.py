@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from jmsstore import _args
+from jmsstore._native import scan_head
 from jmsstore.errors import JmsStoreError
 
 __all__ = [
@@ -365,6 +366,19 @@ class FrameParser:
         head has been read in part already."""
         if self._command is not None:
             return False
+        limits = self.limits
+        # The plain case natively; anything else (and every error) is read below.
+        plain = scan_head(
+            self._buffer, self._line_start, limits.max_frame_bytes, limits.max_header_line_bytes, limits.max_headers
+        )
+        if plain is not None:
+            heartbeats, start, command, headers, body_start = plain
+            self.heartbeats += heartbeats
+            self._frame_start = self._line_start = self._scan = start
+            self._command = self._parse_command(command)
+            self._headers = headers
+            self._start_body(body_start)
+            return True
         buffer = self._buffer
         start = self._line_start
         while True:
@@ -387,7 +401,6 @@ class FrameParser:
         else:
             return False
         head = bytes(buffer[start:head_end])
-        limits = self.limits
         if len(head) > limits.max_header_line_bytes:
             for raw_line in head.split(b"\n"):
                 if len(raw_line) - raw_line.endswith(b"\r") > limits.max_header_line_bytes:

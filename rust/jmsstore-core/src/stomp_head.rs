@@ -1,0 +1,130 @@
+//! The common case of reading a STOMP frame's head, natively: the STOMP
+//! server's Python frame parser hands over its buffer when a frame may
+//! have arrived whole, and gets back the command and headers, or `None`
+//! for anything but the plain case (an incomplete head, a carriage
+//! return, an escape, a NUL, text that is not UTF-8, a line or header
+//! count over the limits, a header line without a name), which it then
+//! reads itself, as before, with its own checks and error messages.
+
+/// A frame head read whole.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Head {
+    /// End-of-lines before the command (heart-beats).
+    pub heartbeats: usize,
+    /// Where the command line starts.
+    pub frame_start: usize,
+    /// The command, as sent (the caller checks it).
+    pub command: String,
+    /// The headers in order, as sent (no escapes in them).
+    pub headers: Vec<(String, String)>,
+    /// Where the body starts: after the blank line ending the head.
+    pub body_start: usize,
+}
+
+/// The limits the plain case keeps within (the caller's).
+#[derive(Debug, Clone, Copy)]
+pub struct HeadLimits {
+    /// The most bytes from the command line to the frame's NUL.
+    pub max_frame_bytes: usize,
+    /// The most bytes in one line, the command line too.
+    pub max_line_bytes: usize,
+    /// The most header lines.
+    pub max_headers: usize,
+}
+
+/// Reads the head of the frame at `start` in `buf` if it is there whole
+/// and plain (see the module documentation); `None` otherwise.
+pub fn scan(buf: &[u8], start: usize, limits: HeadLimits) -> Option<Head> {
+    let mut at = start;
+    let mut heartbeats = 0;
+    loop {
+        match buf.get(at..)? {
+            [b'\n', ..] => at += 1,
+            [b'\r', b'\n', ..] => at += 2,
+            _ => break,
+        }
+        heartbeats += 1;
+    }
+    let frame_start = at;
+    let window = &buf[frame_start..buf.len().min(frame_start.saturating_add(limits.max_frame_bytes))];
+    let head_len = window.windows(2).position(|w| w == b"\n\n")?;
+    let head = &window[..head_len];
+    if head.iter().any(|&b| matches!(b, b'\r' | b'\\' | 0)) {
+        return None;
+    }
+    let text = std::str::from_utf8(head).ok()?;
+    let mut lines = text.split('\n');
+    let command = lines.next()?;
+    if command.is_empty() || command.len() > limits.max_line_bytes {
+        return None;
+    }
+    let mut headers = Vec::new();
+    for line in lines {
+        if headers.len() == limits.max_headers || line.len() > limits.max_line_bytes {
+            return None;
+        }
+        let (name, value) = line.split_once(':')?;
+        if name.is_empty() {
+            return None;
+        }
+        headers.push((name.to_owned(), value.to_owned()));
+    }
+    Some(Head { heartbeats, frame_start, command: command.to_owned(), headers, body_start: frame_start + head_len + 2 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: HeadLimits = HeadLimits { max_frame_bytes: 1 << 20, max_line_bytes: 1024, max_headers: 10 };
+
+    #[test]
+    fn a_plain_head_after_heart_beats_is_read_whole() {
+        let buf = b"xx\n\r\nSEND\ndestination:/queue/a\nreceipt:r:1\n\nbody\0";
+        let head = scan(buf, 2, LIMITS).unwrap();
+        assert_eq!(head.heartbeats, 2);
+        assert_eq!(head.frame_start, 5);
+        assert_eq!(head.command, "SEND");
+        assert_eq!(
+            head.headers,
+            vec![("destination".to_owned(), "/queue/a".to_owned()), ("receipt".to_owned(), "r:1".to_owned())]
+        );
+        assert_eq!(&buf[head.body_start..], b"body\0");
+    }
+
+    #[test]
+    fn a_head_without_headers_is_read() {
+        let head = scan(b"DISCONNECT\n\n\0", 0, LIMITS).unwrap();
+        assert_eq!((head.command.as_str(), head.headers.len(), head.body_start), ("DISCONNECT", 0, 12));
+    }
+
+    #[test]
+    fn anything_but_the_plain_case_is_left_to_the_caller() {
+        let cases: &[&[u8]] = &[
+            b"SEND\ndestination:/queue/a\n",         // incomplete
+            b"",                                     // nothing
+            b"\n\n",                                 // heart-beats only
+            b"SEND\r\ndestination:/queue/a\r\n\r\n", // CR LF lines
+            b"SEND\nname:a\\cb\n\n",                 // an escape
+            b"SEND\nna\0me:a\n\n",                   // a NUL
+            b"SEND\nname:\xff\n\n",                  // not UTF-8
+            b"SEND\nno colon\n\n",                   // no separator
+            b"SEND\n:value\n\n",                     // no name
+        ];
+        for case in cases {
+            assert_eq!(scan(case, 0, LIMITS), None, "{:?}", String::from_utf8_lossy(case));
+        }
+    }
+
+    #[test]
+    fn heads_over_the_limits_are_left_to_the_caller() {
+        let long_line = format!("SEND\nname:{}\n\n", "v".repeat(2000));
+        assert_eq!(scan(long_line.as_bytes(), 0, LIMITS), None);
+        let many: String = (0..11).map(|i| format!("h{i}:v\n")).collect();
+        assert_eq!(scan(format!("SEND\n{many}\n").as_bytes(), 0, LIMITS), None);
+        let at_limit: String = (0..10).map(|i| format!("h{i}:v\n")).collect();
+        assert_eq!(scan(format!("SEND\n{at_limit}\n").as_bytes(), 0, LIMITS).unwrap().headers.len(), 10);
+        let small_frames = HeadLimits { max_frame_bytes: 8, ..LIMITS };
+        assert_eq!(scan(b"SEND\nname:value\n\n", 0, small_frames), None);
+    }
+}

@@ -1,0 +1,51 @@
+"""The binding of the core's STOMP head scan (``scan_head``), the frame
+parser's native common case: what it converts, what it leaves to the
+Python parser, and that both ways read a frame alike."""
+
+from __future__ import annotations
+
+import pytest
+from jmsstore._native import scan_head
+from jmsstore.net.stomp.frames import CLIENT_COMMANDS, FrameError, FrameLimits, FrameParser
+
+LIMITS = (1 << 20, 1024, 100)
+
+
+def test_a_plain_head_comes_back_as_python_values() -> None:
+    buffer = bytearray(b"\n\nSEND\ndestination:/queue/a\nreceipt:r1\ncontent-length:2\n\nhi\0")
+    heartbeats, start, command, headers, body_start = scan_head(buffer, 0, *LIMITS) or pytest.fail("not read")
+    assert (heartbeats, start, command) == (2, 2, "SEND")
+    assert headers == [("destination", "/queue/a"), ("receipt", "r1"), ("content-length", "2")]
+    assert bytes(buffer[body_start:]) == b"hi\0"
+    assert buffer == bytearray(b"\n\nSEND\ndestination:/queue/a\nreceipt:r1\ncontent-length:2\n\nhi\0")  # untouched
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"SEND\ndestination:/q", b"SEND\r\ndestination:/q\r\n\r\n", b"SEND\nd:a\\cb\n\n", b"SEND\nd:\xff\n\n"],
+)
+def test_anything_but_the_plain_case_is_none(raw: bytes) -> None:
+    assert scan_head(bytearray(raw), 0, *LIMITS) is None
+
+
+def test_the_buffer_must_be_a_bytearray() -> None:
+    with pytest.raises(TypeError):
+        scan_head(b"SEND\n\n\0", 0, *LIMITS)  # type: ignore[arg-type]
+
+
+def test_the_native_and_the_python_reading_give_the_same_frames() -> None:
+    plain = b"\nSEND\ndestination:/queue/a\nreceipt:r1\n\nbody\0ACK\nid:7\n\n\0"
+    crlf = plain.replace(b"\n", b"\r\n").replace(b"body\0\r\n", b"body\0")  # CR LF lines: the Python reading
+    assert scan_head(bytearray(crlf), 0, *LIMITS) is None
+    frames = [FrameParser(commands=CLIENT_COMMANDS).feed(data) for data in (plain, crlf)]
+    assert frames[0] == frames[1]
+    assert [(f.command, f.headers, f.body) for f in frames[0]] == [
+        ("SEND", [("destination", "/queue/a"), ("receipt", "r1")], b"body"),
+        ("ACK", [("id", "7")], b""),
+    ]
+
+
+def test_an_unknown_command_in_a_plain_head_is_the_parser_s_error() -> None:
+    parser = FrameParser(FrameLimits(), commands=CLIENT_COMMANDS)
+    with pytest.raises(FrameError, match="unknown command 'SENT'"):
+        parser.feed(b"SENT\ndestination:/queue/a\n\n\0")
