@@ -44,6 +44,7 @@ import ssl
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -414,6 +415,8 @@ class StompConnection:
     def _room_for_a_receipt(self) -> bool:
         """Waits until fewer than ``max_pending_receipts`` receipts are pending,
         sending those that are done; False if a send failed (an ERROR was sent)."""
+        if not self._receipts and not self._tail:
+            return True  # nothing pending (the usual case): room, and nothing to send
         limit = self._settings.max_pending_receipts
         while not self._closed:
             with self._pending:
@@ -564,8 +567,7 @@ class StompConnection:
             try:
                 if not self._connected and frame.command not in (Command.CONNECT, Command.STOMP):
                     raise ProtocolError(f"the first frame must be CONNECT, not {frame.command}")
-                handler = getattr(self, f"_on_{frame.command.lower()}")
-                more: bool = handler(frame, headers)
+                more = _HANDLERS[frame.command](self, frame, headers)
             except (ProtocolError, FrameError, JmsStoreError) as e:
                 # The receipts of the frames before it go first, as far as they can.
                 self._wait_for_receipts(self._settings.write_timeout)
@@ -1026,3 +1028,9 @@ class StompConnection:
 
     def describe(self) -> dict[str, Any]:
         return {"peer": self.peer, "session": self.session, "client_id": self.client_id}
+
+
+# The handler of each command a client may send (the parser lets no other through).
+_HANDLERS: dict[str, Callable[[StompConnection, Frame, dict[str, str]], bool]] = {
+    command: getattr(StompConnection, f"_on_{command.lower()}") for command in CLIENT_COMMANDS
+}

@@ -37,13 +37,14 @@ class StompStatistics:
         with self._lock:
             self.connections_refused += 1
 
+    # Counted by the command as given (a Command is a str); made plain text in snapshot().
     def frame_in(self, command: str) -> None:
         with self._lock:
-            self._frames_in[str(command)] += 1
+            self._frames_in[command] += 1
 
     def frame_out(self, command: str) -> None:
         with self._lock:
-            self._frames_out[str(command)] += 1
+            self._frames_out[command] += 1
             if command == "ERROR":
                 self.errors += 1
 
@@ -71,6 +72,6 @@ class StompStatistics:
                 "logins_failed": self.logins_failed,
                 "subscriptions": subscriptions,
                 "buffered_bytes": buffered_bytes,
-                "frames_in": dict(self._frames_in),
-                "frames_out": dict(self._frames_out),
+                "frames_in": {str(command): n for command, n in self._frames_in.items()},
+                "frames_out": {str(command): n for command, n in self._frames_out.items()},
             }
