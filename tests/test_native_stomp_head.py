@@ -1,12 +1,13 @@
-"""The binding of the core's STOMP head scan (``scan_head``), the frame
-parser's native common case: what it converts, what it leaves to the
-Python parser, and that both ways read a frame alike."""
+"""The bindings of the core's STOMP head scan (``scan_head``) and plain
+frame writer (``encode_plain``), the frame parser's and encoder's native
+common cases: what they convert, what they leave to the Python code, and
+that both ways read and write a frame alike."""
 
 from __future__ import annotations
 
 import pytest
-from jmsstore._native import scan_head
-from jmsstore.net.stomp.frames import CLIENT_COMMANDS, FrameError, FrameLimits, FrameParser
+from jmsstore._native import encode_plain, scan_head
+from jmsstore.net.stomp.frames import CLIENT_COMMANDS, Command, Frame, FrameError, FrameLimits, FrameParser, encode
 
 LIMITS = (1 << 20, 1024, 100)
 
@@ -49,3 +50,31 @@ def test_an_unknown_command_in_a_plain_head_is_the_parser_s_error() -> None:
     parser = FrameParser(FrameLimits(), commands=CLIENT_COMMANDS)
     with pytest.raises(FrameError, match="unknown command 'SENT'"):
         parser.feed(b"SENT\ndestination:/queue/a\n\n\0")
+
+
+def test_a_plain_frame_is_encoded_natively_as_the_python_encoder_would() -> None:
+    headers = [("destination", "/queue/a"), ("k:\\", "line\nbreak\r")]
+    data = encode_plain("MESSAGE", headers, b"x\0y")
+    assert data == b"MESSAGE\ndestination:/queue/a\nk\\c\\\\:line\\nbreak\\r\ncontent-length:3\n\nx\0y\0"
+    # The Python encoder's own way (a bytearray body is declined natively) writes the same bytes.
+    assert encode_plain("MESSAGE", headers, bytearray(b"x\0y")) is None  # type: ignore[arg-type]
+    assert encode(Frame(Command.MESSAGE, headers, bytearray(b"x\0y"))) == data  # type: ignore[arg-type]
+    assert FrameParser().feed(data) == [Frame(Command.MESSAGE, [*headers, ("content-length", "3")], b"x\0y")]
+    # A content-length of the body's length is kept where it is, not repeated.
+    declared = [("content-length", "3"), *headers]
+    assert encode_plain("MESSAGE", declared, b"x\0y") == encode(Frame(Command.MESSAGE, declared, bytearray(b"x\0y")))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [("content-length", "2")],
+        [("content-length", "01")],
+        [("", "v")],
+        [("k", "a\0b")],
+        [("k", "\udc80")],
+        [("k", 7)],
+    ],
+)
+def test_what_the_encoder_must_check_is_declined(headers: list[tuple[str, object]]) -> None:
+    assert encode_plain("SEND", headers, b"x") is None  # type: ignore[arg-type]

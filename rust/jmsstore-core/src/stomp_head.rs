@@ -1,10 +1,18 @@
-//! The common case of reading a STOMP frame's head, natively: the STOMP
-//! server's Python frame parser hands over its buffer when a frame may
-//! have arrived whole, and gets back the command and headers, or `None`
-//! for anything but the plain case (an incomplete head, a carriage
-//! return, an escape, a NUL, text that is not UTF-8, a line or header
-//! count over the limits, a header line without a name), which it then
-//! reads itself, as before, with its own checks and error messages.
+//! The common cases of reading and writing a STOMP frame's head,
+//! natively, for the STOMP server's Python frame parser and encoder.
+//!
+//! Reading: the parser hands over its buffer when a frame may have
+//! arrived whole, and gets back the command and headers, or `None` for
+//! anything but the plain case (an incomplete head, a carriage return, an
+//! escape, a NUL, text that is not UTF-8, a line or header count over the
+//! limits, a header line without a name), which it then reads itself, as
+//! before, with its own checks and error messages.
+//!
+//! Writing: a frame of a command whose headers are escaped, with no empty
+//! header name, no NUL in a header and a `content-length` header (if it
+//! has one) giving the body's length, is written whole here, its
+//! `content-length` added where it has none; the encoder writes any
+//! other, and reports every error, itself.
 
 /// A frame head read whole.
 #[derive(Debug, PartialEq, Eq)]
@@ -72,6 +80,60 @@ pub fn scan(buf: &[u8], start: usize, limits: HeadLimits) -> Option<Head> {
     Some(Head { heartbeats, frame_start, command: command.to_owned(), headers, body_start: frame_start + head_len + 2 })
 }
 
+/// STOMP 1.2's escaping of a header name or value.
+fn escape_into(text: &str, out: &mut Vec<u8>) {
+    for &b in text.as_bytes() {
+        match b {
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b':' => out.extend_from_slice(b"\\c"),
+            _ => out.push(b),
+        }
+    }
+}
+
+/// Writes the frame `command`, `headers` (escaped), a `content-length`
+/// when `body` is not empty and the headers have none, `body` and the NUL
+/// to `out`; false, with nothing written, if a header has an empty name
+/// or holds a NUL, or a `content-length` header does not give the body's
+/// length as the encoder writes it (the caller's checks decide those).
+pub fn write_plain(command: &str, headers: &[(&str, &str)], body: &[u8], out: &mut Vec<u8>) -> bool {
+    let length = body.len().to_string();
+    let mut declared = false;
+    for (name, value) in headers {
+        if name.is_empty() || name.contains('\0') || value.contains('\0') {
+            return false;
+        }
+        if *name == "content-length" && !declared {
+            if *value != length {
+                return false;
+            }
+            declared = true;
+        }
+    }
+    out.reserve(
+        command.len() + 2 + headers.iter().map(|(n, v)| n.len() + v.len() + 2).sum::<usize>() + 32 + body.len(),
+    );
+    out.extend_from_slice(command.as_bytes());
+    out.push(b'\n');
+    for (name, value) in headers {
+        escape_into(name, out);
+        out.push(b':');
+        escape_into(value, out);
+        out.push(b'\n');
+    }
+    if !body.is_empty() && !declared {
+        out.extend_from_slice(b"content-length:");
+        out.extend_from_slice(length.as_bytes());
+        out.push(b'\n');
+    }
+    out.push(b'\n');
+    out.extend_from_slice(body);
+    out.push(0);
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,5 +188,43 @@ mod tests {
         assert_eq!(scan(format!("SEND\n{at_limit}\n").as_bytes(), 0, LIMITS).unwrap().headers.len(), 10);
         let small_frames = HeadLimits { max_frame_bytes: 8, ..LIMITS };
         assert_eq!(scan(b"SEND\nname:value\n\n", 0, small_frames), None);
+    }
+
+    #[test]
+    fn a_plain_frame_is_written_escaped_with_its_content_length() {
+        let mut out = Vec::new();
+        assert!(write_plain("MESSAGE", &[("ack", "1.2"), ("k:\\", "a\nb\rc")], b"x\0y", &mut out));
+        assert_eq!(out, b"MESSAGE\nack:1.2\nk\\c\\\\:a\\nb\\rc\ncontent-length:3\n\nx\0y\0");
+        let mut empty = Vec::new();
+        assert!(write_plain("RECEIPT", &[("receipt-id", "r1")], b"", &mut empty));
+        assert_eq!(empty, b"RECEIPT\nreceipt-id:r1\n\n\0");
+    }
+
+    #[test]
+    fn a_frame_the_caller_must_check_is_left_to_it() {
+        let mut out = Vec::new();
+        assert!(!write_plain("SEND", &[("content-length", "4")], b"abc", &mut out));
+        assert!(!write_plain("SEND", &[("content-length", "03")], b"abc", &mut out));
+        assert!(!write_plain("SEND", &[("", "v")], b"", &mut out));
+        assert!(!write_plain("SEND", &[("k", "a\0b")], b"", &mut out));
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_content_length_header_of_the_body_s_length_is_kept_and_not_repeated() {
+        let mut out = Vec::new();
+        assert!(write_plain("MESSAGE", &[("content-length", "3"), ("ack", "1")], b"abc", &mut out));
+        assert_eq!(out, b"MESSAGE\ncontent-length:3\nack:1\n\nabc\0");
+    }
+
+    #[test]
+    fn what_is_written_reads_back_the_same() {
+        let mut out = Vec::new();
+        assert!(write_plain("SEND", &[("destination", "/queue/a"), ("receipt", "r7")], b"body", &mut out));
+        let head = scan(&out, 0, LIMITS).unwrap();
+        assert_eq!(head.command, "SEND");
+        assert_eq!(head.headers[1], ("receipt".to_owned(), "r7".to_owned()));
+        assert_eq!(head.headers[2], ("content-length".to_owned(), "4".to_owned()));
+        assert_eq!(&out[head.body_start..], b"body\0");
     }
 }

@@ -56,6 +56,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(message::read_message, m)?)?;
     m.add_function(wrap_pyfunction!(nowait::write_nowait, m)?)?;
     m.add_function(wrap_pyfunction!(stomp_head::scan_head, m)?)?;
+    m.add_function(wrap_pyfunction!(stomp_head::encode_plain, m)?)?;
     m.add_function(wrap_pyfunction!(message::write_message, m)?)?;
     m.add_function(wrap_pyfunction!(pager::check_order, m)?)?;
     m.add_function(wrap_pyfunction!(codec::compress, m)?)?;

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from jmsstore import _args
-from jmsstore._native import scan_head
+from jmsstore._native import encode_plain, scan_head
 from jmsstore.errors import JmsStoreError
 
 __all__ = [
@@ -535,6 +535,11 @@ def encode(frame: Frame, *, add_content_length: bool = True) -> bytes:
     if body and command not in BODY_COMMANDS:
         raise FrameError(f"{command} frames may not have a body")
     escaped = command not in UNESCAPED_COMMANDS
+    if escaped and add_content_length:
+        # The common case natively; anything it declines (and every error) is written below.
+        data = encode_plain(command, frame.headers, body)
+        if data is not None:
+            return data
     lines = [str(command)]
     for name, value in frame.headers:
         if not name:
