@@ -685,6 +685,18 @@ def test_statistics_count_connections_frames_and_subscriptions(
     assert stats["frames_out"]["MESSAGE"] == 1 and stats["frames_out"]["RECEIPT"] == 1
     disconnect(conn, collector)
     eventually(lambda: served.statistics()["connections_open"] == 0)
+    # A closed connection's frames stay counted (once), and a new one's add to them.
+    closed = served.statistics()
+    assert closed["frames_in"]["SEND"] == 1 and closed["frames_in"]["DISCONNECT"] == 1
+    assert closed["frames_out"]["MESSAGE"] == 1 and closed["frames_out"]["CONNECTED"] == 1
+    again, collector = client()
+    again.send("/queue/stats", b"y", receipt="r2")
+    collector.wait_receipt("r2")
+    eventually(lambda: served.statistics()["frames_in"]["SEND"] == 2)
+    stats = served.statistics()
+    assert stats["frames_in"].get("CONNECT", 0) + stats["frames_in"].get("STOMP", 0) == 2
+    assert stats["frames_out"]["CONNECTED"] == 2 and stats["frames_out"]["MESSAGE"] == 1
+    disconnect(again, collector)
 
 
 def test_closing_the_server_returns_unacknowledged_messages(

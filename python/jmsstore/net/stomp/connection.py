@@ -74,7 +74,7 @@ from jmsstore.net.stomp.mapping import (
 from jmsstore.net.stomp.resources import ByteBudget, Slots
 from jmsstore.net.stomp.security import Security, User
 from jmsstore.net.stomp.settings import StompSettings
-from jmsstore.net.stomp.statistics import StompStatistics
+from jmsstore.net.stomp.statistics import FrameCounts, StompStatistics
 from jmsstore.net.stomp.subscription import ACK_MODES, Subscription
 from jmsstore.net.stomp.transport import PlainTransport, TlsTransport
 from jmsstore.selector import Selector
@@ -163,6 +163,7 @@ class StompConnection:
         self._server = server
         self._settings = server.settings
         self._stats = server.stats
+        self._frames = server.stats.frame_counts()
         self._port = server.port
         self._sock = sock
         self._transport = PlainTransport(sock) if tls is None else TlsTransport(sock, tls)
@@ -223,6 +224,11 @@ class StompConnection:
     def subscriptions(self) -> int:
         return len(self._subscriptions)
 
+    @property
+    def frames(self) -> FrameCounts:
+        """This connection's frame counters (the server retires them when it closes)."""
+        return self._frames
+
     # ------------------------------------------------------------ writing
 
     def _write(self, frame: Frame) -> None:
@@ -240,8 +246,8 @@ class StompConnection:
                 self._break()
                 raise
             self._last_write = time.monotonic()
-        for frame in frames:
-            self._stats.frame_out(frame.command)
+            for frame in frames:  # under the write lock: the counters take none of their own
+                self._frames.frame_out(frame.command)
 
     def _write_messages(self, messages: list[tuple[list[tuple[str, str]], bytes]]) -> None:
         """MESSAGE frames, all in one write."""
@@ -486,7 +492,7 @@ class StompConnection:
                     self._break()  # the reader finds the connection broken and closes it
                     return True
                 for frame in frames:
-                    self._stats.frame_out(frame.command)
+                    self._frames.frame_out(frame.command)
                 if written < len(data):
                     self._tail = data[written:]
                     return False
@@ -551,7 +557,7 @@ class StompConnection:
 
     def _handle(self, frame: Frame) -> bool:
         """Handles one frame; False: the connection ends (an ERROR was sent, or DISCONNECT)."""
-        self._stats.frame_in(frame.command)
+        self._frames.frame_in(frame.command)
         headers = frame.header_map()
         receipt_id = headers.get("receipt")
         queued = receipt_id is not None and frame.command not in (

@@ -208,6 +208,7 @@ class StompServer:
             if connection not in self._connections:
                 return
             self._connections.discard(connection)
+        self.stats.retire(connection.frames)
         self.stats.closed()
 
     def close(self) -> None:

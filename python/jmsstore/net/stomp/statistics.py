@@ -6,23 +6,59 @@ import threading
 from collections import Counter
 from typing import Any
 
-__all__ = ["StompStatistics"]
+__all__ = ["FrameCounts", "StompStatistics"]
+
+
+class FrameCounts:
+    """One connection's frames in and out, by command, kept without a lock:
+    its reader alone counts the frames in, and frames out are counted under
+    its write lock. (One server-wide lock taken for every frame was
+    contended by every connection's threads.)"""
+
+    __slots__ = ("incoming", "outgoing")
+
+    def __init__(self) -> None:
+        self.incoming: dict[str, int] = {}
+        self.outgoing: dict[str, int] = {}
+
+    def frame_in(self, command: str) -> None:
+        self.incoming[command] = self.incoming.get(command, 0) + 1
+
+    def frame_out(self, command: str) -> None:
+        self.outgoing[command] = self.outgoing.get(command, 0) + 1
 
 
 class StompStatistics:
-    """Thread-safe counters; :meth:`snapshot` gives them as plain data."""
+    """Thread-safe counters; :meth:`snapshot` gives them as plain data.
+    Frames are counted per connection (:meth:`frame_counts`) and summed
+    here, those of closed connections once they are retired."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.connections_open = 0
         self.connections_total = 0
         self.connections_refused = 0
-        self.errors = 0
         self.heartbeat_timeouts = 0
         self.timeouts = 0
         self.logins_failed = 0
         self._frames_in: Counter[str] = Counter()
         self._frames_out: Counter[str] = Counter()
+        self._live: set[FrameCounts] = set()
+
+    def frame_counts(self) -> FrameCounts:
+        """The frame counters of a new connection, counted from now on."""
+        counts = FrameCounts()
+        with self._lock:
+            self._live.add(counts)
+        return counts
+
+    def retire(self, counts: FrameCounts) -> None:
+        """A connection closed: its frames join the totals."""
+        with self._lock:
+            if counts in self._live:
+                self._live.discard(counts)
+                self._frames_in.update(counts.incoming)
+                self._frames_out.update(counts.outgoing)
 
     def opened(self) -> None:
         with self._lock:
@@ -36,17 +72,6 @@ class StompStatistics:
     def refused(self) -> None:
         with self._lock:
             self.connections_refused += 1
-
-    # Counted by the command as given (a Command is a str); made plain text in snapshot().
-    def frame_in(self, command: str) -> None:
-        with self._lock:
-            self._frames_in[command] += 1
-
-    def frame_out(self, command: str) -> None:
-        with self._lock:
-            self._frames_out[command] += 1
-            if command == "ERROR":
-                self.errors += 1
 
     def heartbeat_timeout(self) -> None:
         with self._lock:
@@ -62,16 +87,22 @@ class StompStatistics:
 
     def snapshot(self, subscriptions: int, buffered_bytes: int) -> dict[str, Any]:
         with self._lock:
+            frames_in = Counter(self._frames_in)
+            frames_out = Counter(self._frames_out)
+            for counts in self._live:
+                # Copied first (in one step): the connection's threads may be counting.
+                frames_in.update(dict(counts.incoming))
+                frames_out.update(dict(counts.outgoing))
             return {
                 "connections_open": self.connections_open,
                 "connections_total": self.connections_total,
                 "connections_refused": self.connections_refused,
-                "errors": self.errors,
+                "errors": frames_out.get("ERROR", 0),
                 "heartbeat_timeouts": self.heartbeat_timeouts,
                 "timeouts": self.timeouts,
                 "logins_failed": self.logins_failed,
                 "subscriptions": subscriptions,
                 "buffered_bytes": buffered_bytes,
-                "frames_in": {str(command): n for command, n in self._frames_in.items()},
-                "frames_out": {str(command): n for command, n in self._frames_out.items()},
+                "frames_in": {str(command): n for command, n in frames_in.items()},
+                "frames_out": {str(command): n for command, n in frames_out.items()},
             }
