@@ -51,12 +51,15 @@ __all__ = [
     "codecs",
     "compress",
     "decompress",
+    "encode_plain",
     "live",
     "raw_write_limit",
     "read_message",
     "read_segment",
+    "scan_head",
     "segments",
     "write_message",
+    "write_nowait",
 ]
 
 _Progress = Callable[[int, int], None]
