@@ -161,21 +161,8 @@ class NativeTool:
                 ctx.note(f"{stomp_load.CRATE}: the build failed ({self.build['build_error']}), using the old binary")
 
 
-def measure(
-    peers: StompPeers,
-    system: str,
-    mode: str,
-    producers: int,
-    per: int,
-    body: bytes,
-    cap: float,
-    client_name: str = "stomp.py",
-    tool: NativeTool | None = None,
-) -> Any:
-    """One run: P producers + P consumers over STOMP until every message sent is received."""
-    if client_name == "native":
-        assert tool is not None
-        return measure_native(peers, system, mode, producers, per, body, cap, tool)
+def measure(peers: StompPeers, system: str, mode: str, producers: int, per: int, body: bytes, cap: float) -> Any:
+    """One run of the stomp.py client: P producers + P consumers until every message sent is received."""
     client = stomp_servers.StompClient(peers.servers[system], mode, body)
     client.expect(2 * producers, producers * per)
     run = drive(client, producers, producers, per, cap)
@@ -314,7 +301,11 @@ def _rounds(
     """The rounds of one producer count and client (:func:`bench.brokers.interleaved_rounds`)."""
 
     def one(system: str, mode: str) -> dict[str, Any]:
-        r: dict[str, Any] = measure(peers, system, mode, producers, per, body, cap, client, tool)
+        r: dict[str, Any] = (
+            measure_native(peers, system, mode, producers, per, body, cap, tool)
+            if client == "native"
+            else measure(peers, system, mode, producers, per, body, cap)
+        )
         if "cannot" not in r:
             ctx.step(
                 f"  {r['received']:,} received, {r['rate']:,.0f} msg/s, server "
