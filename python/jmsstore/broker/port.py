@@ -297,7 +297,7 @@ class ServerPort:
         self.native.acknowledge_lazily([d.key for d in deliveries], backlog, flush_at)
 
     def acknowledge_one_lazily(self, delivery: Delivery, backlog: AckBacklog, flush_at: int) -> None:
-        self.native.acknowledge_lazily([delivery.key], backlog, flush_at)
+        self.native.acknowledge_one_lazily(delivery.key, backlog, flush_at)
 
     def flush_acknowledgements(self, backlog: AckBacklog) -> None:
         self.native.flush_acknowledgements(backlog)

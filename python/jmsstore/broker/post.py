@@ -36,6 +36,7 @@ from jmsstore.jms.message import DELIVERY_MODES, DeliveryMode, Message, encode, 
 __all__ = ["PostOffice", "ProducerLink"]
 
 _ADMITTED, _NO_ROOM, _OVER_SYSTEM_LIMIT, _DROPPED = 0, 1, 2, 3
+_PERSISTENT = int(DeliveryMode.PERSISTENT)  # compared per send: a plain int, not the enum's attribute
 
 Header = tuple[int, int, int, int, int, str | None, str | None, str | None]
 Completed = Callable[[int | None, BaseException | None], None]
@@ -77,6 +78,7 @@ class PostOffice:
     ) -> tuple[bytes, Header]:
         """Sets the headers a send sets (JMS 2.0 §3.4) and encodes the
         message; with the header the core indexes it by."""
+        unit = unit_of_order(message)  # raises for a JMS_BEA_UnitOfOrder that names none: before anything is set
         # JMSCorrelationID and JMSType go to the native header index as
         # text: a lone surrogate is refused here, before anything is set.
         correlation_id, message_type = message.correlation_id, message.type
@@ -111,7 +113,7 @@ class PostOffice:
             delivery_time,
             correlation_id,
             message_type,
-            unit_of_order(message),
+            unit,
         )
 
     def state(self, destination: Destination) -> State:
@@ -249,7 +251,7 @@ class ProducerLink:
 
     def send(self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int) -> None:
         state, data, header = self._prepare(message, destination, mode, priority, ttl, delay)
-        persistent = mode == DeliveryMode.PERSISTENT
+        persistent = mode == _PERSISTENT
         status, routes = self._native.send(
             state.native, data, header, persistent, self._connection, self._client_id, True
         )
@@ -296,7 +298,7 @@ class ProducerLink:
         completed: Completed | None,
     ) -> int:
         state, data, header = self._prepare(message, destination, mode, priority, ttl, delay)
-        persistent = mode == DeliveryMode.PERSISTENT
+        persistent = mode == _PERSISTENT
         status, routes = self._native.send_async(
             state.native, data, header, persistent, self._connection, self._client_id, completed, durable
         )
@@ -312,7 +314,7 @@ class ProducerLink:
 
     def stage(self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int) -> Any:
         state, data, header = self._prepare(message, destination, mode, priority, ttl, delay)
-        persistent = mode == DeliveryMode.PERSISTENT
+        persistent = mode == _PERSISTENT
         status, staged = self._native.stage(state.native, data, header, persistent, self._connection, self._client_id)
         if status == _ADMITTED:
             return staged

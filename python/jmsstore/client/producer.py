@@ -19,7 +19,6 @@ from jmsstore.errors import IllegalStateError, InvalidArgumentError, InvalidDest
 from jmsstore.jms.destination import Destination, Topic
 from jmsstore.jms.message import (
     DELIVERY_MODES,
-    UNIT_OF_ORDER,
     DeliveryMode,
     Message,
     check_unit_of_order,
@@ -360,8 +359,7 @@ class MessageProducer:
         unit = self._unit_of_order
         if unit is not None:
             set_unit_of_order(message, unit)
-        elif message.property_exists(UNIT_OF_ORDER):
-            check_unit_of_order(f"property {UNIT_OF_ORDER}", message.get_property(UNIT_OF_ORDER))
+        # A message's own unit of order is checked where the send reads it, before it stamps the message.
         return target, mode, prio, ttl, delay
 
     def send(

@@ -105,6 +105,10 @@ class Session:
         self.port = connection.port
         self.transacted = transacted
         self.ack_mode = ack_mode
+        # Looked at per message, as plain attributes.
+        self._auto = ack_mode == AckMode.AUTO
+        self._dups_ok = ack_mode == AckMode.DUPS_OK
+        self._message_acknowledge = self._acknowledge_client if ack_mode == AckMode.CLIENT else None
         self._closed = False
         self._lock = threading.RLock()
         self._close_lock = threading.Lock()  # one closer at a time; the others wait for it
@@ -285,16 +289,16 @@ class Session:
     def deliver(self, d: Delivery, listener: bool) -> Message:
         """The message of ``d``, handed to the application now: it joins
         what the session acknowledges next."""
-        message = self.port.message(d, self._acknowledge_client if self.ack_mode == AckMode.CLIENT else None)
+        message = self.port.message(d, self._message_acknowledge)
         with self._lock:
-            if self.ack_mode == AckMode.AUTO:
+            if self._auto:
                 if not listener:
                     self._auto_pending = d
             else:
                 # DUPS_OK: the batch is the messages delivered before this one (their
                 # receive returned, their listener ran), never this one: acknowledged
                 # before the application has it, a crash now would lose it.
-                if self.ack_mode == AckMode.DUPS_OK and len(self._delivered) >= self.messages_maximum:
+                if self._dups_ok and len(self._delivered) >= self.messages_maximum:
                     self.flush_dups()
                 self._delivered.append(d)
         return message

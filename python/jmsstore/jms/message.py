@@ -89,6 +89,7 @@ def check_property_name(name: object) -> str:
 # (the broker core reads the two the same way: format::validate).
 UNIT_OF_ORDER = "JMS_BEA_UnitOfOrder"
 GROUP_ID = "JMSXGroupID"
+_UNIT_OF_ORDER_PROPERTY = f"property {UNIT_OF_ORDER}"
 
 
 def check_unit_of_order(what: str, name: object) -> str | None:
@@ -104,11 +105,13 @@ def check_unit_of_order(what: str, name: object) -> str | None:
 
 def unit_of_order(message: Message) -> str | None:
     """The unit of order a message belongs to: its ``JMS_BEA_UnitOfOrder``
-    property, else its ``JMSXGroupID`` (a value that is not a non-empty str names none)."""
+    property, else its ``JMSXGroupID`` (a value that is not a non-empty str
+    names none). A ``JMS_BEA_UnitOfOrder`` that cannot name a unit raises
+    as :func:`check_unit_of_order` does."""
     props = message._properties
     unit = props.get(UNIT_OF_ORDER)
-    if type(unit) is str and unit:
-        return unit
+    if unit is not None:
+        return check_unit_of_order(_UNIT_OF_ORDER_PROPERTY, unit)
     group = props.get(GROUP_ID)
     return group if type(group) is str and group else None
 
@@ -444,6 +447,7 @@ class StreamMessage(Message):
 _TYPES: dict[int, type[Message]] = {
     cls.BODY_TYPE: cls for cls in (Message, TextMessage, BytesMessage, MapMessage, StreamMessage)
 }
+_BYTES_BODY, _TEXT_BODY = BytesMessage.BODY_TYPE, TextMessage.BODY_TYPE
 
 # ---------------------------------------------------------------- encoding
 
@@ -695,19 +699,23 @@ def decode_delivered(
         fields = _native.read_message(data)
     except ValueError as e:
         raise MessageFormatError(str(e)) from None
-    message = _message(fields if fields is not None else _read_in_python(data))
-    message._read_only = True
-    message.redelivered = delivery_count > 1
-    message.delivery_count = delivery_count
-    message.destination = destination
+    message = _message(
+        fields if fields is not None else _read_in_python(data), True, delivery_count, destination, acknowledge
+    )
     if message.reply_to is not None:
         message.reply_to = reply_to(message.reply_to)
-    message._session = acknowledge
     return message
 
 
-def _message(fields: tuple[Any, ...]) -> Message:
-    """The message of the fields :func:`_native.read_message` reads."""
+def _message(
+    fields: tuple[Any, ...],
+    read_only: bool = False,
+    delivery_count: int = 0,
+    destination: object = None,
+    acknowledge: Callable[[], None] | None = None,
+) -> Message:
+    """The message of the fields :func:`_native.read_message` reads; as
+    :func:`delivered` makes it (but for ``reply_to``) with a ``delivery_count``."""
     (
         body_type,
         mode,
@@ -732,12 +740,12 @@ def _message(fields: tuple[Any, ...]) -> Message:
     message = cls.__new__(cls)
     # Every slot, as Message.__init__ would, without setting each twice.
     message._properties = properties
-    message._read_only = False
-    message._session = None
+    message._read_only = read_only
+    message._session = acknowledge
     message._delivery = None
-    message.destination = None
-    message.redelivered = False
-    message.delivery_count = 0
+    message.destination = destination
+    message.redelivered = delivery_count > 1
+    message.delivery_count = delivery_count
     message.delivery_mode = delivery_mode
     message.priority = priority
     message.id = ident
@@ -748,10 +756,10 @@ def _message(fields: tuple[Any, ...]) -> Message:
     message.correlation_id = correlation_id
     message.type = message_type
     message.reply_to = reply_to
-    if body_type == TextMessage.BODY_TYPE:
-        message._text = body  # type: ignore[attr-defined]
-    elif body_type == BytesMessage.BODY_TYPE:
+    if body_type == _BYTES_BODY:
         message._body = body  # type: ignore[attr-defined]
+    elif body_type == _TEXT_BODY:
+        message._text = body  # type: ignore[attr-defined]
     elif body_type == MapMessage.BODY_TYPE:
         message._map = body  # type: ignore[attr-defined]
     elif body_type == StreamMessage.BODY_TYPE:

@@ -26,12 +26,9 @@ use crate::errors::{PyResult2, PyStoreError};
 use crate::pager::NativePager;
 use crate::store::{NativeStore, DETACH_ABOVE};
 
-/// The pager fields of a message as Python passes them:
-/// (id, priority, timestamp, expiration, delivery_time, correlation_id, type),
-/// and optionally an eighth, the unit of order.
-type HeaderArgs = (u64, u8, i64, i64, i64, Option<String>, Option<String>);
-
-/// A message's header argument ([`HeaderArgs`]). A tuple of another length
+/// A message's header argument: the pager fields of a message as Python
+/// passes them, (id, priority, timestamp, expiration, delivery_time,
+/// correlation_id, type), and optionally an eighth, the unit of order. A tuple of another length
 /// is a bad value, an `InvalidArgumentError` (PyO3's tuple extraction
 /// would raise a `ValueError`); a field of the wrong type a `TypeError`.
 struct HeaderArg(Envelope);
@@ -49,9 +46,16 @@ impl<'a, 'py> FromPyObject<'a, 'py> for HeaderArg {
             );
             return Err(PyStoreError(Error::invalid(reason)).into());
         }
-        let (id, priority, timestamp, expiration, delivery_time, correlation_id, message_type): HeaderArgs =
-            tuple.get_slice(0, 7).extract()?;
-        let unit_of_order: Option<String> = if tuple.len() == 8 { tuple.get_item(7)?.extract()? } else { None };
+        // Field by field from the tuple itself: a slice would be a new tuple per send.
+        let field = |i: usize| tuple.get_borrowed_item(i);
+        let id: u64 = field(0)?.extract()?;
+        let priority: u8 = field(1)?.extract()?;
+        let timestamp: i64 = field(2)?.extract()?;
+        let expiration: i64 = field(3)?.extract()?;
+        let delivery_time: i64 = field(4)?.extract()?;
+        let correlation_id: Option<String> = field(5)?.extract()?;
+        let message_type: Option<String> = field(6)?.extract()?;
+        let unit_of_order: Option<String> = if tuple.len() == 8 { field(7)?.extract()? } else { None };
         if unit_of_order.as_deref() == Some("") {
             return Err(PyStoreError(Error::invalid("a unit of order's name must not be empty")).into());
         }
@@ -153,7 +157,30 @@ fn python_error(e: PyErr) -> PyStoreError {
 
 /// A send's routes once admitted, or why not: the admission code and the
 /// routes to come back with.
-type Admitted = Result<Py<NativeRoutes>, (u8, Option<Py<NativeRoutes>>)>;
+type Admitted = Result<Routes, (u8, Option<Py<NativeRoutes>>)>;
+
+/// The routes of a send: the ones Python came back with after waiting for
+/// room, or computed now (a Python object only if they must go back).
+enum Routes {
+    Given(Py<NativeRoutes>),
+    Computed(Vec<Route>),
+}
+
+impl Routes {
+    fn as_slice(&self) -> &[Route] {
+        match self {
+            Routes::Given(given) => &given.get().routes,
+            Routes::Computed(routes) => routes,
+        }
+    }
+
+    fn into_vec(self) -> Vec<Route> {
+        match self {
+            Routes::Given(given) => given.get().routes.clone(),
+            Routes::Computed(routes) => routes,
+        }
+    }
+}
 
 impl NativeBroker {
     /// The routes of a send (given, or computed), admitted unless
@@ -170,15 +197,18 @@ impl NativeBroker {
         admitted: bool,
     ) -> PyResult2<Admitted> {
         let routes = match routes {
-            Some(r) => r,
-            None => {
-                Py::new(py, NativeRoutes { routes: target::routes(&destination.destination, sender, data, persistent) })
-                    .map_err(python_error)?
-            }
+            Some(given) => Routes::Given(given),
+            None => Routes::Computed(target::routes(&destination.destination, sender, data, persistent)),
         };
         if !admitted {
-            let code = self.admit(destination, routes.get(), data.len() as i64, persistent);
+            let admission =
+                self.broker.admit(&destination.destination, routes.as_slice(), data.len() as i64, persistent);
+            let code = admission_code(admission);
             if code != 0 {
+                let routes = match routes {
+                    Routes::Given(given) => given,
+                    Routes::Computed(routes) => Py::new(py, NativeRoutes { routes }).map_err(python_error)?,
+                };
                 return Ok(Err((code, Some(routes))));
             }
         }
@@ -276,7 +306,7 @@ impl NativeBroker {
             Err(refused) => return Ok(refused),
         };
         let (broker, destination, header) = (&self.broker, &destination.destination, header.0);
-        let r = &routes.get().routes;
+        let r = routes.as_slice();
         let send = || broker.send(destination, r, Arc::from(&data[..]), &header, birth_record);
         if waits(r) {
             py.detach(send)?;
@@ -333,7 +363,7 @@ impl NativeBroker {
             }),
         };
         let (broker, destination, header) = (&self.broker, &destination.destination, header.0);
-        let r = routes.get().routes.clone();
+        let r = routes.into_vec();
         let detach = data.len() >= DETACH_ABOVE || r.iter().any(|r| r.target.subscription_limit() >= 0);
         let send = || broker.send_async(destination, r, Arc::from(&data[..]), header, on_done);
         if detach {
@@ -368,7 +398,7 @@ impl NativeBroker {
         };
         let staged = StagedSend {
             destination: destination.destination.clone(),
-            routes: routes.get().routes.clone(),
+            routes: routes.into_vec(),
             body: Arc::from(&data[..]),
             header: header.0,
         };
@@ -436,6 +466,11 @@ impl NativeBroker {
     fn acknowledge_lazily(&self, keys: Vec<u64>, backlog: &NativeAckBacklog, flush_at: usize) -> PyResult2<()> {
         // Pager bookkeeping and a store submission, no wait: with the GIL.
         Ok(self.broker.acknowledge_lazily(&keys, &backlog.backlog, flush_at)?)
+    }
+
+    /// `acknowledge_lazily` of one message (AUTO: one per receive), without a list.
+    fn acknowledge_one_lazily(&self, key: u64, backlog: &NativeAckBacklog, flush_at: usize) -> PyResult2<()> {
+        Ok(self.broker.acknowledge_lazily(&[key], &backlog.backlog, flush_at)?)
     }
 
     /// Submits a session's batched acknowledgement deletes, lazily.
