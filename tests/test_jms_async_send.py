@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from jms_helpers import SOON, connect, drain
 from jmsstore import BytesMessage, InvalidArgumentError, JMSServer, Message, Queue, TextMessage
+from jmsstore.client.producer import AsyncWindow, SendFuture
 
 HELD = 0.3  # how long a test lets a thread that must be blocked show that it is
 
@@ -125,6 +126,24 @@ def test_send_async_blocks_past_the_window_of_outstanding_bytes(server: JMSServe
         sender.join(SOON)
         assert sent == [0, 1, 2]
     assert len(done) == 3
+
+
+def test_the_window_counts_outstanding_sends_and_bytes_across_many_completions() -> None:
+    """The producer's window of outstanding asynchronous sends, counted by hand past the
+    point where it drops the entries of completed sends (hundreds of them) in one go."""
+    window = AsyncWindow()
+    future = SendFuture(TextMessage("x"), None)
+    for sent in range(1, 1001):
+        window.add(future, 10 + sent % 7)
+        window.completed = max(0, sent - 5)  # the callback thread's count: all but the last five
+        outstanding_bytes = sum(10 + i % 7 for i in range(sent - min(sent, 5) + 1, sent + 1))
+        assert window.outstanding() == min(sent, 5)
+        assert not window.over(5, outstanding_bytes)
+        assert window.over(4, outstanding_bytes) == (sent >= 5)
+        assert window.over(5, outstanding_bytes - 1)
+    assert window.forgotten > 0 and len(window.ends) < 1000, "completed sends' entries were dropped"
+    window.completed = 1000
+    assert window.outstanding() == 0 and not window.over(0, 0)
 
 
 def test_a_completion_listener_sending_past_the_window_does_not_wait_for_itself(server: JMSServer) -> None:

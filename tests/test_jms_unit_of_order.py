@@ -432,11 +432,19 @@ def test_bad_unit_names_are_refused_and_change_nothing(server: JMSServer) -> Non
         with pytest.raises(InvalidArgumentError):
             producer.unit_of_order = "\udc80"
         assert producer.unit_of_order is None
-        for bad in (5, ""):
+        transacted = connection.create_session(transacted=True)
+        staging = transacted.create_producer(queue)
+        for bad in (5, "", "\udc80"):
             message = TextMessage("bad")
             message.set_property(UNIT, bad)
             with pytest.raises((TypeError, InvalidArgumentError)):
                 producer.send(message)
+            with pytest.raises((TypeError, InvalidArgumentError)):
+                producer.send_async(message)
+            with pytest.raises((TypeError, InvalidArgumentError)):
+                staging.send(message)
+            assert message.message_id is None and message.timestamp == 0, "refused before it was stamped"
+        transacted.commit()
     assert server.message_count(queue) == 0
 
 

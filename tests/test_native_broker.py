@@ -10,6 +10,7 @@ behaviour behind it is the Rust core's, tested there.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,6 +122,28 @@ def test_a_send_a_fetch_and_an_acknowledgement_convert_both_ways(engine: Engine)
     assert (counters["sent"], counters["acknowledged"], counters["delivery_records"]) == (1, 1, 1)
 
 
+def test_a_lazy_acknowledgement_of_one_key_is_the_lazy_acknowledgement_of_a_list_of_it(engine: Engine) -> None:
+    destination, target = engine.queue()
+    for ident in (1, 2):
+        data, header = message(ident)
+        engine.broker.send(destination, data, header, True)
+    items, record = engine.broker.fetch(target, NOW, 10)
+    assert record is not None and record.wait(WAIT)
+    (first, _, _), (second, _, _) = items
+    backlog = AckBacklog()
+    engine.broker.acknowledge_one_lazily(first, backlog, 10)
+    engine.broker.acknowledge_lazily([second], backlog, 10)
+    assert len(backlog) == 2, "both deletes wait in the backlog"
+    assert engine.counted(destination, target) == (0, 0, 0, 0)
+    engine.broker.flush_acknowledgements(backlog)
+    assert len(backlog) == 0
+    deadline = time.monotonic() + WAIT
+    while engine.store.collection_len("q/Q") and time.monotonic() < deadline:
+        time.sleep(0.01)  # the deletes are written without a wait
+    assert engine.store.collection_len("q/Q") == 0
+    assert engine.broker.counters()["acknowledged"] == 2
+
+
 def test_admission_comes_back_as_its_code_with_the_routes_to_wait_with(engine: Engine) -> None:
     quota = Account(1, -1)
     destination, target = engine.queue(quota=quota)
@@ -214,6 +237,7 @@ def _wrong_types(engine: Engine) -> dict[str, Callable[[], object]]:
         "doorbell signal": lambda: Doorbell().push_idle(nonsense),
         "backlog arguments": lambda: AckBacklog(nonsense),
         "backlog": lambda: engine.broker.acknowledge_lazily([1], nonsense, 1),
+        "one key": lambda: engine.broker.acknowledge_one_lazily(nonsense, AckBacklog(), 1),
         "send data": lambda: engine.broker.send(destination, nonsense, header, True),
         "send header": lambda: engine.broker.send(destination, data, nonsense, True),
         "header field": lambda: engine.broker.send(destination, data, (1, 4, NOW, 0, NOW, number, None), True),
@@ -238,6 +262,7 @@ def _wrong_types(engine: Engine) -> dict[str, Callable[[], object]]:
         "doorbell signal",
         "backlog arguments",
         "backlog",
+        "one key",
         "send data",
         "send header",
         "header field",

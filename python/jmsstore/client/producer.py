@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures._base import FINISHED, PENDING
@@ -172,44 +171,53 @@ class SendFuture(Future[Message]):
 
 
 class AsyncWindow:
-    """A producer's asynchronous sends not yet seen completed, kept as two
-    counts that each have one writer, so that a send adds no object and
-    takes no lock: the producer's thread counts the sends (and their sizes,
-    oldest first), the callback thread counts the completions, which come
-    in send order."""
+    """A producer's asynchronous sends not yet seen completed, kept so that
+    a send adds no object and takes no lock: the producer's thread records
+    each send as the running total of the bytes sent up to it (oldest
+    first), the callback thread counts the completions, which come in send
+    order. The bytes of the completed sends are then the total recorded
+    for the last of them: no per-completion work on either side."""
 
-    __slots__ = ("completed", "last", "room", "seen", "sizes", "total_bytes", "waiting")
+    __slots__ = ("completed", "ends", "forgotten", "forgotten_bytes", "last", "room", "sent_bytes", "waiting")
+
+    # Completed sends whose entries are dropped from ``ends`` in one go.
+    _TRIM_AT = 256
 
     def __init__(self) -> None:
         self.completed = 0  # written by the callback thread only
-        self.seen = 0  # completions already taken off ``sizes``
-        self.sizes: deque[int] = deque()
-        self.total_bytes = 0
+        self.forgotten = 0  # completed sends whose entries were dropped from ``ends``
+        self.forgotten_bytes = 0  # their bytes
+        self.ends: list[int] = []  # per send not yet forgotten: the bytes sent up to and with it
+        self.sent_bytes = 0
         self.last: SendFuture | None = None  # the newest send: done, all are (close waits for it)
         self.waiting = False  # the producer waits for ``room``
         self.room = Signal()
 
     def add(self, future: SendFuture, size: int) -> None:
         """A send of ``size`` encoded bytes is in (the producer's thread)."""
-        self.sizes.append(size)
-        self.total_bytes += size
+        self.sent_bytes = sent = self.sent_bytes + size
+        self.ends.append(sent)
         self.last = future
-        done = self.completed - self.seen
-        if done:
-            self._forget(done)
 
-    def _forget(self, done: int) -> None:
-        self.seen += done
-        sizes = self.sizes
-        for _ in range(done):
-            self.total_bytes -= sizes.popleft()
+    def over(self, max_messages: int, max_bytes: int) -> bool:
+        """Whether more than ``max_messages`` sends, or more than
+        ``max_bytes``, are outstanding (the producer's thread)."""
+        ends = self.ends
+        done = self.completed - self.forgotten  # read once: the callback thread moves it on
+        if len(ends) - done > max_messages:
+            return True
+        done_bytes = ends[done - 1] if done else self.forgotten_bytes
+        if self.sent_bytes - done_bytes > max_bytes:
+            return True
+        if done >= self._TRIM_AT:
+            del ends[:done]
+            self.forgotten += done
+            self.forgotten_bytes = done_bytes
+        return False
 
     def outstanding(self) -> int:
         """Sends not yet completed (the producer's thread)."""
-        done = self.completed - self.seen
-        if done:
-            self._forget(done)
-        return len(self.sizes)
+        return len(self.ends) - (self.completed - self.forgotten)
 
     def wait_until_under(self, max_messages: int, max_bytes: int) -> None:
         """Blocks until at most ``max_messages`` sends of at most
@@ -219,7 +227,7 @@ class AsyncWindow:
             while True:
                 room.clear()
                 self.waiting = True  # before looking: a completion after the look sets ``room``
-                if self.outstanding() <= max_messages and self.total_bytes <= max_bytes:
+                if not self.over(max_messages, max_bytes):
                     return
                 room.wait()
         finally:
@@ -231,9 +239,9 @@ class AsyncWindow:
         last = self.last
         if wait and last is not None:
             last.exception()
-        self.sizes.clear()
-        self.total_bytes = 0
-        self.seen = self.completed
+        self.forgotten += len(self.ends)
+        self.ends.clear()
+        self.forgotten_bytes = self.sent_bytes
         self.last = None
 
 
@@ -476,7 +484,7 @@ class MessageProducer:
             return future
         window.add(future, size)
         limits = self._window
-        if len(window.sizes) > limits.max_messages or window.total_bytes > limits.max_bytes:
+        if window.over(limits.max_messages, limits.max_bytes):
             self._wait_for_window()
         return future
 
