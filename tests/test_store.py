@@ -845,7 +845,13 @@ def test_futures_are_done_when_close_returns(open_store: OpenStore) -> None:
                 break
         assert blocked.wait(60)
         later = [store.put_async("a", b"m%d" % i) for i in range(20)]
-        store.close()  # every write above is durable now
+        closer = threading.Thread(target=store.close)  # every write above is durable when it returns
+        closer.start()
+        closer.join(0.5)
+        assert closer.is_alive(), "close() returned while a completion callback was still running"
+        gate.set()  # the held callback returns: the completions queued behind it run, then close() returns
+        closer.join(60)
+        assert not closer.is_alive()
         pending = sum(1 for f in later if not f.done())
         assert pending == 0, f"{pending} of {len(later)} futures still pending after close()"
     finally:
