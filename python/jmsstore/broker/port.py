@@ -20,7 +20,7 @@ from jmsstore.broker.registry import QueueState, Registry, SubscriptionSpec, Tar
 from jmsstore.client.port import ConsumerPort, Delivery, ProducerPort, SendOptions
 from jmsstore.errors import InvalidClientIDError, JmsStoreError
 from jmsstore.jms.destination import Destination, Queue, TemporaryQueue, Topic
-from jmsstore.jms.message import Message, decode, decode_delivered, delivered
+from jmsstore.jms.message import Message, decode_delivered
 from jmsstore.selector import Selector
 
 __all__ = ["ConsumerLink", "ServerPort"]
@@ -235,14 +235,7 @@ class ServerPort:
                     continue  # consumed meanwhile
                 if header["delivery_time"] > now or 0 < header["expiration"] <= now:
                     continue
-                message = decode(body)
-                delivered(
-                    message,
-                    delivery_count=header["redelivery_count"] + 1,
-                    destination=queue,
-                    reply_to=self.reply_destination(message.reply_to),
-                    acknowledge=None,
-                )
+                message = decode_delivered(body, header["redelivery_count"] + 1, queue, None, self.reply_destination)
                 if selector.text and not selector.matches(message.selector_headers(), message.properties):
                     continue
                 yield message

@@ -714,8 +714,9 @@ def _message(
     destination: object = None,
     acknowledge: Callable[[], None] | None = None,
 ) -> Message:
-    """The message of the fields :func:`_native.read_message` reads; as
-    :func:`delivered` makes it (but for ``reply_to``) with a ``delivery_count``."""
+    """The message of the fields :func:`_native.read_message` reads. With a
+    ``delivery_count``, as a consumer hands it out (see :func:`delivered`),
+    but for ``reply_to``, left as its encoded ``kind:name`` text."""
     (
         body_type,
         mode,

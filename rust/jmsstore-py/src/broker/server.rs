@@ -28,9 +28,10 @@ use crate::store::{NativeStore, DETACH_ABOVE};
 
 /// A message's header argument: the pager fields of a message as Python
 /// passes them, (id, priority, timestamp, expiration, delivery_time,
-/// correlation_id, type), and optionally an eighth, the unit of order. A tuple of another length
-/// is a bad value, an `InvalidArgumentError` (PyO3's tuple extraction
-/// would raise a `ValueError`); a field of the wrong type a `TypeError`.
+/// correlation_id, type), and optionally an eighth, the unit of order. A
+/// tuple of another length is a bad value, an `InvalidArgumentError`
+/// (PyO3's tuple extraction would raise a `ValueError`); a field of the
+/// wrong type a `TypeError`.
 struct HeaderArg(Envelope);
 
 impl<'a, 'py> FromPyObject<'a, 'py> for HeaderArg {
@@ -247,27 +248,6 @@ impl NativeBroker {
     fn drop_target(&self, py: Python<'_>, target: &NativeTarget) -> PyResult2<()> {
         let target = target.target.clone();
         Ok(py.detach(|| self.broker.drop_target(&target))?)
-    }
-
-    /// The routes of a message for `destination` from connection
-    /// `connection` (client id `client_id`).
-    #[pyo3(signature = (destination, data, persistent, connection=0, client_id=None))]
-    fn routes(
-        &self,
-        destination: &NativeDestination,
-        data: PyBackedBytes,
-        persistent: bool,
-        connection: u64,
-        client_id: Option<&str>,
-    ) -> NativeRoutes {
-        NativeRoutes {
-            routes: target::routes(&destination.destination, Sender { connection, client_id }, &data, persistent),
-        }
-    }
-
-    /// Admission without waiting (see `admission_code`).
-    fn admit(&self, destination: &NativeDestination, routes: &NativeRoutes, size: i64, persistent: bool) -> u8 {
-        admission_code(self.broker.admit(&destination.destination, &routes.routes, size, persistent))
     }
 
     /// The rest of an admission whose quota room Python waited for.
