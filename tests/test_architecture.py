@@ -67,14 +67,27 @@ def _graph() -> tuple[dict[str, set[str]], list[str], list[str]]:
                     edges[module].add(target)
                 if target.startswith("jmsstore"):
                     private += [f"{module} imports {target}.{n}" for n in names if _private(target, n)]
+                elif _private_module(target):
+                    private.append(f"{module} imports {target}")
+                else:
+                    private += [f"{module} imports {target}.{n}" for n in names if _is_private_name(n)]
     return edges, deferred, private
+
+
+def _is_private_name(name: str) -> bool:
+    dunder = name.startswith("__") and name.endswith("__")
+    return name.startswith("_") and not dunder
 
 
 def _private(module: str, name: str) -> bool:
     """A private name of another module; the package's own internal modules
     (the native extension, the shared argument checks) are the package's to use."""
-    dunder = name.startswith("__") and name.endswith("__")
-    return name.startswith("_") and not dunder and f"{module}.{name}" not in INTERNAL_MODULES
+    return _is_private_name(name) and f"{module}.{name}" not in INTERNAL_MODULES
+
+
+def _private_module(module: str) -> bool:
+    """Another library's private module (``concurrent.futures._base``)."""
+    return any(_is_private_name(part) for part in module.split("."))
 
 
 def _under_type_checking(tree: ast.Module, node: ast.AST) -> bool:
@@ -132,8 +145,28 @@ def test_no_import_is_deferred_into_a_function() -> None:
 
 
 def test_no_module_imports_another_modules_private_names() -> None:
+    """Neither the package's own modules' nor another library's (the standard
+    library's included): their private names may change in any release."""
     _, _, private = _graph()
     assert private == []
+
+
+def test_the_private_name_check_sees_other_libraries() -> None:
+    """The checker itself, on the imports it must refuse."""
+    assert _private_module("concurrent.futures._base")
+    assert not _private_module("concurrent.futures")
+    assert _is_private_name("_state") and not _is_private_name("__future__")
+
+
+def test_the_send_future_defines_no_private_field_of_future() -> None:
+    """``SendFuture`` is a ``concurrent.futures.Future`` completed through its
+    public methods: it overrides none of the base class's private fields
+    (a send's future that set ``_state`` itself would break with any change
+    to the standard library's internals)."""
+    from jmsstore.client import SendFuture
+
+    own = [name for name in vars(SendFuture) if _is_private_name(name)]
+    assert own == []
 
 
 def test_the_client_reaches_the_broker_only_through_its_port() -> None:

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 from concurrent.futures import Future
-from concurrent.futures._base import FINISHED, PENDING
 from typing import Protocol
 
 from jmsstore._args import integer
@@ -55,11 +53,6 @@ def on_callback_thread() -> bool:
     return threading.get_ident() == _callback_thread
 
 
-# One lock for the lazy condition of every SendFuture (see below); held
-# for a few attribute reads and writes only.
-_LAZY_CONDITION_LOCK = threading.Lock()
-
-
 class SendFuture(Future[Message]):
     """The future of an asynchronous send (a ``concurrent.futures.Future``):
     it completes, with the message, once the message is durable and
@@ -68,50 +61,23 @@ class SendFuture(Future[Message]):
     has run. Both happen on the broker's callback thread, in send order
     for the sends of one session.
 
-    Most futures of a stream of sends are never waited on one by one, so
-    each makes its ``threading.Condition`` (and its lists of waiters and
-    done-callbacks) only when something looks at it: ``result`` on a
-    future not yet done, ``add_done_callback``, ``concurrent.futures.wait``
-    or ``as_completed``. A completion that finds none sets the outcome
-    alone, under one lock shared by all; one that finds it completes as
-    ``Future.set_result`` does. Either way the state changes where a
-    waiter checks it, so no wake-up is lost."""
+    A send is under way from the start (there is no queue to wait in) and
+    cannot be cancelled: ``running()`` is true until it completes and
+    ``cancel()`` returns False. It is completed through the public
+    ``set_result`` and ``set_exception``, so ``concurrent.futures.wait``,
+    ``as_completed`` and ``add_done_callback`` work on it as on any future."""
 
-    # Future.__init__ is not called (it makes the condition): its fields
-    # start as these class defaults.
-    _state = PENDING
-    _result: Message | None = None
-    _exception: BaseException | None = None
-    _lazy_condition: threading.Condition | None = None
     window: AsyncWindow | None = None  # the producer's, once the send is in it
 
     def __init__(self, message: Message, on_completion: CompletionCallback | None) -> None:
+        super().__init__()
         self.message = message
         self.on_completion = on_completion
 
-    @property
-    def _condition(self) -> threading.Condition:  # type: ignore[override]  # Future keeps it as a plain attribute
-        condition = self._lazy_condition
-        if condition is None:
-            with _LAZY_CONDITION_LOCK:
-                condition = self._lazy_condition
-                if condition is None:
-                    self._waiters = []
-                    self._done_callbacks: list[Callable[[Future[Message]], object]] = []
-                    self._lazy_condition = condition = threading.Condition()
-        return condition
-
-    def _finish(self, message: Message, error: BaseException | None) -> None:
-        with _LAZY_CONDITION_LOCK:
-            if self._lazy_condition is None:  # nobody waits, no callbacks: nobody to tell
-                if error is None:
-                    self._result = message
-                else:
-                    self._exception = error
-                self._state = FINISHED
-                return
+    def finish(self, error: BaseException | None) -> None:
+        """Completes the future with its message, or with ``error``."""
         if error is None:
-            self.set_result(message)
+            self.set_result(self.message)
         else:
             self.set_exception(error)
 
@@ -125,29 +91,16 @@ class SendFuture(Future[Message]):
 
     def running(self) -> bool:
         """Whether the send is under way (not yet complete): it never waits to start."""
-        return self._state != FINISHED
-
-    def done(self) -> bool:
-        return self._state == FINISHED
+        return not self.done()
 
     def result(self, timeout: float | None = None) -> Message:
         if timeout is not None:
             timeout = checked_timeout(timeout, negative_is_zero=True)
-        if self._state == FINISHED:
-            error = self._exception
-            if error is not None:
-                try:
-                    raise error
-                finally:
-                    del error  # the traceback keeps this frame: no reference cycle through it
-            return self.message
         return super().result(timeout)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         if timeout is not None:
             timeout = checked_timeout(timeout, negative_is_zero=True)
-        if self._state == FINISHED:
-            return self._exception
         return super().exception(timeout)
 
     def completed(self, _handle: object, error: BaseException | None) -> None:
@@ -159,7 +112,7 @@ class SendFuture(Future[Message]):
                 self.on_completion(self.message, error)
             except Exception:
                 log.exception("a send completion callback raised")
-        self._finish(self.message, error)
+        self.finish(error)
         window = self.window
         if window is not None:
             window.completed += 1
@@ -470,7 +423,7 @@ class MessageProducer:
             if staged is not None:
                 self._session.stage(staged)
             if on_completion is None:
-                future._finish(message, None)
+                future.finish(None)
             else:
                 self._session.completing(future)
                 _complete_soon(future)
