@@ -9,6 +9,7 @@ import ast
 from pathlib import Path
 
 import jmsstore
+from jmsstore.client import SendFuture
 
 PACKAGE = Path(jmsstore.__file__).parent
 INTERNAL_MODULES = {"jmsstore._native", "jmsstore._args"}
@@ -163,8 +164,6 @@ def test_the_send_future_defines_no_private_field_of_future() -> None:
     public methods: it overrides none of the base class's private fields
     (a send's future that set ``_state`` itself would break with any change
     to the standard library's internals)."""
-    from jmsstore.client import SendFuture
-
     own = [name for name in vars(SendFuture) if _is_private_name(name)]
     assert own == []
 

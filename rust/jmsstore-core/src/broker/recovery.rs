@@ -238,6 +238,15 @@ pub struct Loaded {
     pub newest_id: u64,
 }
 
+/// Whether the index read every handle of `live` (both in handle order).
+fn every_one_indexed(live: &[u64], runs: &[Vec<(u64, Indexed)>]) -> bool {
+    let mut indexed = runs.iter().flatten().map(|(h, _)| *h).peekable();
+    live.iter().all(|&handle| {
+        while indexed.next_if(|h| *h < handle).is_some() {}
+        indexed.next_if(|h| *h == handle).is_some()
+    })
+}
+
 /// The delivery counts of the messages the delivery records name, kept
 /// from [`Broker::recover_deliveries`] until recovery ends.
 #[derive(Default)]
@@ -256,8 +265,9 @@ impl Broker {
 
     /// Loads `target`'s stored messages (see the module notes):
     /// those `index` holds without reading the store (their bodies stay
-    /// there until a consumer needs them), any other by reading it;
-    /// `progress(loaded)` is told every 10,000 messages.
+    /// there until a consumer needs them, all in one bulk add when the
+    /// index holds every one), any other by reading it; `progress(loaded)`
+    /// is told every 10,000 messages read, and once after a bulk add.
     pub fn load(&self, target: &Target, index: Option<&HeaderIndex>, progress: &mut dyn FnMut(u64)) -> Result<Loaded> {
         let mut loaded = Loaded::default();
         let Some(collection) = target.collection() else { return Ok(loaded) };
@@ -280,6 +290,12 @@ impl Broker {
     ) -> Result<()> {
         let runs = index.map(|i| i.take_collection(collection)).unwrap_or_default();
         self.pager.reserve(target.pager_id(), runs.iter().map(Vec::len).sum())?;
+        if !runs.is_empty() {
+            let live = self.store.handles(collection, None, usize::MAX)?;
+            if every_one_indexed(&live, &runs) {
+                return self.load_indexed(target, live, runs, counts, loaded, progress);
+            }
+        }
         let mut indexed = runs.into_iter().flatten().peekable();
         let mut after = None;
         loop {
@@ -336,6 +352,55 @@ impl Broker {
                 }
             }
         }
+    }
+
+    /// Loads `live` (every handle of the collection, in order), all of
+    /// which the index read, in one bulk add to the pager (see
+    /// [`crate::pager::Pager::add_backlog`]): nothing is read from the store.
+    fn load_indexed(
+        &self,
+        target: &Target,
+        live: Vec<u64>,
+        runs: Vec<Vec<(u64, Indexed)>>,
+        counts: &HashMap<u64, u32>,
+        loaded: &mut Loaded,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<()> {
+        let mut delays = Vec::new();
+        let added = self.pager.add_backlog(target.pager_id(), live.len(), |backlog| {
+            // Both in handle order: what was read of a live handle is at the front.
+            let mut indexed = runs.into_iter().flatten().peekable();
+            for handle in live {
+                while indexed.next_if(|(h, _)| *h < handle).is_some() {}
+                let Some((_, found)) = indexed.next_if(|(h, _)| *h == handle) else { continue };
+                let len = found.len;
+                let fields = match found.into_validated() {
+                    Ok(fields) => fields,
+                    Err(why) => {
+                        loaded.malformed.push((handle, why));
+                        continue;
+                    }
+                };
+                let message = NewMessage {
+                    redelivery_count: counts.get(&handle).copied().unwrap_or(0),
+                    ..fields.new_message(Some(handle))
+                };
+                backlog.push(&message, len)?;
+                if fields.delayed() {
+                    delays.push(fields.delivery_time);
+                }
+                loaded.messages += 1;
+                loaded.bytes += u64::from(len);
+                loaded.newest_id = loaded.newest_id.max(fields.id);
+            }
+            Ok(())
+        });
+        // Outside the pager's lock: waiting consumers must wake when a delayed one is due.
+        for when in delays {
+            target.delay_until(when);
+        }
+        progress(loaded.messages);
+        added
     }
 
     /// Recovery is over: the delivery counts it kept are dropped.

@@ -157,6 +157,22 @@ impl OrderIndex {
         };
     }
 
+    /// An index of `keys` (each key once), built in one pass: sorted (as
+    /// they already are when they come in arrival order), then laid out
+    /// bottom-up, which is linear, where inserting them one by one walks the
+    /// tree for each.
+    pub fn from_keys(keys: Vec<(OrderKey, u32)>) -> OrderIndex {
+        let mut simple = Vec::new();
+        let mut pair = Vec::new();
+        for (key, slot) in keys {
+            match key {
+                OrderKey::Simple(k) => simple.push((k, slot)),
+                OrderKey::Pair(a, b) => pair.push(((a, b), slot)),
+            }
+        }
+        OrderIndex { simple: simple.into_iter().collect(), pair: pair.into_iter().collect() }
+    }
+
     /// Removes the entry under `key`.
     pub fn remove(&mut self, key: OrderKey) -> Option<u32> {
         match key {
