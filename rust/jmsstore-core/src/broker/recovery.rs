@@ -238,6 +238,26 @@ pub struct Loaded {
     pub newest_id: u64,
 }
 
+impl Loaded {
+    /// A message's checked fields, or None with why it is malformed recorded.
+    fn check(&mut self, handle: u64, fields: std::result::Result<Envelope, String>) -> Option<Envelope> {
+        fields.map_err(|why| self.malformed.push((handle, why))).ok()
+    }
+
+    /// Counts a message loaded, of `bytes`.
+    fn count(&mut self, fields: &Envelope, bytes: u64) {
+        self.messages += 1;
+        self.bytes += bytes;
+        self.newest_id = self.newest_id.max(fields.id);
+    }
+}
+
+/// The pager's view of a stored message to load, with the delivery count
+/// its delivery records give it.
+fn to_load<'a>(fields: &'a Envelope, handle: u64, counts: &HashMap<u64, u32>) -> NewMessage<'a> {
+    NewMessage { redelivery_count: counts.get(&handle).copied().unwrap_or(0), ..fields.new_message(Some(handle)) }
+}
+
 /// Whether the index read every handle of `live` (both in handle order).
 fn every_one_indexed(live: &[u64], runs: &[Vec<(u64, Indexed)>]) -> bool {
     let mut indexed = runs.iter().flatten().map(|(h, _)| *h).peekable();
@@ -318,17 +338,8 @@ impl Broker {
                         Err(e) => return Err(e),
                     },
                 };
-                let fields = match fields {
-                    Ok(fields) => fields,
-                    Err(why) => {
-                        loaded.malformed.push((handle, why));
-                        continue;
-                    }
-                };
-                let message = NewMessage {
-                    redelivery_count: counts.get(&handle).copied().unwrap_or(0),
-                    ..fields.new_message(Some(handle))
-                };
+                let Some(fields) = loaded.check(handle, fields) else { continue };
+                let message = to_load(&fields, handle, counts);
                 let size = match body {
                     Some(body) => {
                         let size = body.len();
@@ -344,9 +355,7 @@ impl Broker {
                     // A delayed message: waiting consumers must wake when it is due.
                     target.delay_until(fields.delivery_time);
                 }
-                loaded.messages += 1;
-                loaded.bytes += size as u64;
-                loaded.newest_id = loaded.newest_id.max(fields.id);
+                loaded.count(&fields, size as u64);
                 if loaded.messages % 10_000 == 0 {
                     progress(loaded.messages);
                 }
@@ -374,24 +383,12 @@ impl Broker {
                 while indexed.next_if(|(h, _)| *h < handle).is_some() {}
                 let Some((_, found)) = indexed.next_if(|(h, _)| *h == handle) else { continue };
                 let len = found.len;
-                let fields = match found.into_validated() {
-                    Ok(fields) => fields,
-                    Err(why) => {
-                        loaded.malformed.push((handle, why));
-                        continue;
-                    }
-                };
-                let message = NewMessage {
-                    redelivery_count: counts.get(&handle).copied().unwrap_or(0),
-                    ..fields.new_message(Some(handle))
-                };
-                backlog.push(&message, len)?;
+                let Some(fields) = loaded.check(handle, found.into_validated()) else { continue };
+                backlog.push(&to_load(&fields, handle, counts), len)?;
                 if fields.delayed() {
                     delays.push(fields.delivery_time);
                 }
-                loaded.messages += 1;
-                loaded.bytes += u64::from(len);
-                loaded.newest_id = loaded.newest_id.max(fields.id);
+                loaded.count(&fields, u64::from(len));
             }
             Ok(())
         });

@@ -602,36 +602,9 @@ impl Backlog<'_> {
                 st.all.len() + self.keys.len()
             )));
         }
-        let seq = st.next_seq;
-        st.next_seq += 1;
-        let message = Message {
-            id: m.id,
-            seq,
-            timestamp: m.timestamp,
-            expiration: m.expiration,
-            delivery_time: m.delivery_time,
-            store_handle,
-            body: Body::Store,
-            body_len,
-            redelivery_count: m.redelivery_count,
-            correlation_id: st.interner.intern(m.correlation_id),
-            message_type: st.interner.intern(m.message_type),
-            unit_of_order: st.interner.intern(m.unit_of_order),
-            priority: m.priority,
-            flags: 0,
-        };
-        let order_key = st.order.key(&message.order_fields());
-        let (expiration, unit) = (message.expiration, message.unit_of_order);
-        let (slot, _) = st.place(message);
+        let (order_key, slot, _) = st.arrive(m, store_handle, Body::Store, body_len);
         self.keys.push((order_key, slot));
-        if unit != 0 {
-            st.units.arrived(unit, seq, slot);
-        }
         st.store_paged_messages += 1;
-        if expiration > 0 {
-            st.expirations.insert((expiration, seq, slot));
-            st.expirations_changed = true;
-        }
         Ok(())
     }
 }
@@ -1043,6 +1016,42 @@ impl DestState {
         }
     }
 
+    /// Puts a new message in a slot, with its arrival number, in its unit
+    /// of order and in the expiration index; returns its delivery-order
+    /// key, slot and generation. Its place in the delivery order (and in
+    /// the resident one) is the caller's to make.
+    fn arrive(&mut self, m: &NewMessage<'_>, store_handle: u64, body: Body, body_len: u32) -> (OrderKey, u32, u32) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let message = Message {
+            id: m.id,
+            seq,
+            timestamp: m.timestamp,
+            expiration: m.expiration,
+            delivery_time: m.delivery_time,
+            store_handle,
+            body,
+            body_len,
+            redelivery_count: m.redelivery_count,
+            correlation_id: self.interner.intern(m.correlation_id),
+            message_type: self.interner.intern(m.message_type),
+            unit_of_order: self.interner.intern(m.unit_of_order),
+            priority: m.priority,
+            flags: 0,
+        };
+        let order_key = self.order.key(&message.order_fields());
+        let (expiration, unit) = (message.expiration, message.unit_of_order);
+        let (slot, generation) = self.place(message);
+        if unit != 0 {
+            self.units.arrived(unit, seq, slot);
+        }
+        if expiration > 0 {
+            self.expirations.insert((expiration, seq, slot));
+            self.expirations_changed = true;
+        }
+        (order_key, slot, generation)
+    }
+
     /// Empties a slot (its message is going away): the message leaves the
     /// expiration index, the interner and the counters, and its body is
     /// freed (a paged body's space is released; a file left empty is named
@@ -1424,45 +1433,19 @@ impl Pager {
                     return Ok(None);
                 }
             }
-            let seq = st.next_seq;
-            st.next_seq += 1;
-            let message = Message {
-                id: m.id,
-                seq,
-                timestamp: m.timestamp,
-                expiration: m.expiration,
-                delivery_time: m.delivery_time,
-                store_handle: m.store_handle.unwrap_or(0),
-                body: match body {
-                    Some(NewBody::Borrowed(b)) => Body::Resident(Arc::from(b)),
-                    Some(NewBody::Shared(b)) => Body::Resident(b),
-                    None => Body::Store,
-                },
-                body_len,
-                redelivery_count: m.redelivery_count,
-                correlation_id: st.interner.intern(m.correlation_id),
-                message_type: st.interner.intern(m.message_type),
-                unit_of_order: st.interner.intern(m.unit_of_order),
-                priority: m.priority,
-                flags: 0,
+            let body = match body {
+                Some(NewBody::Borrowed(b)) => Body::Resident(Arc::from(b)),
+                Some(NewBody::Shared(b)) => Body::Resident(b),
+                None => Body::Store,
             };
-            let order_key = st.order.key(&message.order_fields());
-            let resident = matches!(message.body, Body::Resident(_));
-            let (expiration, unit) = (message.expiration, message.unit_of_order);
-            let (slot, generation) = st.place(message);
+            let resident = matches!(body, Body::Resident(_));
+            let (order_key, slot, generation) = st.arrive(m, m.store_handle.unwrap_or(0), body, body_len);
             st.all.insert(order_key, slot);
-            if unit != 0 {
-                st.units.arrived(unit, seq, slot);
-            }
             if resident {
                 st.resident.insert(order_key, slot);
                 st.resident_bytes += u64::from(body_len);
             } else {
                 st.store_paged_messages += 1;
-            }
-            if expiration > 0 {
-                st.expirations.insert((expiration, seq, slot));
-                st.expirations_changed = true;
             }
             let key = dest.key_of(slot, generation);
             // Over budget with this destination holding the most: its bodies
