@@ -6,9 +6,11 @@ module imports another's private names."""
 from __future__ import annotations
 
 import ast
+from concurrent.futures import Future
 from pathlib import Path
 
 import jmsstore
+from jmsstore import TextMessage
 from jmsstore.client import SendFuture
 
 PACKAGE = Path(jmsstore.__file__).parent
@@ -166,6 +168,10 @@ def test_the_send_future_defines_no_private_field_of_future() -> None:
     to the standard library's internals)."""
     own = [name for name in vars(SendFuture) if _is_private_name(name)]
     assert own == []
+    made = SendFuture(TextMessage("x"), None)
+    assert set(vars(made)) - set(vars(Future())) == {"message", "on_completion"}, "no private field of its own"
+    made.finish(None)
+    assert made.done() and not made.running() and made.result(0) is made.message
 
 
 def test_the_client_reaches_the_broker_only_through_its_port() -> None:
