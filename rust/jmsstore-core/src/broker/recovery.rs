@@ -593,6 +593,26 @@ mod tests {
     }
 
     #[test]
+    fn a_collection_with_a_message_the_index_missed_is_loaded_whole_and_in_order() {
+        let mut f = Fixture::new();
+        {
+            let q = f.queue("Q");
+            f.send_all(&q.destination, 1..=2);
+        }
+        let index = HeaderIndex::new(vec!["q/Q".into()]);
+        f.restart_visiting(&index);
+        // Written after the recovery pass: live, but not in the index.
+        f.store().put("q/Q", &Message::new(3).encode()).unwrap();
+        let q = f.queue("Q");
+        f.broker.recover_deliveries().unwrap();
+        let reads_before = f.store().stats().reads;
+        let loaded = f.broker.load(&q.target, Some(&index), &mut |_| {}).unwrap();
+        assert_eq!((loaded.messages, loaded.newest_id), (3, 3));
+        assert_eq!(f.ids(&q.target), [1, 2, 3], "in handle order");
+        assert_eq!(f.store().stats().reads, reads_before + 1, "only the one the index missed is read");
+    }
+
+    #[test]
     fn units_of_order_come_back_from_the_index_with_their_messages_in_arrival_order() {
         use crate::broker::format::{Value, UNIT_OF_ORDER_PROPERTY};
         let unit = |id: u64, name: &'static str| Message::new(id).property(UNIT_OF_ORDER_PROPERTY, Value::String(name));
