@@ -1339,15 +1339,16 @@ impl Pager {
     /// Adds a destination's backlog in one go, as a server opens (the
     /// bulk load of JMS server recovery): `fill` is called once, under the
     /// destination's lock, and pushes each message into the [`Backlog`]
-    /// in arrival order (about `expected` of them). Each is a message whose body stays in the store
-    /// (`store_handle` set, nothing resident). Per message this costs far
-    /// less than [`Pager::add`]: one lock for all of them, and on an empty
-    /// destination the delivery order is built in one pass at the end
-    /// rather than one insertion each. `fill` must not block, call back
-    /// into the pager or into Python; a message it pushes that the pager
-    /// refuses (priority over 9, no store handle, no room) ends the fill
-    /// with that error, the messages pushed before it staying added, as
-    /// with as many `add` calls.
+    /// in arrival order (about `expected` of them), each one whose body
+    /// stays in the store (`store_handle` set, nothing resident). Per
+    /// message this costs far less than [`Pager::add`]: one lock for all of
+    /// them, and on an empty destination the delivery order is built in
+    /// one pass at the end rather than one insertion each. `fill` must not
+    /// block, call back into the pager or into Python. A message the pager
+    /// refuses (priority over 9, no store handle, no room) is refused by
+    /// its `push` with a typed error and changes nothing; the messages
+    /// pushed before it stay added, as with as many `add` calls. What
+    /// `fill` returns is returned.
     pub fn add_backlog(
         &self,
         destination: u32,
