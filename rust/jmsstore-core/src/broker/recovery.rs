@@ -23,9 +23,6 @@ use crate::error::Result;
 use crate::pager::NewMessage;
 use crate::store::{RecoveryVisitor, SegmentVisitor};
 
-/// Stored messages read per store scan.
-const CHUNK: usize = 4096;
-
 /// One stored message as the store's recovery read it: its pager fields,
 /// kept small (a million of them are held while a server opens).
 struct Indexed {
@@ -309,58 +306,51 @@ impl Broker {
         progress: &mut dyn FnMut(u64),
     ) -> Result<()> {
         let runs = index.map(|i| i.take_collection(collection)).unwrap_or_default();
-        self.pager.reserve(target.pager_id(), runs.iter().map(Vec::len).sum())?;
-        if !runs.is_empty() {
-            let live = self.store.handles(collection, None, usize::MAX)?;
-            if every_one_indexed(&live, &runs) {
-                return self.load_indexed(target, live, runs, counts, loaded, progress);
-            }
+        let live = self.store.handles(collection, None, usize::MAX)?;
+        self.pager.reserve(target.pager_id(), live.len())?;
+        if !runs.is_empty() && every_one_indexed(&live, &runs) {
+            return self.load_indexed(target, live, runs, counts, loaded, progress);
         }
         let mut indexed = runs.into_iter().flatten().peekable();
-        let mut after = None;
-        loop {
-            let handles = self.store.handles(collection, after, CHUNK)?;
-            let Some(&last) = handles.last() else { return Ok(()) };
-            after = Some(last);
-            for handle in handles {
-                // Both in handle order: what was read of a live handle is at the front.
-                while indexed.next_if(|(h, _)| *h < handle).is_some() {}
-                let found = indexed.next_if(|(h, _)| *h == handle).map(|(_, i)| i);
-                let (fields, body, len) = match found {
-                    Some(indexed) => {
-                        let len = indexed.len as usize;
-                        (indexed.into_validated(), None, len)
-                    }
-                    // Not indexed (the store was opened without the index): read it.
-                    None => match self.store.read(handle) {
-                        Ok(body) => (format::validate(&body).map_err(|e| e.to_string()), Some(body), 0),
-                        Err(crate::error::Error::UnknownHandle(_)) => continue,
-                        Err(e) => return Err(e),
-                    },
-                };
-                let Some(fields) = loaded.check(handle, fields) else { continue };
-                let message = to_load(&fields, handle, counts);
-                let size = match body {
-                    Some(body) => {
-                        let size = body.len();
-                        self.pager.add_shared(target.pager_id(), &message, Arc::from(body))?;
-                        size
-                    }
-                    None => {
-                        self.pager.add(target.pager_id(), &message, None, len as u32)?;
-                        len
-                    }
-                } as i64;
-                if fields.delayed() {
-                    // A delayed message: waiting consumers must wake when it is due.
-                    target.delay_until(fields.delivery_time);
+        for handle in live {
+            // Both in handle order: what was read of a live handle is at the front.
+            while indexed.next_if(|(h, _)| *h < handle).is_some() {}
+            let found = indexed.next_if(|(h, _)| *h == handle).map(|(_, i)| i);
+            let (fields, body, len) = match found {
+                Some(indexed) => {
+                    let len = indexed.len as usize;
+                    (indexed.into_validated(), None, len)
                 }
-                loaded.count(&fields, size as u64);
-                if loaded.messages % 10_000 == 0 {
-                    progress(loaded.messages);
+                // Not indexed (the store was opened without the index): read it.
+                None => match self.store.read(handle) {
+                    Ok(body) => (format::validate(&body).map_err(|e| e.to_string()), Some(body), 0),
+                    Err(crate::error::Error::UnknownHandle(_)) => continue,
+                    Err(e) => return Err(e),
+                },
+            };
+            let Some(fields) = loaded.check(handle, fields) else { continue };
+            let message = to_load(&fields, handle, counts);
+            let size = match body {
+                Some(body) => {
+                    let size = body.len();
+                    self.pager.add_shared(target.pager_id(), &message, Arc::from(body))?;
+                    size
                 }
+                None => {
+                    self.pager.add(target.pager_id(), &message, None, len as u32)?;
+                    len
+                }
+            };
+            if fields.delayed() {
+                // A delayed message: waiting consumers must wake when it is due.
+                target.delay_until(fields.delivery_time);
+            }
+            loaded.count(&fields, size as u64);
+            if loaded.messages % 10_000 == 0 {
+                progress(loaded.messages);
             }
         }
+        Ok(())
     }
 
     /// Loads `live` (every handle of the collection, in order), all of
