@@ -545,6 +545,34 @@ def test_nack_redelivers_flagged_redelivered(client: Callable[..., Client]) -> N
     assert second.headers["ack"] != first.headers["ack"]
 
 
+@pytest.mark.parametrize("unseen", [False, True])
+def test_unsubscribe_returns_the_unacknowledged_flagged_unless_the_client_says_it_never_had_them(
+    client: Callable[..., Client], jms: JMSServer, unseen: bool
+) -> None:
+    """jmsstore's client marks UNSUBSCRIBE ``jmsstore.unseen:true`` once its
+    application has settled all it was given: what is still unacknowledged was
+    in its buffer or on the wire, and comes back as never delivered."""
+    conn, collector = client()
+    _send_numbered(conn, collector, "/queue/unseen", 3)
+    conn.subscribe("/queue/unseen", id="s", ack="client-individual")
+    first = collector.wait_messages(3)
+    assert [f.headers["redelivered"] for f in first] == ["false"] * 3
+    headers = {"jmsstore.unseen": "true"} if unseen else {}
+    conn.unsubscribe("s", headers={**headers, "receipt": "gone"})
+    collector.wait_receipt("gone")
+    conn.subscribe("/queue/unseen", id="t", ack="client-individual")
+    again = collector.wait_messages(6)[3:]
+    assert _bodies(again) == [b"m0", b"m1", b"m2"]
+    assert [f.headers["redelivered"] for f in again] == [str(not unseen).lower()] * 3
+    disconnect(conn, collector)
+    with jms.connection_factory().create_connection() as connection:
+        connection.start()
+        consumer = connection.create_session().create_consumer(Queue("unseen"))
+        back = [consumer.receive(WAIT) for _ in range(3)]
+        # Delivered twice over STOMP: counted once when the first was never seen.
+        assert [m.delivery_count for m in back if m is not None] == [3 - unseen] * 3
+
+
 def test_an_ack_for_no_message_in_flight_is_an_error(client: Callable[..., Client]) -> None:
     conn, collector = client()
     conn.ack("1.999")

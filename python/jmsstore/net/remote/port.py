@@ -22,8 +22,10 @@ may have delivered and not yet seen acknowledged, at most. A CLIENT or
 transacted consumer whose application holds all of them gets no more (STOMP
 has no "delivered" acknowledgement to widen the window): its receive raises
 :class:`UnsupportedOverStompError` saying so, once. Messages a
-consumer holds but has not handed out go back, flagged redelivered, when
-it closes (STOMP cannot return a message unseen).
+consumer holds but has not handed out go back when it closes: to jmsstore's
+server as never delivered (its ``jmsstore.unseen`` header, on the
+UNSUBSCRIBE too, for those still on the wire), to another broker flagged
+redelivered (standard STOMP cannot return a message unseen).
 """
 
 from __future__ import annotations
@@ -282,18 +284,18 @@ class RemoteConsumer:
             if self._unsubscribed:
                 return
             self._unsubscribed = True
-            unseen = [self._acks[d.key] for d in self._inbox if d.key in self._acks]
             self._inbox.clear()
             self._frames.clear()
             self._acks.clear()
         self.link.remove_inbox(self.subscription_id)
         if not self.link.failed:  # else the server has taken everything back already
-            frames = []
+            headers = [("id", self.subscription_id)]
             if self.link.speaks_jmsstore:
-                # Never handed out: back as never delivered (else UNSUBSCRIBE returns them flagged redelivered).
-                frames = [Frame(Command.NACK, [("id", ack), (UNSEEN_HEADER, "true")]) for ack in unseen]
-            frames.append(Frame(Command.UNSUBSCRIBE, [("id", self.subscription_id)]))
-            self.link.request(frames, "UNSUBSCRIBE")
+                # What it handed out is settled, so every message the server still
+                # counts as unacknowledged (in the inbox, or still on the wire) was
+                # never seen: back as never delivered, not flagged redelivered.
+                headers.append((UNSEEN_HEADER, "true"))
+            self.link.request([Frame(Command.UNSUBSCRIBE, headers)], "UNSUBSCRIBE")
 
 
 def _consumer_of(delivery: Delivery) -> RemoteConsumer:

@@ -856,7 +856,9 @@ class StompConnection:
         if subscription is None:
             raise ProtocolError(f"no subscription {subscription_id!r} on this connection")
         self._by_serial.pop(subscription.serial, None)
-        subscription.close()
+        # jmsstore's client says when everything still unacknowledged is unseen
+        # by its application (still in its buffer or on the wire): those go back unflagged.
+        subscription.close(redelivered=headers.get(UNSEEN_HEADER) != "true")
         self._server.subscription_slots.give_back()
         # ActiveMQ: UNSUBSCRIBE naming the durable subscription deletes it; without, it only stops.
         name = headers.get("activemq.subscriptionName")

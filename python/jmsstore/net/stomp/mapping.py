@@ -79,6 +79,8 @@ TEXT_CONTENT_TYPE = "text/plain;charset=utf-8"
 # application never had (it was ahead in the client's buffer): jmsstore's
 # extension, so that such a message goes back as a JMS consumer's
 # prefetched ones do, its delivery count unchanged and not flagged redelivered.
+# On UNSUBSCRIBE it says the same of every message of the subscription still
+# unacknowledged, including those still on the wire to the client.
 UNSEEN_HEADER = "jmsstore.unseen"
 
 

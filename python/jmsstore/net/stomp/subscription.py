@@ -269,10 +269,11 @@ class Subscription:
 
     # ------------------------------------------------------------ closing
 
-    def close(self) -> None:
-        """Stops dispatching and returns the unacknowledged messages
-        (flagged redelivered); the consumer closes (a durable subscription
-        stays, collecting messages). Idempotent."""
+    def close(self, redelivered: bool = True) -> None:
+        """Stops dispatching and returns the unacknowledged messages, flagged
+        redelivered unless ``redelivered`` is false (the client's application
+        never had them); the consumer closes (a durable subscription stays,
+        collecting messages). Idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -284,7 +285,7 @@ class Subscription:
             self._in_flight.clear()
         try:
             if returned:
-                self._broker.release(returned, redelivered=True)
+                self._broker.release(returned, redelivered=redelivered)
             self._flush_acknowledgements()
         except JmsStoreError as e:
             log.warning("subscription %s: returning its unacknowledged messages failed: %s", self.id, e)
