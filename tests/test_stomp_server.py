@@ -573,6 +573,65 @@ def test_unsubscribe_returns_the_unacknowledged_flagged_unless_the_client_says_i
         assert [m.delivery_count for m in back if m is not None] == [3 - unseen] * 3
 
 
+def test_a_recall_takes_back_what_is_on_the_wire_and_sends_it_again_in_order(
+    raw: Callable[..., RawClient], jms: JMSServer
+) -> None:
+    """jmsstore's client recovers by NACKing what its application had, the
+    last NACK marked ``jmsstore.recall:true``: the server takes back every
+    other message in flight as never delivered and marks the MESSAGE frames
+    after it ``jmsstore.recall:1``, so that the client can drop those that
+    were on the wire; the marked ones are the destination's messages again,
+    in order, the recovered one first and flagged."""
+    r = raw()
+    assert r.connect().command == "CONNECTED"
+    for n in range(4):
+        r.send(f"SEND\ndestination:/queue/recall\nreceipt:s{n}\n\nm{n}\x00".encode())
+    assert [r.next_frame().header("receipt-id") for _ in range(4)] == ["s0", "s1", "s2", "s3"]
+    r.send(b"SUBSCRIBE\ndestination:/queue/recall\nid:s\nack:client-individual\n\n\x00")
+    first = r.next_frame()
+    assert (first.command, first.body, first.header("jmsstore.recall")) == ("MESSAGE", b"m0", None)
+    # Sent before the client reads further: the other frames are still on the wire (or not yet sent).
+    r.send(f"NACK\nid:{first.header('ack')}\njmsstore.recall:true\nreceipt:back\n\n\x00".encode())
+    stale, again, receipts = [], [], []
+    while len(again) < 4 or not receipts:
+        frame = r.next_frame()
+        if frame.command == "RECEIPT":
+            receipts.append(frame.header("receipt-id"))
+        elif frame.header("jmsstore.recall") == "1":
+            again.append(frame)
+        else:
+            assert frame.header("jmsstore.recall") is None
+            assert not again, "every frame sent after the recall is marked"
+            stale.append(frame)
+    assert receipts == ["back"]
+    assert [f.body for f in again] == [b"m0", b"m1", b"m2", b"m3"]
+    assert [f.header("redelivered") for f in again] == ["true", "false", "false", "false"]
+    assert len(stale) <= 4
+    for f in again:
+        r.send(f"ACK\nid:{f.header('ack')}\n\n\x00".encode())
+    taken_back = stale[-1] if stale else first  # first: settled by its NACK
+    r.send(f"ACK\nid:{taken_back.header('ack')}\nreceipt:old\n\n\x00".encode())
+    # The taken-back frames' ack ids are no longer the client's to use.
+    assert r.next_frame().command == "ERROR"
+    assert jms.message_count(Queue("recall")) == 0
+
+
+def test_a_recall_in_a_transaction_is_an_error(raw: Callable[..., RawClient], jms: JMSServer) -> None:
+    r = raw()
+    assert r.connect().command == "CONNECTED"
+    r.send(b"SEND\ndestination:/queue/recall-tx\nreceipt:s\n\nm\x00")
+    assert r.next_frame().header("receipt-id") == "s"
+    r.send(b"SUBSCRIBE\ndestination:/queue/recall-tx\nid:s\nack:client-individual\n\n\x00")
+    message = r.next_frame()
+    r.send(b"BEGIN\ntransaction:t\n\n\x00")
+    r.send(f"NACK\nid:{message.header('ack')}\ntransaction:t\njmsstore.recall:true\n\n\x00".encode())
+    error = r.next_frame()
+    assert error.command == "ERROR"
+    assert "jmsstore.recall" in (error.header("message") or "")
+    assert r.closed_by_server()
+    assert jms.message_count(Queue("recall-tx")) == 1  # back, as a closed connection returns it
+
+
 def test_an_ack_for_no_message_in_flight_is_an_error(client: Callable[..., Client]) -> None:
     conn, collector = client()
     conn.ack("1.999")

@@ -47,7 +47,7 @@ from jmsstore.net.remote.errors import UnsupportedOverStompError
 from jmsstore.net.remote.link import StompLink
 from jmsstore.net.remote.messages import received_message, send_frame, stomp_destination
 from jmsstore.net.stomp.frames import Command, Frame
-from jmsstore.net.stomp.mapping import UNSEEN_HEADER
+from jmsstore.net.stomp.mapping import RECALL_HEADER, UNSEEN_HEADER
 from jmsstore.selector import Selector
 
 __all__ = ["RemoteConsumer", "RemotePort", "RemoteProducer"]
@@ -164,6 +164,8 @@ class RemoteConsumer:
         self._keys = itertools.count(1)
         self._closed = False
         self._unsubscribed = False
+        # Recalls asked of the server: a MESSAGE frame marked with fewer was taken back (see RECALL_HEADER).
+        self._recalls = 0
 
     # ------------------------------------------------------------ from the reader thread
 
@@ -171,6 +173,8 @@ class RemoteConsumer:
         ack = frame.header("ack") or frame.header("message-id") or ""
         redelivered = (frame.header("redelivered") or "").lower() == "true"
         with self._lock:
+            if self._recalls and _recalls_of(frame) < self._recalls:
+                return
             key = next(self._keys)
             self._frames[key] = frame
             self._acks[key] = ack
@@ -243,13 +247,21 @@ class RemoteConsumer:
                     self._handed_out.discard(d.key)
                     self._inbox.appendleft(d)
 
-    def take_unseen(self) -> list[Delivery]:
+    def recall_unseen(self) -> list[Delivery]:
         """The messages received and not handed to the consumer, now out of
-        the inbox (to be NACKed back, in order)."""
+        the inbox (to be NACKed back, in order, the last NACK recalling the
+        rest): from now on the MESSAGE frames the server sent before the
+        recall, which it takes back, are dropped as they arrive."""
         with self._lock:
+            self._recalls += 1
             unseen = list(self._inbox)
             self._inbox.clear()
         return unseen
+
+    def recall_withdrawn(self) -> None:
+        """The recall :meth:`recall_unseen` counted is not sent after all (no NACK carries it)."""
+        with self._lock:
+            self._recalls -= 1
 
     def settle(self, key: int) -> str | None:
         """The ack id to ACK or NACK the message with (None: already settled,
@@ -303,6 +315,12 @@ def _consumer_of(delivery: Delivery) -> RemoteConsumer:
     if not isinstance(consumer, RemoteConsumer):
         raise IllegalStateError("a delivery of another broker cannot be settled over this connection")
     return consumer
+
+
+def _recalls_of(frame: Frame) -> int:
+    """The recalls a MESSAGE frame's subscription had served when it was sent."""
+    text = frame.header(RECALL_HEADER) or "0"
+    return int(text) if text.isdigit() and len(text) <= 18 else 0
 
 
 class _Connected:
@@ -588,28 +606,35 @@ class RemotePort:
         """Nothing is batched here (see :meth:`new_backlog`)."""
 
     def release(self, deliveries: list[Delivery], redelivered: bool) -> None:
+        by_consumer: dict[RemoteConsumer, list[Delivery]] = {}
+        for d in deliveries:
+            by_consumer.setdefault(_consumer_of(d), []).append(d)
         if not redelivered:
-            by_consumer: dict[RemoteConsumer, list[Delivery]] = {}
-            for d in deliveries:
-                by_consumer.setdefault(_consumer_of(d), []).append(d)
             for consumer, returned in by_consumer.items():
                 consumer.give_back(returned)
             return
-        frames, consumers = self._settling(Command.NACK, deliveries)
-        # What the consumers hold unseen goes back too, after them: the server then
-        # sends everything again in its order, so that the messages coming back are
-        # redelivered before the later ones (recover, rollback, a listener that raised).
-        # Only to jmsstore's server, which returns them as never delivered: another
-        # counts a NACK as a failed delivery (ActiveMQ's redelivery policy, its DLQ).
-        for consumer in consumers:
-            if consumer.link.speaks_jmsstore:
-                unseen, _ = self._settling(Command.NACK, consumer.take_unseen(), unseen=True)
-                for link, nacks in unseen.items():
-                    frames.setdefault(link, []).extend(nacks)
-        for link, nacks in frames.items():
-            if not link.failed:  # else the server took them back when the connection ended
+        writes: dict[StompLink, list[Frame]] = {}
+        for consumer, returned in by_consumer.items():
+            link = consumer.link
+            nacks = self._settling(Command.NACK, returned)[0].get(link, [])
+            # What the consumer holds unseen, and what is still on the wire to it, goes
+            # back too, after them: the server then sends everything again in its order,
+            # so that the messages coming back are redelivered before the later ones
+            # (recover, rollback, a listener that raised). Only to jmsstore's server,
+            # which returns them as never delivered: another counts a NACK as a failed
+            # delivery (ActiveMQ's redelivery policy, its DLQ).
+            if link.speaks_jmsstore:
+                nacks += self._settling(Command.NACK, consumer.recall_unseen(), unseen=True)[0].get(link, [])
+                if nacks:
+                    last = nacks[-1]
+                    nacks[-1] = Frame(last.command, [*last.headers, (RECALL_HEADER, "true")], last.body)
+                else:
+                    consumer.recall_withdrawn()  # nothing to recall with
+            writes.setdefault(link, []).extend(nacks)
+        for link, nacks in writes.items():
+            if nacks and not link.failed:  # else the server took them back when the connection ended
                 link.write(nacks)
-        for consumer in consumers:
+        for consumer in by_consumer:
             consumer.after_settling()
 
     def commit(self, staged: list[object], deliveries: list[Delivery]) -> None:

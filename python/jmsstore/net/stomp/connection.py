@@ -64,6 +64,7 @@ from jmsstore.net.stomp.frames import (
     error_frame,
 )
 from jmsstore.net.stomp.mapping import (
+    RECALL_HEADER,
     REMOTE_TEMP_QUEUE,
     UNSEEN_HEADER,
     ProtocolError,
@@ -892,12 +893,17 @@ class StompConnection:
     def _on_nack(self, frame: Frame, headers: dict[str, str]) -> bool:
         transaction = headers.get("transaction")
         tx = self._transaction(transaction) if transaction is not None else None
-        _, deliveries = self._settled(headers)
+        subscription, deliveries = self._settled(headers)
+        recall = headers.get(RECALL_HEADER) == "true"
         if tx is not None:
+            if recall:
+                raise ProtocolError(f"{RECALL_HEADER} is for a NACK outside a transaction")
             tx.nacks.extend(deliveries)
         else:
             # jmsstore's clients say which messages their application never had.
             self._port.release(deliveries, redelivered=headers.get(UNSEEN_HEADER) != "true")
+            if recall:
+                subscription.recall()
         return True
 
     def _transaction(self, name: str) -> _Transaction:

@@ -59,6 +59,7 @@ from jmsstore.jms.message import BytesMessage, DeliveryMode, Message, TextMessag
 from jmsstore.net.stomp.types import PROPERTY_TYPES_HEADER, PropertyTypeError, header_text, property_types, typed
 
 __all__ = [
+    "RECALL_HEADER",
     "REMOTE_TEMP_QUEUE",
     "TEXT_CONTENT_TYPE",
     "UNSEEN_HEADER",
@@ -82,6 +83,15 @@ TEXT_CONTENT_TYPE = "text/plain;charset=utf-8"
 # On UNSUBSCRIBE it says the same of every message of the subscription still
 # unacknowledged, including those still on the wire to the client.
 UNSEEN_HEADER = "jmsstore.unseen"
+
+# A NACK with this header set to ``true`` also returns, as never delivered,
+# every other message of its subscription still unacknowledged (jmsstore's
+# extension, sent by jmsstore's client after a recover). The subscription's
+# MESSAGE frames after it carry the header too, with the count of recalls
+# served; the client drops a frame marked with fewer recalls than it asked
+# for (it was on the wire, and is back on the destination), so that the
+# recovered messages come back before the later ones.
+RECALL_HEADER = "jmsstore.recall"
 
 
 # How a MESSAGE frame names a temporary queue (ActiveMQ's form): the

@@ -21,7 +21,10 @@ an ACK that had no receipt may come back, flagged redelivered.
 A NACK returns what the same ACK would acknowledge, for redelivery (the
 delivery count goes up, the destination's redelivery delay and limit
 apply). Unacknowledged messages return, flagged redelivered, when the
-subscription or the connection closes.
+subscription or the connection closes. jmsstore's own client may say
+otherwise: an UNSUBSCRIBE with ``jmsstore.unseen:true`` returns them as
+never delivered, and a NACK with ``jmsstore.recall:true`` returns every
+message in flight so (see ``Subscription.recall``).
 
 ``activemq.prefetchSize`` is the most MESSAGE frames in flight
 (delivered, not acknowledged) at a time in the ``client`` modes; in
@@ -42,7 +45,7 @@ from collections.abc import Callable
 from jmsstore._native import Signal
 from jmsstore.client.port import BrokerPort, ConsumerPort, Delivery
 from jmsstore.errors import JmsStoreError
-from jmsstore.net.stomp.mapping import ProtocolError, message_body, message_headers
+from jmsstore.net.stomp.mapping import RECALL_HEADER, ProtocolError, message_body, message_headers
 
 __all__ = ["ACK_MODES", "Subscription"]
 
@@ -90,6 +93,10 @@ class Subscription:
         self._write = write
         self._fail = fail
         self._lock = threading.Lock()
+        # Held from a fetch's entry into ``_in_flight`` until its frames are written:
+        # a recall takes back only frames marked with the recalls before it.
+        self._dispatching = threading.Lock()
+        self._recalls = 0  # recalls served: the MESSAGE frames after one carry their count
         # ack id -> delivery, in the order the MESSAGE frames went out (client modes).
         self._in_flight: OrderedDict[str, Delivery] = OrderedDict()
         self._sequence = itertools.count(1)
@@ -208,19 +215,23 @@ class Subscription:
                 headers[2] = ("destination", self._destination_header)
             frames.append((headers, message_body(message)))
             acks.append(ack)
-        if self.ack_mode != "auto":
-            with self._lock:
-                for ack, delivery in zip(acks, deliveries, strict=True):
-                    self._in_flight[ack] = delivery
-        try:
-            self._write(frames)
-        except BaseException:
-            # Not written, or only in part: back, flagged redelivered (the client may have seen them).
-            with self._lock:
-                for ack in acks:
-                    self._in_flight.pop(ack, None)
-            self._broker.release(deliveries, redelivered=True)
-            raise
+        with self._dispatching:
+            if self._recalls:
+                for headers, _ in frames:
+                    headers.append((RECALL_HEADER, str(self._recalls)))
+            if self.ack_mode != "auto":
+                with self._lock:
+                    for ack, delivery in zip(acks, deliveries, strict=True):
+                        self._in_flight[ack] = delivery
+            try:
+                self._write(frames)
+            except BaseException:
+                # Not written, or only in part: back, flagged redelivered (the client may have seen them).
+                with self._lock:
+                    for ack in acks:
+                        self._in_flight.pop(ack, None)
+                self._broker.release(deliveries, redelivered=True)
+                raise
         self.delivered += len(deliveries)
         if self.ack_mode == "auto":
             self._broker.acknowledge_lazily(deliveries, self._backlog, _ACK_BATCH)
@@ -266,6 +277,23 @@ class Subscription:
         if self._waiting_for_room:
             self._wake.set()  # room for more, and the dispatcher waits for it
         return taken
+
+    def recall(self) -> int:
+        """Returns every message in flight as never delivered: jmsstore's
+        client asks it after a recover, having NACKed what its application
+        had. The MESSAGE frames after it carry the count of recalls, and
+        the client drops those marked with fewer than it asked for (they
+        were on the wire), so that the messages come again in the
+        destination's order. Returns how many went back."""
+        with self._dispatching, self._lock:
+            self._recalls += 1
+            returned = list(self._in_flight.values())
+            self._in_flight.clear()
+        if returned:
+            self._broker.release(returned, redelivered=False)
+        if self._waiting_for_room:
+            self._wake.set()
+        return len(returned)
 
     # ------------------------------------------------------------ closing
 
