@@ -16,7 +16,7 @@ Fixtures:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +135,14 @@ def browse_texts(server: JMSServer, queue: Queue) -> list[str | None]:
         session = connection.create_session()
         with session.create_browser(queue) as browser:
             return texts(browser.messages())
+
+
+def eventually(predicate: Callable[[], bool], what: str = "the condition never held") -> None:
+    """Until ``predicate()`` holds, for at most SOON seconds."""
+    deadline = time.monotonic() + SOON
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)
 
 
 def wait_for_idle_consumer(server: JMSServer, queue: Queue) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from jms_helpers import SOON, connect, drain
+from jms_helpers import SOON, connect, drain, eventually
 from jmsstore import BytesMessage, InvalidArgumentError, JMSServer, Message, Queue, TextMessage
 from jmsstore.client.producer import AsyncWindow, SendFuture
 
@@ -95,6 +95,7 @@ def test_send_async_blocks_past_the_window_of_outstanding_messages(server: JMSSe
 
         sender = threading.Thread(target=send_six)
         sender.start()
+        eventually(lambda: len(sent) == 4, "the first four sends did not return")
         sender.join(HELD)
         assert sender.is_alive(), "send_async did not block past the window"
         assert sent == [0, 1, 2, 3]  # the fifth send is the one past the window: it waits
@@ -120,6 +121,7 @@ def test_send_async_blocks_past_the_window_of_outstanding_bytes(server: JMSServe
 
         sender = threading.Thread(target=send_big)
         sender.start()
+        eventually(lambda: len(sent) == 1, "the first send did not return")
         sender.join(HELD)
         assert sender.is_alive() and sent == [0], sent  # 12,000 bytes outstanding after the second
         release.set()

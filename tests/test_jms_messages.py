@@ -760,11 +760,12 @@ def test_stop_waits_for_a_running_listener(server: JMSServer) -> None:
     with connect(server) as connection:
         consumer = connection.create_session().create_consumer(queue)
         consumer.set_message_listener(listener)
-        send_texts(server, queue, ["first", "second"])
+        send_texts(server, queue, ["first"])
         assert entered.wait(SOON)
         threading.Timer(0.1, release.set).start()
         connection.stop()
         assert finished == ["first"]  # stop returned only after the listener did
+        send_texts(server, queue, ["second"])
         time.sleep(0.2)
         assert finished == ["first"]  # and nothing more was delivered while stopped
         connection.start()

@@ -239,14 +239,14 @@ def test_recovered_messages_wait_out_their_redelivery_delay_and_hold_back_their_
     """UOO-3 (recover, redelivery delay): a recovered message not yet due for redelivery
     holds back the rest of its unit; other units flow meanwhile; then the unit goes on in
     order from the recovered message."""
-    queue = server.create_queue("Q", redelivery_delay=400)
+    queue = server.create_queue("Q", redelivery_delay=1000)
     _send_units(server, queue, {"u": 3})
     with connect(server, prefetch=False) as connection:
         session = connection.create_session(False, AckMode.CLIENT)
         consumer = session.create_consumer(queue)
         assert _text(consumer.receive(SOON)) == "u:0"
+        send_texts(server, queue, ["no unit"])  # before the recover: its delay runs from there
         session.recover()
-        send_texts(server, queue, ["no unit"])
         assert _text(consumer.receive(SOON)) == "no unit", "not u:1: u waits for u:0"
         back = [consumer.receive(SOON) for _ in range(3)]
         back[-1].acknowledge()  # type: ignore[union-attr]

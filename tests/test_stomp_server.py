@@ -173,14 +173,15 @@ def test_connected_frame_names_version_server_session_and_heart_beat(make_stomp:
 
 
 def test_heart_beats_flow_both_ways(make_stomp: Callable[..., StompServer]) -> None:
-    served = make_stomp(heart_beat=(200, 200))
-    conn = stomp.Connection12([served.address], heartbeats=(200, 200), auto_decode=False, timeout=WAIT)
+    # Intervals with room for a loaded machine: a silence of twice the interval ends the connection.
+    served = make_stomp(heart_beat=(500, 500))
+    conn = stomp.Connection12([served.address], heartbeats=(500, 500), auto_decode=False, timeout=WAIT)
     collector = Collector()
     conn.set_listener("c", collector)
     conn.connect(wait=True)
     try:
         collector.wait(lambda: collector.heartbeats >= 3)
-        time.sleep(1.0)  # well past twice the interval: the client's heart-beats keep it alive
+        time.sleep(1.5)  # well past twice the interval: the client's heart-beats keep it alive
         assert conn.is_connected()
         assert served.statistics()["heartbeat_timeouts"] == 0
     finally:
@@ -192,11 +193,11 @@ def test_a_client_that_stops_sending_heart_beats_is_cut_off(
 ) -> None:
     served = make_stomp(heart_beat=(0, 100))
     r = raw(served)
+    started = time.monotonic()  # before CONNECT: the server's count of silence starts when it reads it
     connected = r.connect(heart_beat="100,0")
     assert connected.header("heart-beat") == "0,100"
-    started = time.monotonic()
     assert r.closed_by_server()
-    assert 0.15 < time.monotonic() - started < 2.0
+    assert 0.15 < time.monotonic() - started < WAIT
     assert served.statistics()["heartbeat_timeouts"] == 1
 
 
