@@ -34,6 +34,7 @@ from jmsstore import (
 )
 from jmsstore._native import Signal
 from jmsstore.bench.peers import activemq
+from jmsstore.client.port import Delivery
 from jmsstore.errors import IllegalStateError, InvalidArgumentError
 from jmsstore.net import StompServer, serve
 from jmsstore.net.remote import StompConnectionError, StompServerError, UnsupportedOverStompError
@@ -373,6 +374,41 @@ def test_a_message_listener_gets_every_message(broker: Broker) -> None:
     assert got == ["l0", "l1", "l2", "l3"]
 
 
+@pytest.mark.parametrize("ack_mode", [AckMode.AUTO, AckMode.DUPS_OK])
+def test_a_listener_that_raises_gets_that_message_again_and_the_others_once(broker: Broker, ack_mode: AckMode) -> None:
+    """JMS 2.0 §8.7: a listener that throws in AUTO or DUPS_OK mode gets the
+    message again, flagged redelivered; the messages before it, which DUPS_OK
+    has not acknowledged yet, are the application's and do not come back (over
+    STOMP: no recall while they are unsettled), and the connection goes on."""
+    queue = broker.queue("throwing")
+    seen: list[tuple[str | None, bool]] = []
+    six, seven = threading.Event(), threading.Event()
+    failed: list[bool] = []
+
+    def listener(message: Message) -> None:
+        seen.append((message.text if isinstance(message, TextMessage) else None, message.redelivered))
+        if message.text == "m2" and not failed:  # type: ignore[attr-defined]
+            failed.append(True)
+            raise RuntimeError("the listener fails once")
+        if len(seen) >= 6:
+            (six if len(seen) == 6 else seven).set()
+
+    with broker.factory(messages_maximum=50).create_connection() as connection:
+        producer = connection.create_session().create_producer(queue)
+        for n in range(5):
+            producer.send(TextMessage(f"m{n}"))
+        connection.create_session(ack_mode=ack_mode).create_consumer(queue).set_message_listener(listener)
+        connection.start()
+        assert six.wait(WAIT), seen
+        producer.send(TextMessage("after"))  # the connection still works
+        assert seven.wait(WAIT), seen
+    firsts = [("m0", False), ("m1", False), ("m2", False), ("m2", True), ("m3", False), ("m4", False)]
+    assert seen == [*firsts, ("after", False)]
+    with broker.factory().create_connection() as connection:
+        connection.start()
+        assert connection.create_session().create_consumer(queue).receive(0.2) is None
+
+
 def test_send_async_completes_with_its_callback(broker: Broker) -> None:
     queue = broker.queue("async")
     calls: list[tuple[str | None, BaseException | None]] = []
@@ -531,30 +567,45 @@ def test_a_consumer_holding_its_whole_prefetch_unacknowledged_is_told_so(remote:
 def test_a_recalling_consumer_drops_the_frames_sent_before_the_recall(remote: Broker) -> None:
     """After a recover, the frames already on the wire were taken back by the
     server's recall: the consumer drops those marked with fewer recalls than
-    it asked for, and keeps those sent after."""
+    it asked for, and keeps those sent after. It recalls only when its
+    application holds nothing unsettled (all the server still counts is
+    then unseen) and the server takes recalls."""
     assert remote.stomp is not None
     link = StompLink(remote.stomp.address, None, None, None, (0, 0), WAIT)
     try:
+        assert link.recalls  # jmsstore's server lists the extension in CONNECTED
         consumer = RemoteConsumer(link, "s", Queue("q"), 10)
 
-        def message(n: int, recalls: int | None) -> Frame:
+        def message(n: int, recalls: int | None = None) -> Frame:
             headers = [("subscription", "s"), ("ack", f"1.{n}"), ("redelivered", "false")]
             if recalls is not None:
                 headers.append(("jmsstore.recall", str(recalls)))
             return Frame(Command.MESSAGE, headers)
 
-        consumer.arrived(message(1, None))
-        assert len(consumer.recall_unseen()) == 1  # in the inbox, to be NACKed back
-        consumer.arrived(message(2, None))  # was on the wire: taken back by the server
-        consumer.arrived(message(3, 1))
-        assert len(consumer.recall_unseen()) == 1  # a second recall: 3 goes back too
-        consumer.arrived(message(4, 1))
-        consumer.arrived(message(5, 2))
-        (fresh,) = consumer.fetch(10, Signal())
-        assert consumer.frame(fresh.key).header("ack") == "1.5"
-        consumer.recall_withdrawn()  # a recall not sent after all: frames marked 1 count again
-        consumer.arrived(message(6, 1))
-        assert [consumer.frame(d.key).header("ack") for d in consumer.fetch(10, Signal())] == ["1.6"]
+        def acks(deliveries: list[Delivery]) -> list[str | None]:
+            return [consumer.frame(d.key).header("ack") for d in deliveries]
+
+        consumer.arrived(message(1))
+        (held,) = consumer.fetch(10, Signal())
+        consumer.arrived(message(2))
+        # The application still holds 1: no recall (the server would take 1 back too), 2 goes back unseen.
+        assert consumer.give_back_unseen(recall=True, nacking=True) == (["1.2"], False)
+        consumer.arrived(message(3))
+        (three,) = consumer.fetch(10, Signal())
+        assert acks([three]) == ["1.3"]
+        assert (consumer.settle(held.key), consumer.settle(three.key)) == ("1.1", "1.3")
+        # Nothing held, nothing to NACK: nothing to recall with either.
+        assert consumer.give_back_unseen(recall=True, nacking=False) == ([], False)
+        consumer.arrived(message(4))
+        assert consumer.give_back_unseen(recall=False, nacking=True) == (["1.4"], False)  # another server
+        consumer.arrived(message(5))
+        assert consumer.give_back_unseen(recall=True, nacking=False) == (["1.5"], True)
+        consumer.arrived(message(6))  # was on the wire: taken back by the server
+        consumer.arrived(message(7, 1))
+        assert consumer.give_back_unseen(recall=True, nacking=False) == (["1.7"], True)
+        consumer.arrived(message(8, 1))
+        consumer.arrived(message(9, 2))
+        assert acks(consumer.fetch(10, Signal())) == ["1.9"]
     finally:
         link.close()
 

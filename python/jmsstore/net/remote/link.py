@@ -26,6 +26,7 @@ from jmsstore.errors import JmsStoreError
 from jmsstore.net.remote.errors import StompConnectionError, server_error
 from jmsstore.net.stomp import heartbeat
 from jmsstore.net.stomp.frames import SERVER_COMMANDS, Command, Frame, FrameError, FrameParser, encode
+from jmsstore.net.stomp.mapping import EXTENSIONS_HEADER, RECALL_EXTENSION
 from jmsstore.net.stomp.transport import PlainTransport, TlsTransport
 
 __all__ = ["Inbox", "StompLink"]
@@ -85,6 +86,7 @@ class StompLink:
         self.address = address
         self._tls = tls
         self.speaks_jmsstore = False  # the server said it is jmsstore's (CONNECTED's server header)
+        self.recalls = False  # it takes a recall (RECALL_HEADER): CONNECTED lists the extension
         # The names of the temporary queues this connection made (/temp-queue/NAME on the server).
         self.temporary_queues: set[str] = set()
         self.client_id = client_id
@@ -193,6 +195,8 @@ class StompLink:
     def _negotiate(self, connected: Frame) -> None:
         # jmsstore's own server understands its extensions (see ``speaks_jmsstore``).
         self.speaks_jmsstore = (connected.header("server") or "").startswith("jmsstore/")
+        extensions = (connected.header(EXTENSIONS_HEADER) or "").split(",")
+        self.recalls = self.speaks_jmsstore and RECALL_EXTENSION in extensions
         version = connected.header("version", "1.0")
         if version != "1.2":
             raise StompConnectionError(f"{self.where} speaks STOMP {version}; this client speaks 1.2")

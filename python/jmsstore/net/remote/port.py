@@ -247,21 +247,24 @@ class RemoteConsumer:
                     self._handed_out.discard(d.key)
                     self._inbox.appendleft(d)
 
-    def recall_unseen(self) -> list[Delivery]:
-        """The messages received and not handed to the consumer, now out of
-        the inbox (to be NACKed back, in order, the last NACK recalling the
-        rest): from now on the MESSAGE frames the server sent before the
-        recall, which it takes back, are dropped as they arrive."""
+    def give_back_unseen(self, recall: bool, nacking: bool) -> tuple[list[str], bool]:
+        """The ack ids of the messages received and not handed to the
+        consumer, now out of the inbox (to be NACKed back as never seen, in
+        order), and whether the last NACK is to recall the rest in flight:
+        with ``recall`` (the server takes one), when the application holds
+        nothing unsettled from this consumer (all the server still counts as
+        unacknowledged is then unseen) and a NACK goes (``nacking``, or unseen
+        ones). From a recall on, the frames the server sent before it, which
+        it takes back, are dropped as they arrive."""
         with self._lock:
-            self._recalls += 1
-            unseen = list(self._inbox)
+            acks = [self._acks.pop(d.key) for d in self._inbox if d.key in self._acks]
+            for d in self._inbox:
+                self._frames.pop(d.key, None)
             self._inbox.clear()
-        return unseen
-
-    def recall_withdrawn(self) -> None:
-        """The recall :meth:`recall_unseen` counted is not sent after all (no NACK carries it)."""
-        with self._lock:
-            self._recalls -= 1
+            recalling = recall and not self._handed_out and bool(nacking or acks)
+            if recalling:
+                self._recalls += 1
+        return acks, recalling
 
     def settle(self, key: int) -> str | None:
         """The ack id to ACK or NACK the message with (None: already settled,
@@ -563,12 +566,9 @@ class RemotePort:
         return AckBacklog()  # stays empty: ACK frames go out as the session acknowledges
 
     def _settling(
-        self, command: str, deliveries: list[Delivery], transaction: str | None = None, unseen: bool = False
+        self, command: str, deliveries: list[Delivery], transaction: str | None = None
     ) -> tuple[dict[StompLink, list[Frame]], set[RemoteConsumer]]:
-        """The ACK or NACK frames of ``deliveries``, per connection, and their
-        consumers. ``unseen``: NACKs of messages the application never had,
-        which jmsstore's server returns with their delivery count as it was
-        (another server counts them as any NACK)."""
+        """The ACK or NACK frames of ``deliveries``, per connection, and their consumers."""
         frames: dict[StompLink, list[Frame]] = {}
         consumers: set[RemoteConsumer] = set()
         for d in deliveries:
@@ -580,8 +580,6 @@ class RemotePort:
             headers = [("id", ack)]
             if transaction is not None:
                 headers.append(("transaction", transaction))
-            if unseen:
-                headers.append((UNSEEN_HEADER, "true"))
             frames.setdefault(consumer.link, []).append(Frame(command, headers))
         return frames, consumers
 
@@ -624,12 +622,11 @@ class RemotePort:
             # which returns them as never delivered: another counts a NACK as a failed
             # delivery (ActiveMQ's redelivery policy, its DLQ).
             if link.speaks_jmsstore:
-                nacks += self._settling(Command.NACK, consumer.recall_unseen(), unseen=True)[0].get(link, [])
-                if nacks:
+                unseen, recall = consumer.give_back_unseen(link.recalls, bool(nacks))
+                nacks += [Frame(Command.NACK, [("id", ack), (UNSEEN_HEADER, "true")]) for ack in unseen]
+                if recall:
                     last = nacks[-1]
                     nacks[-1] = Frame(last.command, [*last.headers, (RECALL_HEADER, "true")], last.body)
-                else:
-                    consumer.recall_withdrawn()  # nothing to recall with
             writes.setdefault(link, []).extend(nacks)
         for link, nacks in writes.items():
             if nacks and not link.failed:  # else the server took them back when the connection ended

@@ -64,6 +64,8 @@ from jmsstore.net.stomp.frames import (
     error_frame,
 )
 from jmsstore.net.stomp.mapping import (
+    EXTENSIONS_HEADER,
+    RECALL_EXTENSION,
     RECALL_HEADER,
     REMOTE_TEMP_QUEUE,
     UNSEEN_HEADER,
@@ -638,6 +640,7 @@ class StompConnection:
                     ("server", f"jmsstore/{__version__}"),
                     ("heart-beat", f"{send_ms},{receive_ms}"),
                     ("session", self.session),
+                    (EXTENSIONS_HEADER, RECALL_EXTENSION),
                 ],
             )
         )

@@ -59,6 +59,8 @@ from jmsstore.jms.message import BytesMessage, DeliveryMode, Message, TextMessag
 from jmsstore.net.stomp.types import PROPERTY_TYPES_HEADER, PropertyTypeError, header_text, property_types, typed
 
 __all__ = [
+    "EXTENSIONS_HEADER",
+    "RECALL_EXTENSION",
     "RECALL_HEADER",
     "REMOTE_TEMP_QUEUE",
     "TEXT_CONTENT_TYPE",
@@ -92,6 +94,12 @@ UNSEEN_HEADER = "jmsstore.unseen"
 # for (it was on the wire, and is back on the destination), so that the
 # recovered messages come back before the later ones.
 RECALL_HEADER = "jmsstore.recall"
+
+# CONNECTED's list of the extensions above that the server understands
+# (``jmsstore.unseen`` goes without saying: a server that ignores it only
+# returns the messages flagged redelivered).
+EXTENSIONS_HEADER = "jmsstore.extensions"
+RECALL_EXTENSION = "recall"
 
 
 # How a MESSAGE frame names a temporary queue (ActiveMQ's form): the

@@ -176,6 +176,7 @@ class Subscription:
                 # In the idle list before looking: a message sent after the look wakes us.
                 bell.push_idle(wake)
                 idle = True
+                recalls = self._recalls
                 deliveries = consumer.fetch(room, wake)
                 if not deliveries:
                     self._flush_acknowledgements()
@@ -187,13 +188,16 @@ class Subscription:
                     continue
                 bell.forget_idle(wake)
                 idle = False
-                self._deliver(deliveries)
+                self._deliver(deliveries, recalls)
         finally:
             self._waiting_for_room = False
             if idle:
                 bell.forget_idle(wake)
 
-    def _deliver(self, deliveries: list[Delivery]) -> None:
+    def _deliver(self, deliveries: list[Delivery], recalls: int) -> None:
+        """Writes the MESSAGE frames of ``deliveries``, fetched when the
+        subscription had served ``recalls`` recalls: if one came since, they
+        go back instead (they would overtake the messages it returned)."""
         record = deliveries[0].record
         if record is not None:
             try:
@@ -216,6 +220,9 @@ class Subscription:
             frames.append((headers, message_body(message)))
             acks.append(ack)
         with self._dispatching:
+            if self._recalls != recalls:
+                self._broker.release(deliveries, redelivered=False)
+                return
             if self._recalls:
                 for headers, _ in frames:
                     headers.append((RECALL_HEADER, str(self._recalls)))
