@@ -49,6 +49,26 @@ fn a_lazy_batch_goes_out_with_the_next_durable_commit() -> TestResult {
     Ok(())
 }
 
+/// What the lazy acknowledgements check their batched deletes with, before submitting them.
+#[test]
+fn retain_live_keeps_the_live_handles_in_order() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open(dir.path(), small(1 << 20))?;
+    let handles: Vec<u64> = (0..6u32).map(|i| store.put("q", &i.to_le_bytes())).collect::<Result<_, _>>()?;
+    let mut batch = store.batch();
+    batch.delete(handles[1])?;
+    batch.delete(handles[4])?;
+    store.commit(batch)?;
+    let unknown = handles[5] + 1_000;
+    let mut asked = vec![handles[5], handles[1], unknown, handles[0], handles[4], handles[3]];
+    store.retain_live(&mut asked);
+    assert_eq!(asked, vec![handles[5], handles[0], handles[3]]);
+    let mut none = Vec::new();
+    store.retain_live(&mut none);
+    assert!(none.is_empty());
+    Ok(())
+}
+
 #[test]
 fn closing_writes_waiting_lazy_batches() -> TestResult {
     let dir = tempfile::tempdir()?;

@@ -144,8 +144,8 @@ impl Broker {
         let deletes = std::mem::take(&mut *backlog.lock());
         // A deleted target's messages went with it: the store would refuse
         // the whole batch for one of them.
-        let handles: Vec<u64> =
-            deletes.into_iter().filter(|(h, t)| !t.is_deleted() && self.store.contains(*h)).map(|(h, _)| h).collect();
+        let mut handles: Vec<u64> = deletes.into_iter().filter(|(_, t)| !t.is_deleted()).map(|(h, _)| h).collect();
+        self.store.retain_live(&mut handles);
         if handles.is_empty() {
             return Ok(());
         }

@@ -1106,6 +1106,14 @@ impl Store {
         self.shared.state().index.contains(handle)
     }
 
+    /// Keeps of `handles` those of live objects, in their order, with one
+    /// look at the index (one take of the lock the writer updates it under,
+    /// where [`Store::contains`] per handle would take it for each).
+    pub fn retain_live(&self, handles: &mut Vec<u64>) {
+        let state = self.shared.state();
+        handles.retain(|&h| state.index.contains(h));
+    }
+
     /// The collection of a live object.
     pub fn collection_of(&self, handle: u64) -> Option<String> {
         self.shared.state().index.get(handle).map(|(_, c)| c.to_string())
