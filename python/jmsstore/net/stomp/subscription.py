@@ -93,9 +93,6 @@ class Subscription:
         self._write = write
         self._fail = fail
         self._lock = threading.Lock()
-        # Held from a fetch's entry into ``_in_flight`` until its frames are written:
-        # a recall takes back only frames marked with the recalls before it.
-        self._dispatching = threading.Lock()
         self._recalls = 0  # recalls served: the MESSAGE frames after one carry their count
         # ack id -> delivery, in the order the MESSAGE frames went out (client modes).
         self._in_flight: OrderedDict[str, Delivery] = OrderedDict()
@@ -219,26 +216,34 @@ class Subscription:
                 headers[2] = ("destination", self._destination_header)
             frames.append((headers, message_body(message)))
             acks.append(ack)
-        with self._dispatching:
-            if self._recalls != recalls:
-                self._broker.release(deliveries, redelivered=False)
-                return
-            if self._recalls:
-                for headers, _ in frames:
-                    headers.append((RECALL_HEADER, str(self._recalls)))
-            if self.ack_mode != "auto":
-                with self._lock:
+        with self._lock:
+            # Marked and in flight in one step with respect to a recall: a recall
+            # after this takes them back and the client drops these frames, whose
+            # mark is then behind; one before it has already been counted.
+            overtaken = self._recalls != recalls
+            if not overtaken:
+                if self._recalls:
+                    for headers, _ in frames:
+                        headers.append((RECALL_HEADER, str(self._recalls)))
+                if self.ack_mode != "auto":
                     for ack, delivery in zip(acks, deliveries, strict=True):
                         self._in_flight[ack] = delivery
-            try:
-                self._write(frames)
-            except BaseException:
-                # Not written, or only in part: back, flagged redelivered (the client may have seen them).
+        if overtaken:
+            self._broker.release(deliveries, redelivered=False)
+            return
+        try:
+            self._write(frames)
+        except BaseException:
+            # Not written, or only in part: back, flagged redelivered (the client
+            # may have seen them), unless a recall or an ACK settled them meanwhile.
+            if self.ack_mode == "auto":
+                unsettled = deliveries
+            else:
                 with self._lock:
-                    for ack in acks:
-                        self._in_flight.pop(ack, None)
-                self._broker.release(deliveries, redelivered=True)
-                raise
+                    unsettled = [d for d in (self._in_flight.pop(ack, None) for ack in acks) if d is not None]
+            if unsettled:
+                self._broker.release(unsettled, redelivered=True)
+            raise
         self.delivered += len(deliveries)
         if self.ack_mode == "auto":
             self._broker.acknowledge_lazily(deliveries, self._backlog, _ACK_BATCH)
@@ -292,7 +297,7 @@ class Subscription:
         the client drops those marked with fewer than it asked for (they
         were on the wire), so that the messages come again in the
         destination's order. Returns how many went back."""
-        with self._dispatching, self._lock:
+        with self._lock:
             self._recalls += 1
             returned = list(self._in_flight.values())
             self._in_flight.clear()
