@@ -586,14 +586,8 @@ pub struct Backlog<'a> {
 impl Backlog<'_> {
     /// Adds one message whose body of `body_len` bytes stays in the store.
     pub fn push(&mut self, m: &NewMessage<'_>, body_len: u32) -> Result<()> {
-        if m.priority > 9 {
-            return Err(Error::invalid(format!("priority {} is not within 0..=9", m.priority)));
-        }
-        let store_handle = match m.store_handle {
-            Some(0) => return Err(Error::UnknownHandle(0)),
-            Some(handle) => handle,
-            None => return Err(Error::invalid("a message without a body in memory needs a store handle")),
-        };
+        check_new_message(m, false)?;
+        let store_handle = m.store_handle.unwrap_or_default(); // set and not 0: checked
         let st = &mut *self.st;
         if !st.has_room() {
             return Err(Error::Full(format!(
@@ -606,6 +600,19 @@ impl Backlog<'_> {
         self.keys.push((order_key, slot));
         st.store_paged_messages += 1;
         Ok(())
+    }
+}
+
+/// What every added message must be: a priority of 0..=9, and a store
+/// handle (not 0) when its body is not in memory (`body_in_memory`).
+fn check_new_message(m: &NewMessage<'_>, body_in_memory: bool) -> Result<()> {
+    if m.priority > 9 {
+        return Err(Error::invalid(format!("priority {} is not within 0..=9", m.priority)));
+    }
+    match m.store_handle {
+        Some(0) => Err(Error::UnknownHandle(0)),
+        None if !body_in_memory => Err(Error::invalid("a message without a body in memory needs a store handle")),
+        _ => Ok(()),
     }
 }
 
@@ -1398,17 +1405,9 @@ impl Pager {
         body: Option<NewBody<'_>>,
         body_len: u32,
     ) -> Result<Option<Key>> {
-        if m.priority > 9 {
-            return Err(Error::invalid(format!("priority {} is not within 0..=9", m.priority)));
-        }
-        if body.is_none() && m.store_handle.is_none() {
-            return Err(Error::invalid("a message without a body in memory needs a store handle"));
-        }
+        check_new_message(m, body.is_some())?;
         if body.as_ref().is_some_and(|b| b.len() > u32::MAX as usize) {
             return Err(Error::invalid("body larger than 4 GiB"));
-        }
-        if m.store_handle == Some(0) {
-            return Err(Error::UnknownHandle(0));
         }
         let dest = self.lookup(destination)?;
         let key = {
