@@ -6,13 +6,18 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use common::{
     assert_contents, body, expect_err, file_names, flip_byte, is_corruption_at, scan_file, segment_files,
     segment_header, write_at, Contents, TestResult,
 };
+use jmsstore_core::fs::sim::SimFs;
+use jmsstore_core::fs::FileSystem;
 use jmsstore_core::inspect::{self, Item};
-use jmsstore_core::store::format::{end_word, SegmentKind, END_WORD_LEN, SEGMENT_HEADER_LEN};
+use jmsstore_core::store::format::{
+    end_word, segment_file_name, SegmentHeader, SegmentKind, END_WORD_LEN, SEGMENT_HEADER_LEN,
+};
 use jmsstore_core::store::segment;
 use jmsstore_core::{Error, RecoveryMode, Store, StoreOptions};
 
@@ -190,5 +195,116 @@ fn a_torn_last_write_in_a_recycled_segment_is_a_torn_tail() -> TestResult {
     assert!(store.recovery_report().torn_tail.is_none());
     assert_contents(&store, &model);
     assert!(SEGMENT_HEADER_LEN < torn.offset);
+    Ok(())
+}
+
+/// The preparer may write a new header into a kept file as soon as it is
+/// offered; if the rename that kept it were not durable by then, a power
+/// loss could leave that header in a file still named after the emptied
+/// segment, which strict recovery refuses. So a compaction any of whose
+/// directory syncs fails offers nothing for recycling, and what it renamed
+/// is never written to: each run below fails a later one of them, until
+/// the compaction succeeds.
+#[test]
+fn an_emptied_segment_file_is_not_reused_before_its_rename_is_durable() -> TestResult {
+    let mut failed_compactions = 0;
+    let mut kept_unused = 0;
+    for ok_dir_syncs in 0.. {
+        assert!(ok_dir_syncs < 20, "the compaction never succeeded");
+        let fs = SimFs::new();
+        let dir = Path::new("/var/jms/store");
+        let opts = StoreOptions { recovery: RecoveryMode::Strict, ..options() };
+        let store = Store::open_with(Arc::new(fs.clone()), dir, opts.clone(), &mut |_, _| {})?;
+        let old: Vec<u64> =
+            (0..60).map(|i| store.put("old", &body(&format!("old {i}"), 700))).collect::<jmsstore_core::Result<_>>()?;
+        for handle in old {
+            store.delete(handle)?;
+        }
+        fs.fail_dir_syncs_after(Some(ok_dir_syncs));
+        let compacted = store.compact(&mut |_, _| {});
+        fs.fail_dir_syncs_after(None);
+        let recycling = |fs: &SimFs| -> std::io::Result<Vec<PathBuf>> {
+            Ok(fs
+                .list(dir)?
+                .into_iter()
+                .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("recycle-")))
+                .collect())
+        };
+        let kept = recycling(&fs)?;
+        let before: Vec<Vec<u8>> = kept.iter().map(|p| fs.read_file(p).expect("kept file")).collect();
+
+        // A failed catalog update poisons the store: it writes nothing more until reopened.
+        let writable = !store.stats().poisoned;
+        let mut model = Contents::new();
+        let rollovers = store.stats().rollovers;
+        let mut i = 0;
+        while writable && store.stats().rollovers < rollovers + 4 {
+            put(&store, &mut model, &format!("new {i}"), 300 + i % 500)?;
+            i += 1;
+        }
+        if let Err(e) = &compacted {
+            assert!(e.to_string().contains("syncing store directory"), "{e}");
+            failed_compactions += 1;
+            if writable {
+                kept_unused += kept.len();
+            }
+            assert_eq!(store.stats().segments_recycled, 0, "a file whose rename was not synced became a segment");
+            for (path, bytes) in kept.iter().zip(&before) {
+                assert_eq!(fs.read_file(path).as_ref(), Some(bytes), "{path:?} was written to");
+            }
+        } else {
+            assert!(store.stats().segments_recycled > 0, "no rollover into a kept file after a good compaction");
+        }
+        assert_contents(&store, &model);
+        let _ = store.close();
+
+        // Whatever was kept is a scratch file: the next open removes it and finds everything.
+        let store = Store::open_with(Arc::new(fs.clone()), dir, opts, &mut |_, _| {})?;
+        assert_contents(&store, &model);
+        assert!(recycling(&fs)?.is_empty(), "scratch files left after reopen");
+        store.close()?;
+        if compacted.is_ok() {
+            break;
+        }
+    }
+    assert!(failed_compactions > 0);
+    assert!(kept_unused > 0, "no compaction failed after keeping a file for recycling without poisoning the store");
+    Ok(())
+}
+
+/// Earlier builds could write a kept file's new header before its rename
+/// was durable, so a power loss left a file named after an emptied segment
+/// (one the catalog no longer lists) whose header names a later segment.
+/// Recovery removes it as the leftover it is; the same file not marked as
+/// recycled is still refused.
+#[test]
+fn a_recycled_header_under_an_emptied_segments_name_is_a_leftover() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (store, model, recycled) = with_recycled_segment(dir.path(), 1)?;
+    store.close()?;
+    let source = recycled.first().expect("a recycled segment");
+    let segments = segment_files(dir.path());
+    let highest = segments.iter().map(|(n, _)| *n).max().expect("segments");
+    let emptied = (1..highest).find(|n| !segments.iter().any(|(m, _)| m == n)).expect("an emptied segment number");
+    let emptied_path = dir.path().join(segment_file_name(emptied));
+
+    for recycled_header in [true, false] {
+        let mut bytes = std::fs::read(source)?;
+        let header = SegmentHeader { number: highest + 1, recycled: recycled_header, ..segment_header(source) };
+        bytes[..SEGMENT_HEADER_LEN].copy_from_slice(&header.encode());
+        std::fs::write(&emptied_path, &bytes)?;
+        let opened = Store::open(dir.path(), strict());
+        if recycled_header {
+            let store = opened?;
+            assert_contents(&store, &model);
+            assert_eq!(store.recovery_report().unlisted_segments_removed, 1);
+            assert!(!emptied_path.exists(), "the leftover was not removed");
+            store.close()?;
+        } else {
+            let Err(e) = opened else { panic!("strict open accepted a misnamed segment") };
+            assert!(e.to_string().contains("its header says segment"), "{e}");
+            std::fs::remove_file(&emptied_path)?;
+        }
+    }
     Ok(())
 }

@@ -12,7 +12,9 @@
 //!
 //! Faults: [`SimFs::arm_crash`] freezes the image after a given number of
 //! operations and fails every operation after it (the power is off);
-//! [`SimFs::fail_syncs`] makes `sync_data` fail with `EIO`;
+//! [`SimFs::fail_syncs`] makes `sync_data` fail with `EIO`, and
+//! [`SimFs::fail_dir_syncs_after`] does the same to directory syncs from a
+//! given one on (the pending directory changes stay pending);
 //! [`SimFs::set_capacity`] makes writes beyond a total size fail with `ENOSPC`.
 
 use std::collections::{BTreeMap, HashSet};
@@ -72,6 +74,7 @@ struct State {
     armed: Option<Armed>,
     frozen: Option<SimFs>,
     fail_syncs: bool,
+    dir_syncs_before_failing: Option<u64>,
     capacity: Option<u64>,
     ops: u64,
     syncs: u64,
@@ -125,6 +128,12 @@ impl SimFs {
     /// Makes every `sync_data` fail with `EIO` (or succeed again).
     pub fn fail_syncs(&self, fail: bool) {
         lock(&self.state).fail_syncs = fail;
+    }
+
+    /// Lets `ok` more directory syncs succeed, then makes every later one
+    /// fail with `EIO`; `None` makes them succeed again.
+    pub fn fail_dir_syncs_after(&self, ok: Option<u64>) {
+        lock(&self.state).dir_syncs_before_failing = ok;
     }
 
     /// Limits the total size of all files; writes past it fail with `ENOSPC`.
@@ -472,6 +481,11 @@ impl FileSystem for SimFs {
         let mut state = self.tick()?;
         if !state.dirs.contains(dir) {
             return Err(io::Error::from(io::ErrorKind::NotFound));
+        }
+        match state.dir_syncs_before_failing {
+            Some(0) => return Err(io::Error::from_raw_os_error(libc::EIO)),
+            Some(left) => state.dir_syncs_before_failing = Some(left - 1),
+            None => {}
         }
         // Simplification: one directory sync makes every pending directory change durable.
         state.durable_names = state.names.clone();

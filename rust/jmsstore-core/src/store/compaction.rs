@@ -586,15 +586,20 @@ fn compact_step(
         return Ok(false);
     }
 
+    let mut renamed = Vec::new();
     for input in inputs {
         // An emptied journal segment's file is reused rather than deleted when it can be.
-        if input.kind == SegmentKind::Journal
-            && writer::keep_for_recycling(shared, input.number, &input.path, &input.file)?
-        {
-            continue;
+        if input.kind == SegmentKind::Journal {
+            if let Some(path) =
+                writer::rename_for_recycling(shared, input.number, &input.path, &input.file, renamed.len())?
+            {
+                renamed.push(path);
+                continue;
+            }
         }
         fs.remove_file(&input.path).map_err(|e| Error::io("removing compacted segment", &input.path, e))?;
     }
     fs.sync_dir(dir).map_err(|e| Error::io("syncing store directory", dir, e))?;
+    writer::offer_for_recycling(shared, renamed);
     Ok(stop_after != Some(Step::InputsRemoved))
 }

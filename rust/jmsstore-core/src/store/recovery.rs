@@ -509,6 +509,7 @@ pub fn recover(
     };
     let mut candidates: Vec<Opened> = Vec::new();
     let mut refused: Vec<(u64, PathBuf, String)> = Vec::new();
+    let mut leftovers: Vec<PathBuf> = Vec::new();
     for (&number, path) in &segment_paths {
         if fs.is_dir(path) {
             refused.push((number, path.clone(), "a directory stands in the segment's place".into()));
@@ -519,6 +520,10 @@ pub fn recover(
         let mut head = [0u8; SEGMENT_HEADER_LEN];
         let header = match file.read_exact_at(&mut head, 0) {
             Ok(()) => match SegmentHeader::decode(&head) {
+                Ok(h) if h.number != number && recycled_after_lost_rename(&h, number, found_catalog.as_ref()) => {
+                    leftovers.push(path.clone());
+                    continue;
+                }
                 Ok(h) if h.number != number => {
                     let why = format!("its header says segment {} but the file is named {number}", h.number);
                     refused.push((number, path.clone(), why));
@@ -557,7 +562,6 @@ pub fn recover(
         }
     }
     let mut opened: Vec<Opened> = Vec::new();
-    let mut leftovers: Vec<PathBuf> = Vec::new();
     let mut total_bytes = 0u64;
     for seg in candidates {
         let listed = found_catalog.as_ref().map(|c| c.segments.contains(&seg.number));
@@ -883,6 +887,17 @@ pub fn recover(
         catalog,
         report,
     })
+}
+
+/// Whether the file named after segment `number`, whose header names
+/// another, is the file of that emptied segment, taken for recycling by a
+/// build that could write the new header before the rename that kept it
+/// was durable: a power loss then left the header under the old name. The
+/// catalog no longer lists `number`, so nothing in the file is needed.
+fn recycled_after_lost_rename(header: &SegmentHeader, number: u64, catalog: Option<&Catalog>) -> bool {
+    header.recycled
+        && catalog
+            .is_some_and(|c| c.store_id == header.store_id && number <= c.highest && !c.segments.contains(&number))
 }
 
 /// The store id most readable headers carry (ties: the highest-numbered

@@ -88,29 +88,39 @@ impl Default for SpareSlot {
 /// Emptied segment files kept for recycling; more are deleted.
 const MAX_RECYCLABLE: usize = 2;
 
-/// Keeps the file of an emptied journal segment (no longer among the
-/// store's segments) for the preparer, renamed to a scratch name, if it can
-/// be reused: a preallocated file of the current segment size, while fewer
-/// than `MAX_RECYCLABLE` wait. Returns false if the caller must delete it
-/// instead.
-pub(crate) fn keep_for_recycling(
+/// Renames the file of an emptied journal segment (no longer among the
+/// store's segments) to a scratch name if it can be reused: a preallocated
+/// file of the current segment size, while fewer than `MAX_RECYCLABLE` wait
+/// (`kept` counts those this caller renamed and has not offered yet).
+/// Returns its new path, or `None` if the caller must delete it instead.
+///
+/// The file is offered to the preparer only by [`offer_for_recycling`],
+/// after a directory sync has made the rename durable: a new header written
+/// into it before that could, after a power loss, sit in a file still named
+/// after the old segment.
+pub(crate) fn rename_for_recycling(
     shared: &Shared,
     number: u64,
     path: &Path,
     file: &Arc<dyn StorageFile>,
-) -> Result<bool> {
+    kept: usize,
+) -> Result<Option<PathBuf>> {
     if !shared.options.preallocate || file.len().ok() != Some(shared.options.max_segment_bytes) {
-        return Ok(false);
+        return Ok(None);
     }
-    let mut recyclable = lock(&shared.spare.recyclable);
-    if recyclable.len() >= MAX_RECYCLABLE {
-        return Ok(false);
+    if lock(&shared.spare.recyclable).len() + kept >= MAX_RECYCLABLE {
+        return Ok(None);
     }
     // A `.prep` name: a crash leaves it to recovery, which removes scratch files.
     let target = shared.dir.join(recycle_file_name(number));
     shared.fs.rename(path, &target).map_err(|e| Error::io("keeping emptied segment for recycling", path, e))?;
-    recyclable.push(target);
-    Ok(true)
+    Ok(Some(target))
+}
+
+/// Hands files renamed by [`rename_for_recycling`] to the preparer; call
+/// only once the store directory has been synced since the renames.
+pub(crate) fn offer_for_recycling(shared: &Shared, renamed: Vec<PathBuf>) {
+    lock(&shared.spare.recyclable).extend(renamed);
 }
 
 struct Active {
