@@ -91,5 +91,7 @@ def test_cargo_fmt() -> None:
 def test_cargo_clippy() -> None:
     exe = require_cargo_subcommand("clippy", "clippy")
     env = dict(os.environ, CARGO_TERM_COLOR="never")
-    proc = run([exe, "clippy", "--workspace", "--all-targets", "--", "-D", "warnings"], timeout=CARGO_TIMEOUT, env=env)
+    # --release: the profile the test command has just built, whose artifacts clippy reuses (a minute saved).
+    args = [exe, "clippy", "--release", "--workspace", "--all-targets", "--", "-D", "warnings"]
+    proc = run(args, timeout=CARGO_TIMEOUT, env=env)
     assert proc.returncode == 0, report(proc)

@@ -2,16 +2,15 @@
 //!
 //! Neither the store's flusher nor the broker's completer may wait for the
 //! GIL (that would stall group commit, or every publication), so they only
-//! send `(callback, outcome)` down a channel; one callback thread takes the
-//! GIL once per drain and runs the Python callbacks, in the order they
-//! were sent. Each store counts its callbacks not yet run, so that
+//! queue `(callback, outcome)`; one callback thread takes the GIL once per
+//! drain of the queue and runs the Python callbacks, in the order they
+//! were queued. Each store counts its callbacks not yet run, so that
 //! `close()` can wait for them.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
-use crossbeam_channel::{unbounded, Receiver, Sender};
 use jmsstore_core::{background, Error};
 use pyo3::prelude::*;
 
@@ -76,31 +75,79 @@ thread_local! {
     static ON_CALLBACK_THREAD: Cell<bool> = const { Cell::new(false) };
 }
 
-static CALLBACKS: OnceLock<Sender<Delivery>> = OnceLock::new();
+/// The completions waiting for the callback thread. A mutex and a condition
+/// rather than a channel: a channel's receiver spins and yields the CPU
+/// before it sleeps, several times per completion when they come one by
+/// one, on a machine whose other threads need that CPU.
+#[derive(Default)]
+struct Queue {
+    state: Mutex<Queued>,
+    ready: Condvar,
+}
 
-fn callbacks() -> &'static Sender<Delivery> {
+#[derive(Default)]
+struct Queued {
+    items: Vec<Delivery>,
+    /// The callback thread sleeps on `ready` (only then is it notified).
+    sleeping: bool,
+}
+
+impl Queue {
+    fn push(&self, delivery: Delivery) {
+        let mut queued = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        queued.items.push(delivery);
+        if queued.sleeping {
+            queued.sleeping = false;
+            self.ready.notify_one();
+        }
+    }
+
+    /// Waits for completions and moves up to `MAX_DRAIN` of them, oldest
+    /// first, into `round`.
+    fn take(&self, round: &mut Vec<Delivery>) {
+        let mut queued = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        while queued.items.is_empty() {
+            queued.sleeping = true;
+            queued = self.ready.wait(queued).unwrap_or_else(|p| p.into_inner());
+        }
+        if queued.items.len() <= MAX_DRAIN {
+            std::mem::swap(round, &mut queued.items);
+        } else {
+            round.extend(queued.items.drain(..MAX_DRAIN));
+        }
+    }
+}
+
+static CALLBACKS: OnceLock<Arc<Queue>> = OnceLock::new();
+
+fn callbacks() -> &'static Arc<Queue> {
     CALLBACKS.get_or_init(|| {
-        let (tx, rx) = unbounded();
+        let queue = Arc::new(Queue::default());
+        let taken = queue.clone();
         // Not an engine thread: it runs the application's callbacks (and
         // whatever threads they start inherit its scheduling policy).
-        background::spawn_foreground("jmsstore-callbacks", move || run_callbacks(rx))
+        background::spawn_foreground("jmsstore-callbacks", move || run_callbacks(&taken))
             .expect("the callback thread starts");
-        tx
+        queue
     })
+}
+
+fn run_callbacks(queue: &Queue) {
+    ON_CALLBACK_THREAD.with(|c| c.set(true));
+    // The thread's Python thread state is made once and kept while it waits
+    // without the GIL. Attached afresh for each drain, Python would make and
+    // free one every time: an allocation, a `mmap` of its frame stack and a
+    // `gettid` per round, which is per message when sends come one by one.
+    Python::attach(|py| py.detach(|| drain(queue)));
 }
 
 /// Most completions handled per GIL acquisition on the callback thread.
 const MAX_DRAIN: usize = 4096;
 
-fn run_callbacks(rx: Receiver<Delivery>) {
-    ON_CALLBACK_THREAD.with(|c| c.set(true));
+fn drain(queue: &Queue) -> ! {
     let mut round = Vec::new();
-    while let Ok(first) = rx.recv() {
-        round.push(first);
-        while round.len() < MAX_DRAIN {
-            let Ok(next) = rx.try_recv() else { break };
-            round.push(next);
-        }
+    loop {
+        queue.take(&mut round);
         Python::attach(|py| {
             for Delivery { callback, outcome, _ticket } in round.drain(..) {
                 let result = match outcome {
@@ -124,12 +171,10 @@ pub fn deliver(
     handle: u64,
     outstanding: &Arc<Outstanding>,
 ) -> impl FnOnce(jmsstore_core::Result<()>) + Send + 'static {
-    let tx = callbacks();
+    let queue = callbacks();
     outstanding.add();
     let ticket = Ticket(outstanding.clone());
-    move |result| {
-        let _ = tx.send(Delivery { callback, outcome: result.map(|()| handle), _ticket: ticket });
-    }
+    move |result| queue.push(Delivery { callback, outcome: result.map(|()| handle), _ticket: ticket })
 }
 
 /// Callbacks of no store (a signal's `call_when_set`): nobody waits for them.
