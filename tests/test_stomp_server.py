@@ -17,6 +17,7 @@ from jmsstore import BytesMessage, DeliveryMode, JMSServer, Queue, TextMessage, 
 from jmsstore.errors import IllegalStateError, InvalidArgumentError
 from jmsstore.net import StompServer, serve
 from jmsstore.net.stomp.frames import FrameLimits
+from jmsstore.net.stomp.subscription import Subscription
 from stomp_helpers import RawClient, disconnect_unless_closed
 
 WAIT = 5.0
@@ -615,6 +616,58 @@ def test_a_recall_takes_back_what_is_on_the_wire_and_sends_it_again_in_order(
     # The taken-back frames' ack ids are no longer the client's to use.
     assert r.next_frame().command == "ERROR"
     assert jms.message_count(Queue("recall")) == 0
+
+
+def test_a_fetch_that_a_recall_overtakes_goes_back_instead_of_out(
+    raw: Callable[..., RawClient], jms: JMSServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message the dispatcher fetched before a recall and would write
+    after it must not go out: unmarked, the client would take it for one
+    sent before the recall and drop it, and sent ahead of the recovered
+    message it would overtake it. It goes back, never delivered, and comes
+    again marked, after the recovered one. The dispatcher is held between
+    its fetch and its write while the recall is served."""
+    fetched = threading.Event()
+    go_on = threading.Event()
+    deliver = Subscription._deliver
+    calls = 0
+
+    def held_second_time(self: Subscription, deliveries: list[Any], recalls: int) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            fetched.set()
+            assert go_on.wait(WAIT), "the test did not let the dispatcher go on"
+        deliver(self, deliveries, recalls)
+
+    monkeypatch.setattr(Subscription, "_deliver", held_second_time)
+    r = raw()
+    assert r.connect().command == "CONNECTED"
+    for n in range(4):
+        r.send(f"SEND\ndestination:/queue/overtaken\nreceipt:s{n}\n\nm{n}\x00".encode())
+    assert [r.next_frame().header("receipt-id") for _ in range(4)] == ["s0", "s1", "s2", "s3"]
+    r.send(b"SUBSCRIBE\ndestination:/queue/overtaken\nid:s\nack:client-individual\nactivemq.prefetchSize:2\n\n\x00")
+    m0, m1 = r.next_frame(), r.next_frame()
+    assert [m0.body, m1.body] == [b"m0", b"m1"]
+    r.send(f"ACK\nid:{m1.header('ack')}\n\n\x00".encode())  # room for one more: the dispatcher fetches m2
+    assert fetched.wait(WAIT), "the dispatcher did not fetch again"
+    r.send(f"NACK\nid:{m0.header('ack')}\njmsstore.recall:true\nreceipt:back\n\n\x00".encode())
+    receipt = r.next_frame()
+    assert (receipt.command, receipt.header("receipt-id")) == ("RECEIPT", "back")
+    go_on.set()  # the fetch of m2, made before the recall, now reaches its write
+    again = [r.next_frame() for _ in range(2)]
+    assert [(f.body, f.header("redelivered"), f.header("jmsstore.recall")) for f in again] == [
+        (b"m0", "true", "1"),
+        (b"m2", "false", "1"),
+    ]
+    for f in again:
+        r.send(f"ACK\nid:{f.header('ack')}\n\n\x00".encode())
+    last = r.next_frame()
+    assert (last.body, last.header("redelivered"), last.header("jmsstore.recall")) == (b"m3", "false", "1")
+    r.send(f"ACK\nid:{last.header('ack')}\nreceipt:done\n\n\x00".encode())
+    assert r.next_frame().header("receipt-id") == "done"
+    assert jms.message_count(Queue("overtaken")) == 0
+    assert calls >= 3
 
 
 def test_a_recall_in_a_transaction_is_an_error(raw: Callable[..., RawClient], jms: JMSServer) -> None:
