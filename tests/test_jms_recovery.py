@@ -375,6 +375,39 @@ def test_a_send_to_a_waiting_consumer_carries_its_delivery_record(server: JMSSer
     assert _delivery_records(server) == []
 
 
+def test_a_send_while_the_consumer_is_busy_with_the_last_message_carries_the_next_ones_record(
+    server: JMSServer,
+) -> None:
+    """A consumer in a receive loop is, between two receives, busy with the message it took:
+    a message sent then with nothing ahead of it is the one it takes next, so the send writes
+    its delivery record (one sync per message with one producer and one consumer, whether or
+    not the consumer had gone back to waiting). With a message ahead of it, no record at the
+    send: the consumer's own fetch writes it."""
+    queue = server.create_queue("Q")
+    send_texts(server, queue, ["m0"])  # nobody there: no record
+    connection = connect(server, messages_maximum=1)
+    session = connection.create_session(False, AckMode.CLIENT)
+    consumer = session.create_consumer(queue)
+    assert _text(consumer.receive(SOON)) == "m0"  # its fetch wrote m0's record
+    start = server.statistics()
+    assert (start["delivery_records_at_send"], start["delivery_records"]) == (0, 1)
+    send_texts(server, queue, ["m1"])  # the consumer is busy with m0, nothing is ahead of m1
+    send_texts(server, queue, ["m2"])  # m1 is ahead of it
+    assert server.statistics()["delivery_records_at_send"] == 1
+    assert _text(consumer.receive(SOON)) == "m1"
+    last = consumer.receive(SOON)
+    assert _text(last) == "m2"
+    end = server.statistics()
+    # m1 came with its record; the consumer's fetches wrote m0's and m2's.
+    assert (end["delivery_records_at_send"], end["delivery_records"]) == (1, 2)
+    assert last is not None
+    last.acknowledge()
+    connection.close()
+    server.store.flush()
+    assert server.message_count(queue) == 0
+    assert _delivery_records(server) == []
+
+
 def test_a_send_time_record_of_a_message_never_taken_goes_at_a_clean_close(server: JMSServer, restart: Any) -> None:
     """JMS 2.0 §3.4.7 / §3.5.11: a message no consumer took before a clean shutdown was
     never delivered: after the restart it is delivered for the first time (count 1), although

@@ -206,7 +206,9 @@ class MessageConsumer:
                 bell.push_idle(self._wake)
                 idle = True
                 if self._fill():
-                    bell.forget_idle(self._wake)
+                    # Busy with what it took until it looks again: a send meanwhile
+                    # that nothing else is ahead of writes its delivery record.
+                    bell.took(self._wake)
                     idle = False
                     continue
                 if session.ack_mode == DUPS_OK:

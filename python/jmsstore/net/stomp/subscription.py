@@ -183,7 +183,7 @@ class Subscription:
                         timeout = min(timeout, max(0.001, (due - time.time_ns() // 1_000_000) / 1000))
                     wake.wait(timeout)
                     continue
-                bell.forget_idle(wake)
+                bell.took(wake)  # busy with them until it looks again
                 idle = False
                 self._deliver(deliveries, recalls)
         finally:

@@ -15,8 +15,10 @@
 //! ([`DeliveryLedger::unmark`]), so that it does not come back flagged.
 //!
 //! *Records written with the send.* When a consumer already waits idle
-//! for a message, a synchronous send writes that message's record in the
-//! message's own store batch ([`DeliveryLedger::put_birth`]): the consumer
+//! for a message, or a consumer in a receive loop is busy with the message
+//! it took last and nothing else waits to be taken, a send writes that
+//! message's record in the message's own store batch
+//! ([`DeliveryLedger::put_birth`]): the consumer
 //! then hands the message out without a second write and a second wait
 //! ([`DeliveryLedger::claim_births`]). Should the server crash before the
 //! message is handed out, it comes back flagged redelivered although it

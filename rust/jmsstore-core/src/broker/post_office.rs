@@ -11,7 +11,7 @@
 //!    full quota sends the producer back to wait in Python, under its
 //!    blocking-send policy, and come back admitted);
 //! 3. **store** the persistent copies in one store transaction (and, when
-//!    a consumer waits idle for the message, its delivery record: see
+//!    a consumer is about to take the message, its delivery record: see
 //!    [`delivery`](super::delivery)), durably for [`Broker::send`], or
 //!    without waiting for [`Broker::send_async`];
 //! 4. **publish** ([`Broker::publish`]): subscription limits make room,
@@ -31,6 +31,17 @@ use crate::broker::ledger;
 use crate::broker::server::{Broker, Counters};
 use crate::broker::target::{Destination, Route, Target};
 use crate::error::Result;
+
+/// Whether a message just admitted to `target` (counted in its held
+/// messages) is about to be taken, so that its send writes its delivery
+/// record: a consumer waits idle for it, or a consumer busy with the
+/// message it took last will look again and find this one first (nothing
+/// else waits there to be taken). Wrong, it costs a record, and after a
+/// crash a `JMSRedelivered` flag that JMS allows.
+fn about_to_be_taken(target: &Target) -> bool {
+    target.bell.expects_taker()
+        || (target.bell.expects_busy_taker() && target.held.messages() - target.pending.messages() <= 1)
+}
 
 /// What admission decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,7 +144,7 @@ impl Broker {
     /// Sends an admitted message outside a transaction: the stored copies
     /// are durable, and every copy visible (or held by an insertion
     /// pause), when this returns. With `birth_record`, a message for one
-    /// target where a consumer waits idle gets its delivery record in the
+    /// target that a consumer is about to take gets its delivery record in the
     /// same store transaction. On an error nothing was delivered and the
     /// counts are given back.
     pub fn send(
@@ -178,7 +189,7 @@ impl Broker {
         }
         let mut birth = None;
         if let ([route], [Some(handle)]) = (routes, handles.as_slice()) {
-            if birth_record && !header.delayed() && route.target.bell.expects_taker() {
+            if birth_record && !header.delayed() && about_to_be_taken(&route.target) {
                 birth = self.deliveries.put_birth(&mut batch, *handle)?.map(|record| (*handle, record));
             }
         }
@@ -262,11 +273,11 @@ impl Broker {
             };
             handles.push(handle);
         }
-        // As `send`: a message for one target where a consumer waits idle
-        // gets its delivery record in the same store transaction.
+        // As `send`: a message for one target about to be taken gets its
+        // delivery record in the same store transaction.
         let mut birth = None;
         if let ([route], [Some(handle)]) = (routes.as_slice(), handles.as_slice()) {
-            if !header.delayed() && route.target.bell.expects_taker() {
+            if !header.delayed() && about_to_be_taken(&route.target) {
                 match self.deliveries.put_birth(&mut batch, *handle) {
                     Ok(record) => birth = record.map(|record| (*handle, record)),
                     Err(e) => {
@@ -886,6 +897,32 @@ mod tests {
         f.send_from(&q.destination, Sender::default(), &Message::new(2), true).unwrap();
         q.target.bell.push_idle(consumer.clone());
         f.send_from(&q.destination, Sender::default(), &Message::new(3), false).unwrap();
+        assert_eq!(f.broker.deliveries().stats().records_at_send, 1);
+        assert_eq!(f.records().len(), 1);
+    }
+
+    #[test]
+    fn a_message_for_a_consumer_busy_with_the_last_one_gets_its_record_if_nothing_is_ahead_of_it() {
+        let f = Fixture::new();
+        let q = f.queue("Q");
+        let consumer = Arc::new(Flag::new());
+        // It looked, took a message and is busy with it: nothing is idle.
+        q.target.bell.push_idle(consumer.clone());
+        q.target.bell.took(&consumer);
+        f.send_from(&q.destination, Sender::default(), &Message::new(1), true).unwrap();
+        assert_eq!(f.broker.deliveries().stats().records_at_send, 1);
+        assert_eq!(f.records(), [[(f.handle_of(&q.target, 1), 1)]]);
+
+        // Message 1 waits ahead of the next: the consumer takes that one first.
+        f.send_from(&q.destination, Sender::default(), &Message::new(2), true).unwrap();
+        assert_eq!(f.broker.deliveries().stats().records_at_send, 1);
+
+        // Stopped (closed, or out of room): no longer a taker.
+        let r = f.queue("R");
+        r.target.bell.push_idle(consumer.clone());
+        r.target.bell.took(&consumer);
+        r.target.bell.forget_idle(&consumer);
+        f.send_from(&r.destination, Sender::default(), &Message::new(3), true).unwrap();
         assert_eq!(f.broker.deliveries().stats().records_at_send, 1);
         assert_eq!(f.records().len(), 1);
     }

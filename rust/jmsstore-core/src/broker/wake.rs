@@ -134,6 +134,18 @@ struct Waiting {
     /// and wakes the next consumer if it takes a full one). Waking one per
     /// message instead sends most of them to find nothing, or a message each.
     on_the_way: Vec<Arc<Flag>>,
+    /// Consumers that found a message when they last looked and have not
+    /// looked again: in a receive loop, busy with what they took, and the
+    /// likeliest takers of the next message when nobody waits idle.
+    busy: Vec<Arc<Flag>>,
+}
+
+impl Waiting {
+    fn forget(&mut self, flag: &Arc<Flag>) {
+        self.idle.retain(|f| !Arc::ptr_eq(f, flag));
+        self.on_the_way.retain(|f| !Arc::ptr_eq(f, flag));
+        self.busy.retain(|f| !Arc::ptr_eq(f, flag));
+    }
 }
 
 /// Who waits for messages on one destination (a queue or a subscription).
@@ -193,6 +205,7 @@ impl Bell {
             flag.set();
         }
         waiting.on_the_way.clear();
+        waiting.busy.clear();
     }
 
     /// True if a message added now is about to be taken: a consumer waits
@@ -203,6 +216,15 @@ impl Bell {
     pub fn expects_taker(&self) -> bool {
         let waiting = lock(&self.waiting);
         waiting.selective == 0 && (!waiting.on_the_way.is_empty() || waiting.idle.iter().any(|flag| !flag.is_set()))
+    }
+
+    /// True if a consumer busy with the message it took last ([`Bell::took`])
+    /// will likely take the next one when it looks again, and no consumer
+    /// has a selector. Whether other messages are ahead of the next one is
+    /// the caller's to know.
+    pub fn expects_busy_taker(&self) -> bool {
+        let waiting = lock(&self.waiting);
+        waiting.selective == 0 && !waiting.busy.is_empty()
     }
 
     /// A session with listeners here: `flag` is set on every message.
@@ -219,16 +241,22 @@ impl Bell {
     /// `flag` (it goes to the back of the list if it was in it already).
     pub fn push_idle(&self, flag: Arc<Flag>) {
         let mut waiting = lock(&self.waiting);
-        waiting.idle.retain(|f| !Arc::ptr_eq(f, &flag));
-        waiting.on_the_way.retain(|f| !Arc::ptr_eq(f, &flag));
+        waiting.forget(&flag);
         waiting.idle.push_back(flag);
     }
 
-    /// The consumer found a message (or stopped waiting): no wake-up for it.
+    /// The consumer stopped waiting (it closes, stops or has no room): no
+    /// wake-up for it, and no longer counted as a taker.
     pub fn forget_idle(&self, flag: &Arc<Flag>) {
+        lock(&self.waiting).forget(flag);
+    }
+
+    /// The consumer found a message: no wake-up for it, and counted as busy
+    /// ([`Bell::expects_busy_taker`]) until it looks again or stops.
+    pub fn took(&self, flag: &Arc<Flag>) {
         let mut waiting = lock(&self.waiting);
-        waiting.idle.retain(|f| !Arc::ptr_eq(f, flag));
-        waiting.on_the_way.retain(|f| !Arc::ptr_eq(f, flag));
+        waiting.forget(flag);
+        waiting.busy.push(flag.clone());
     }
 
     /// Counts a consumer with a selector in (`delta` 1) or out (-1).
@@ -302,6 +330,29 @@ mod tests {
         bell.forget_idle(&b);
         bell.ring(1);
         assert!(a.is_set());
+    }
+
+    #[test]
+    fn a_consumer_busy_with_what_it_took_is_a_likely_taker_until_it_looks_again_or_stops() {
+        let bell = Bell::new();
+        let consumer = Arc::new(Flag::new());
+        assert!(!bell.expects_busy_taker());
+        bell.push_idle(consumer.clone());
+        bell.took(&consumer);
+        assert!(bell.expects_busy_taker() && !bell.expects_taker(), "busy, not idle");
+        assert_eq!(bell.waiting(), (0, 0));
+        bell.push_idle(consumer.clone());
+        assert!(!bell.expects_busy_taker() && bell.expects_taker(), "looking again: idle, not busy");
+        bell.took(&consumer);
+        bell.took(&consumer);
+        bell.forget_idle(&consumer);
+        assert!(!bell.expects_busy_taker(), "stopped: no longer a taker");
+        bell.took(&consumer);
+        bell.add_selective(1);
+        assert!(!bell.expects_busy_taker(), "a selector may refuse the message");
+        bell.add_selective(-1);
+        bell.ring_all();
+        assert!(!bell.expects_busy_taker(), "everyone woken to leave");
     }
 
     #[test]

@@ -121,9 +121,17 @@ impl Doorbell {
         self.bell.push_idle(signal.flag());
     }
 
-    /// The consumer found a message (or stopped waiting): no wake-up for it.
+    /// The consumer stopped waiting (it closes, stops or has no room): no
+    /// wake-up for it, and no longer counted as a taker.
     fn forget_idle(&self, signal: &Signal) {
         self.bell.forget_idle(&signal.flag);
+    }
+
+    /// The consumer found a message: no wake-up for it, and counted as busy
+    /// with it until it looks again or stops (a send while nothing else
+    /// waits to be taken writes the next message's delivery record).
+    fn took(&self, signal: &Signal) {
+        self.bell.took(&signal.flag);
     }
 
     /// Counts a consumer with a selector in (`delta` 1) or out (-1).
