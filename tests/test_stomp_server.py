@@ -575,6 +575,15 @@ def test_unsubscribe_returns_the_unacknowledged_flagged_unless_the_client_says_i
         assert [m.delivery_count for m in back if m is not None] == [3 - unseen] * 3
 
 
+def _connected_after_sending(r: RawClient, destination: str, count: int) -> RawClient:
+    """``r`` connected, having sent m0, m1, ... to ``destination``, each with its receipt back."""
+    assert r.connect().command == "CONNECTED"
+    for n in range(count):
+        r.send(f"SEND\ndestination:{destination}\nreceipt:s{n}\n\nm{n}\x00".encode())
+    assert [r.next_frame().header("receipt-id") for _ in range(count)] == [f"s{n}" for n in range(count)]
+    return r
+
+
 def test_a_recall_takes_back_what_is_on_the_wire_and_sends_it_again_in_order(
     raw: Callable[..., RawClient], jms: JMSServer
 ) -> None:
@@ -584,11 +593,7 @@ def test_a_recall_takes_back_what_is_on_the_wire_and_sends_it_again_in_order(
     after it ``jmsstore.recall:1``, so that the client can drop those that
     were on the wire; the marked ones are the destination's messages again,
     in order, the recovered one first and flagged."""
-    r = raw()
-    assert r.connect().command == "CONNECTED"
-    for n in range(4):
-        r.send(f"SEND\ndestination:/queue/recall\nreceipt:s{n}\n\nm{n}\x00".encode())
-    assert [r.next_frame().header("receipt-id") for _ in range(4)] == ["s0", "s1", "s2", "s3"]
+    r = _connected_after_sending(raw(), "/queue/recall", 4)
     r.send(b"SUBSCRIBE\ndestination:/queue/recall\nid:s\nack:client-individual\n\n\x00")
     first = r.next_frame()
     assert (first.command, first.body, first.header("jmsstore.recall")) == ("MESSAGE", b"m0", None)
@@ -641,11 +646,7 @@ def test_a_fetch_that_a_recall_overtakes_goes_back_instead_of_out(
         deliver(self, deliveries, recalls)
 
     monkeypatch.setattr(Subscription, "_deliver", held_second_time)
-    r = raw()
-    assert r.connect().command == "CONNECTED"
-    for n in range(4):
-        r.send(f"SEND\ndestination:/queue/overtaken\nreceipt:s{n}\n\nm{n}\x00".encode())
-    assert [r.next_frame().header("receipt-id") for _ in range(4)] == ["s0", "s1", "s2", "s3"]
+    r = _connected_after_sending(raw(), "/queue/overtaken", 4)
     r.send(b"SUBSCRIBE\ndestination:/queue/overtaken\nid:s\nack:client-individual\nactivemq.prefetchSize:2\n\n\x00")
     m0, m1 = r.next_frame(), r.next_frame()
     assert [m0.body, m1.body] == [b"m0", b"m1"]
