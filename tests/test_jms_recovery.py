@@ -408,6 +408,20 @@ def test_a_send_while_the_consumer_is_busy_with_the_last_message_carries_the_nex
     assert _delivery_records(server) == []
 
 
+def test_a_closed_consumer_is_no_longer_counted_busy(server: JMSServer) -> None:
+    """A consumer that took a message and then closed will take nothing more: a message sent
+    after its close gets no delivery record at the send."""
+    queue = server.create_queue("Q")
+    send_texts(server, queue, ["m0"])
+    with connect(server) as connection:
+        consumer = connection.create_session().create_consumer(queue)
+        assert _text(consumer.receive(SOON)) == "m0"
+        consumer.close()
+        assert server.registry.queues["Q"].target.bell.busy == 0
+        send_texts(server, queue, ["m1"])
+    assert server.statistics()["delivery_records_at_send"] == 0
+
+
 def test_a_send_time_record_of_a_message_never_taken_goes_at_a_clean_close(server: JMSServer, restart: Any) -> None:
     """JMS 2.0 §3.4.7 / §3.5.11: a message no consumer took before a clean shutdown was
     never delivered: after the restart it is delivered for the first time (count 1), although

@@ -671,6 +671,20 @@ def test_a_fetch_that_a_recall_overtakes_goes_back_instead_of_out(
     assert calls >= 3
 
 
+def test_an_unsubscribed_dispatcher_is_no_longer_counted_busy(raw: Callable[..., RawClient], jms: JMSServer) -> None:
+    """A dispatcher that delivered a message is counted busy with it until it looks again
+    (a send with nothing ahead then writes the next message's delivery record); once its
+    subscription ended it takes nothing more, and the destination's bell keeps nothing of
+    it, here when it ended with no room for more (prefetch 1, m0 unacknowledged)."""
+    r = _connected_after_sending(raw(), "/queue/ended", 1)
+    r.send(b"SUBSCRIBE\ndestination:/queue/ended\nid:s\nack:client-individual\nactivemq.prefetchSize:1\n\n\x00")
+    assert r.next_frame().body == b"m0"
+    bell = jms.registry.queues["ended"].target.bell
+    r.send(b"UNSUBSCRIBE\nid:s\nreceipt:gone\n\n\x00")
+    assert r.next_frame().header("receipt-id") == "gone"
+    assert (bell.busy, bell.waiting()) == (0, (0, 0))
+
+
 def test_a_recall_in_a_transaction_is_an_error(raw: Callable[..., RawClient], jms: JMSServer) -> None:
     r = raw()
     assert r.connect().command == "CONNECTED"

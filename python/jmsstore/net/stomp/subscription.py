@@ -149,30 +149,30 @@ class Subscription:
         consumer = self._consumer
         bell = consumer.bell
         wake = self._wake
-        idle = False
+        listed = False  # in the bell's idle list, or counted as busy with what it took
         try:
             while not self._closed:
                 if consumer.deleted:
                     raise ProtocolError(f"the destination of subscription {self.id} was deleted")
                 if consumer.consumption_paused():
-                    if idle:
+                    if listed:
                         bell.forget_idle(wake)
-                        idle = False
+                        listed = False
                     consumer.wait_resumed(0.2)
                     continue
                 wake.clear()
                 self._waiting_for_room = True  # before looking: an ACK after the look wakes us
                 room = self._room()
                 if room <= 0:
-                    if idle:
+                    if listed:
                         bell.forget_idle(wake)  # a message now is for a dispatcher with room
-                        idle = False
+                        listed = False
                     wake.wait(_IDLE_LOOK)
                     continue
                 self._waiting_for_room = False
                 # In the idle list before looking: a message sent after the look wakes us.
                 bell.push_idle(wake)
-                idle = True
+                listed = True
                 recalls = self._recalls
                 deliveries = consumer.fetch(room, wake)
                 if not deliveries:
@@ -184,12 +184,11 @@ class Subscription:
                     wake.wait(timeout)
                     continue
                 bell.took(wake)  # busy with them until it looks again
-                idle = False
                 self._deliver(deliveries, recalls)
         finally:
             self._waiting_for_room = False
-            if idle:
-                bell.forget_idle(wake)
+            if listed:
+                bell.forget_idle(wake)  # idle, or busy with what it took: no longer a taker
 
     def _deliver(self, deliveries: list[Delivery], recalls: int) -> None:
         """Writes the MESSAGE frames of ``deliveries``, fetched when the

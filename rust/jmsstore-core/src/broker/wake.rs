@@ -275,6 +275,11 @@ impl Bell {
         let waiting = lock(&self.waiting);
         (waiting.listeners.len(), waiting.idle.len())
     }
+
+    /// Consumers counted as busy with what they took ([`Bell::took`]).
+    pub fn busy(&self) -> usize {
+        lock(&self.waiting).busy.len()
+    }
 }
 
 #[cfg(test)]
@@ -340,11 +345,12 @@ mod tests {
         bell.push_idle(consumer.clone());
         bell.took(&consumer);
         assert!(bell.expects_busy_taker() && !bell.expects_taker(), "busy, not idle");
-        assert_eq!(bell.waiting(), (0, 0));
+        assert_eq!((bell.waiting(), bell.busy()), ((0, 0), 1));
         bell.push_idle(consumer.clone());
         assert!(!bell.expects_busy_taker() && bell.expects_taker(), "looking again: idle, not busy");
         bell.took(&consumer);
         bell.took(&consumer);
+        assert_eq!(bell.busy(), 1, "counted once");
         bell.forget_idle(&consumer);
         assert!(!bell.expects_busy_taker(), "stopped: no longer a taker");
         bell.took(&consumer);

@@ -144,6 +144,12 @@ impl Doorbell {
         self.bell.selective()
     }
 
+    /// Consumers counted as busy with the message they took last.
+    #[getter]
+    fn busy(&self) -> usize {
+        self.bell.busy()
+    }
+
     /// `count` messages became available.
     #[pyo3(signature = (count=1))]
     fn ring(&self, count: usize) {
