@@ -1,12 +1,13 @@
-"""The bindings of the core's STOMP head scan (``scan_head``) and plain
-frame writer (``encode_plain``), the frame parser's and encoder's native
-common cases: what they convert, what they leave to the Python code, and
-that both ways read and write a frame alike."""
+"""The bindings of the core's STOMP head scan (``scan_head``), whole-frame
+scan (``WholeFrameScanner``) and plain frame writer (``encode_plain``), the
+frame parser's and encoder's native common cases: what they convert, what
+they leave to the Python code, and that both ways read and write a frame
+alike."""
 
 from __future__ import annotations
 
 import pytest
-from jmsstore._native import encode_plain, scan_head
+from jmsstore._native import WholeFrameScanner, encode_plain, scan_head
 from jmsstore.net.stomp.frames import CLIENT_COMMANDS, Command, Frame, FrameError, FrameLimits, FrameParser, encode
 
 LIMITS = (1 << 20, 1024, 100)
@@ -32,6 +33,36 @@ def test_anything_but_the_plain_case_is_none(raw: bytes) -> None:
 def test_the_buffer_must_be_a_bytearray() -> None:
     with pytest.raises(TypeError):
         scan_head(b"SEND\n\n\0", 0, *LIMITS)  # type: ignore[arg-type]
+
+
+def scanner(max_body_bytes: int = 1 << 20) -> WholeFrameScanner:
+    return WholeFrameScanner(["ACK", "SEND"], ["SEND"], *LIMITS, max_body_bytes)
+
+
+def test_whole_frames_come_back_as_python_values_up_to_the_first_incomplete_one() -> None:
+    buffer = bytearray(b"xx\nSEND\ndestination:/queue/a\ncontent-length:3\n\na\0b\0\n\nACK\nid:7\n\n\0SEND\nd:/q\n\npa")
+    heartbeats, end, frames = scanner().scan(buffer, 2)
+    assert heartbeats == 3
+    assert frames == [(1, [("destination", "/queue/a"), ("content-length", "3")], b"a\0b"), (0, [("id", "7")], b"")]
+    assert all(type(body) is bytes for _, _, body in frames)
+    assert bytes(buffer[end:]) == b"SEND\nd:/q\n\npa"
+    assert buffer.startswith(b"xx\nSEND")  # untouched
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"NACK\nid:1\n\n\0",  # a command it was not given
+        b"ACK\nid:1\n\nbody\0",  # a body where none may be
+        b"SEND\ncontent-length:9\n\nbody\0",  # a body shorter than its length
+        b"SEND\nd:a\\cb\n\n\0",  # an escape
+        b"SEND\n\n" + b"x" * 11 + b"\0",  # a body over the limit
+    ],
+)
+def test_a_frame_the_parser_must_read_itself_is_left_with_what_follows(raw: bytes) -> None:
+    buffer = bytearray(b"ACK\nid:1\n\n\0" + raw + b"ACK\nid:2\n\n\0")
+    heartbeats, end, frames = scanner(max_body_bytes=10).scan(buffer, 0)
+    assert (heartbeats, end, len(frames)) == (0, len(b"ACK\nid:1\n\n\0"), 1)
 
 
 def test_the_native_and_the_python_reading_give_the_same_frames() -> None:

@@ -581,6 +581,14 @@ def test_any_bytes_in_any_chunks_give_frames_or_frame_error_and_stay_bounded(dat
         assert len(frame.headers) <= FUZZ_LIMITS.max_headers
 
 
+@settings(max_examples=500, deadline=None)
+@given(FUZZ_INPUT)
+def test_frames_read_whole_natively_are_those_read_byte_by_byte(data: bytes) -> None:
+    # Fed whole, the frames there whole are read natively; fed one byte at a
+    # time, every frame is read line by line in Python.
+    assert outcome(data, []) == outcome(data, list(range(1, len(data))))
+
+
 # ------------------------------------------------------------------ agreement with stomp.py
 
 STOMPPY_NAME = st.text(

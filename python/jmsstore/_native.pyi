@@ -1,6 +1,6 @@
 """Type stubs of the native module (checked against it with mypy.stubtest)."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from os import PathLike
 from typing import Any, TypeAlias, final
 
@@ -46,11 +46,13 @@ __all__ = [
     "StorePoisonedError",
     "UnknownHandleError",
     "UnsupportedFormatError",
+    "WholeFrameScanner",
     "__version__",
     "check_order",
     "codecs",
     "compress",
     "decompress",
+    "encode_message_frames",
     "encode_plain",
     "live",
     "raw_write_limit",
@@ -293,6 +295,32 @@ def scan_head(
     buffer: bytearray, start: int, max_frame_bytes: int, max_line_bytes: int, max_headers: int
 ) -> tuple[int, int, str, list[tuple[str, str]], int] | None: ...
 def encode_plain(command: str, headers: list[tuple[str, str]], body: bytes) -> bytes | None: ...
+def encode_message_frames(
+    deliveries: Iterable[object],
+    subscription: str,
+    destination: str,
+    ack_prefix: str,
+    first_sequence: int,
+    recalls: int,
+) -> bytes | None: ...
+
+@final
+class WholeFrameScanner:
+    """Reads the plain STOMP frames that are there whole, many per call."""
+
+    def __new__(
+        cls,
+        commands: list[str],
+        body_commands: list[str],
+        max_frame_bytes: int,
+        max_line_bytes: int,
+        max_headers: int,
+        max_body_bytes: int,
+    ) -> WholeFrameScanner: ...
+    def scan(
+        self, buffer: bytearray, start: int
+    ) -> tuple[int, int, list[tuple[int, list[tuple[str, str]], bytes]]]: ...
+
 def write_message(
     fixed: tuple[int, int, int, int, int, int, int, int],
     message_id: str | None,

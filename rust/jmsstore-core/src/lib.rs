@@ -30,6 +30,7 @@ pub mod inspect;
 pub mod nowait;
 pub mod pager;
 pub mod stomp_head;
+pub mod stomp_message;
 pub mod store;
 
 pub use error::{Error, ErrorKind, Result};

@@ -80,8 +80,99 @@ pub fn scan(buf: &[u8], start: usize, limits: HeadLimits) -> Option<Head> {
     Some(Head { heartbeats, frame_start, command: command.to_owned(), headers, body_start: frame_start + head_len + 2 })
 }
 
+/// What a frame read whole by [`scan_frames`] may hold: the head's limits
+/// and the body's.
+#[derive(Debug, Clone, Copy)]
+pub struct FrameLimits {
+    /// The head's limits (`max_frame_bytes` bounds the whole frame).
+    pub head: HeadLimits,
+    /// The most bytes in a body.
+    pub max_body_bytes: usize,
+}
+
+/// A frame read whole: its command (an index into the caller's commands),
+/// its headers and where its body lies in the buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub struct WholeFrame {
+    /// Which of the accepted commands.
+    pub command: usize,
+    /// The headers in order, as sent.
+    pub headers: Vec<(String, String)>,
+    /// The body's bytes in the buffer (the NUL after it excluded).
+    pub body: std::ops::Range<usize>,
+}
+
+/// The frames [`scan_frames`] read, and where reading stopped.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Frames {
+    /// The frames, in order.
+    pub frames: Vec<WholeFrame>,
+    /// End-of-lines before them (heart-beats).
+    pub heartbeats: usize,
+    /// Where the first byte not read is: after the last frame's NUL.
+    pub end: usize,
+}
+
+/// Reads, from `start`, every frame that is there whole, has a plain head
+/// (see [`scan`]), one of `commands` (a body only if its command is one of
+/// `body_commands`) and keeps within `limits`, up to the first that is not
+/// so. The caller reads that one, and every error, itself: what this
+/// accepts, it accepts as the caller's parser would, and what it declines
+/// it leaves untouched (heart-beats before it included).
+pub fn scan_frames(buf: &[u8], start: usize, limits: FrameLimits, commands: &[&str], body_commands: &[&str]) -> Frames {
+    let mut read = Frames { end: start, ..Frames::default() };
+    while let Some((frame, heartbeats, end)) = whole_frame(buf, read.end, limits, commands, body_commands) {
+        read.frames.push(frame);
+        read.heartbeats += heartbeats;
+        read.end = end;
+    }
+    read
+}
+
+/// The frame at `start`, the heart-beats before it and where it ends, if
+/// [`scan_frames`] takes it.
+fn whole_frame(
+    buf: &[u8],
+    start: usize,
+    limits: FrameLimits,
+    commands: &[&str],
+    body_commands: &[&str],
+) -> Option<(WholeFrame, usize, usize)> {
+    let head = scan(buf, start, limits.head)?;
+    let command = commands.iter().position(|c| *c == head.command)?;
+    let may_have_body = body_commands.contains(&head.command.as_str());
+    let too_big = |end: usize| end - head.frame_start > limits.head.max_frame_bytes;
+    let body_end = match head.headers.iter().find(|(name, _)| name == "content-length") {
+        Some((_, text)) => {
+            if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            let digits = text.trim_start_matches('0');
+            let length: usize = if digits.len() > 19 { return None } else { digits.parse().unwrap_or(0) };
+            if (length > 0 && !may_have_body) || length > limits.max_body_bytes {
+                return None;
+            }
+            let end = head.body_start.checked_add(length)?;
+            if too_big(end + 1) || buf.len() <= end || buf[end] != 0 {
+                return None;
+            }
+            end
+        }
+        None => {
+            let end = head.body_start + buf.get(head.body_start..)?.iter().position(|&b| b == 0)?;
+            let length = end - head.body_start;
+            if (length > 0 && !may_have_body) || length > limits.max_body_bytes || too_big(end + 1) {
+                return None;
+            }
+            end
+        }
+    };
+    let frame = WholeFrame { command, headers: head.headers, body: head.body_start..body_end };
+    Some((frame, head.heartbeats, body_end + 1))
+}
+
 /// STOMP 1.2's escaping of a header name or value.
-fn escape_into(text: &str, out: &mut Vec<u8>) {
+pub(crate) fn escape_into(text: &str, out: &mut Vec<u8>) {
     for &b in text.as_bytes() {
         match b {
             b'\\' => out.extend_from_slice(b"\\\\"),
@@ -188,6 +279,86 @@ mod tests {
         assert_eq!(scan(format!("SEND\n{at_limit}\n").as_bytes(), 0, LIMITS).unwrap().headers.len(), 10);
         let small_frames = HeadLimits { max_frame_bytes: 8, ..LIMITS };
         assert_eq!(scan(b"SEND\nname:value\n\n", 0, small_frames), None);
+    }
+
+    const FRAME_LIMITS: FrameLimits = FrameLimits { head: LIMITS, max_body_bytes: 100 };
+    const COMMANDS: &[&str] = &["SEND", "ACK", "DISCONNECT"];
+    const BODY_COMMANDS: &[&str] = &["SEND"];
+
+    fn frames(buf: &[u8], start: usize, limits: FrameLimits) -> Frames {
+        scan_frames(buf, start, limits, COMMANDS, BODY_COMMANDS)
+    }
+
+    #[test]
+    fn every_whole_frame_is_read_up_to_the_first_incomplete_one() {
+        let buf = b"\nSEND\ndestination:/queue/a\ncontent-length:3\n\na\0b\0\nACK\nid:7\n\n\0\nSEND\nx:y\n\ntext\0SEND\nx:y\n\npart";
+        let read = frames(buf, 0, FRAME_LIMITS);
+        assert_eq!(read.heartbeats, 3);
+        assert_eq!(read.frames.len(), 3);
+        let [send, ack, text] = &read.frames[..] else { unreachable!() };
+        assert_eq!((send.command, &buf[send.body.clone()]), (0, &b"a\0b"[..]));
+        assert_eq!((ack.command, ack.headers.clone(), ack.body.len()), (1, vec![("id".to_owned(), "7".to_owned())], 0));
+        assert_eq!(&buf[text.body.clone()], b"text");
+        assert_eq!(&buf[read.end..], b"SEND\nx:y\n\npart");
+    }
+
+    #[test]
+    fn reading_stops_before_a_frame_the_caller_must_read_or_refuse() {
+        let good = b"ACK\nid:1\n\n\0".as_slice();
+        let stoppers: &[&[u8]] = &[
+            b"\nNACK\nid:1\n\n\0",                                 // a command not accepted
+            b"ACK\nid:1\n\nbody\0",                                // a body where none may be
+            b"ACK\ncontent-length:1\n\nx\0",                       // the same, with a length
+            b"SEND\ncontent-length:x1\n\nx\0",                     // a length that is not a number
+            b"SEND\ncontent-length:\n\n\0",                        // an empty length
+            b"SEND\ncontent-length:2\n\nabc\0",                    // no NUL after the length
+            b"SEND\ncontent-length:101\n\n",                       // a body over the limit
+            b"SEND\ncontent-length:99999999999999999999999\n\n\0", // a length of too many digits
+            b"SEND\nname:a\\cb\n\n\0",                             // an escape
+        ];
+        for stopper in stoppers {
+            let buf = [good, stopper, good].concat();
+            let read = frames(&buf, 0, FRAME_LIMITS);
+            assert_eq!(
+                (read.frames.len(), read.heartbeats, read.end),
+                (1, 0, good.len()),
+                "{:?}",
+                String::from_utf8_lossy(stopper)
+            );
+        }
+        // Incomplete: the last frame of what has arrived.
+        for incomplete in [b"SEND\nname:a\n\nxx".as_slice(), b"SEND\ncontent-length:4\n\nxx", b"SEND\nname:a\n"] {
+            let buf = [good, incomplete].concat();
+            assert_eq!(frames(&buf, 0, FRAME_LIMITS).end, good.len());
+        }
+        let long_body = [b"SEND\n\n".as_slice(), &[b'x'; 101], b"\0"].concat();
+        assert_eq!(frames(&long_body, 0, FRAME_LIMITS).frames.len(), 0);
+        let at_limit = [b"SEND\n\n".as_slice(), &[b'x'; 100], b"\0"].concat();
+        assert_eq!(frames(&at_limit, 0, FRAME_LIMITS).frames.len(), 1);
+    }
+
+    #[test]
+    fn a_frame_over_the_frame_limit_is_left_to_the_caller() {
+        let buf = b"SEND\ncontent-length:0010\n\n0123456789\0";
+        let exact = FrameLimits { head: HeadLimits { max_frame_bytes: buf.len(), ..LIMITS }, max_body_bytes: 100 };
+        let read = frames(buf, 0, exact);
+        assert_eq!((read.frames.len(), read.end), (1, buf.len()));
+        let one_less =
+            FrameLimits { head: HeadLimits { max_frame_bytes: buf.len() - 1, ..LIMITS }, max_body_bytes: 100 };
+        assert_eq!(frames(buf, 0, one_less).frames.len(), 0);
+        let without_length = b"SEND\n\n0123456789\0";
+        let one_less = FrameLimits {
+            head: HeadLimits { max_frame_bytes: without_length.len() - 1, ..LIMITS },
+            max_body_bytes: 100,
+        };
+        assert_eq!(frames(without_length, 0, one_less).frames.len(), 0);
+    }
+
+    #[test]
+    fn the_first_content_length_counts_and_leading_zeros_are_allowed() {
+        let buf = b"SEND\ncontent-length:002\ncontent-length:9\n\nab\0";
+        let read = frames(buf, 0, FRAME_LIMITS);
+        assert_eq!(&buf[read.frames[0].body.clone()], b"ab");
     }
 
     #[test]

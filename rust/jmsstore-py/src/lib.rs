@@ -29,6 +29,7 @@ mod nowait;
 mod pager;
 mod progress;
 mod stomp_head;
+mod stomp_message;
 mod store;
 
 #[pymodule]
@@ -56,6 +57,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(message::read_message, m)?)?;
     m.add_function(wrap_pyfunction!(nowait::write_nowait, m)?)?;
     m.add_function(wrap_pyfunction!(stomp_head::scan_head, m)?)?;
+    m.add_class::<stomp_head::WholeFrameScanner>()?;
+    m.add_function(wrap_pyfunction!(stomp_message::encode_message_frames, m)?)?;
     m.add_function(wrap_pyfunction!(stomp_head::encode_plain, m)?)?;
     m.add_function(wrap_pyfunction!(message::write_message, m)?)?;
     m.add_function(wrap_pyfunction!(pager::check_order, m)?)?;

@@ -1,10 +1,65 @@
-//! `jmsstore_core::stomp_head`: a STOMP frame's head read whole, and a
-//! plain frame written whole, for the Python parser's and encoder's
-//! common cases.
+//! `jmsstore_core::stomp_head`: STOMP frames read whole and a plain frame
+//! written whole, for the Python parser's and encoder's common cases.
 
-use jmsstore_core::stomp_head::{scan, write_plain, HeadLimits};
+use jmsstore_core::stomp_head::{scan, scan_frames, write_plain, FrameLimits, HeadLimits};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyString};
+
+/// A parser's commands and limits, kept for its calls to
+/// [`WholeFrameScanner::scan`].
+#[pyclass(frozen, module = "jmsstore._native")]
+pub struct WholeFrameScanner {
+    commands: Vec<String>,
+    body_commands: Vec<String>,
+    limits: FrameLimits,
+}
+
+/// `(command index, headers, body)`.
+type FrameTuple<'py> = (usize, Vec<(String, String)>, Bound<'py, PyBytes>);
+
+#[pymethods]
+impl WholeFrameScanner {
+    #[new]
+    fn new(
+        commands: Vec<String>,
+        body_commands: Vec<String>,
+        max_frame_bytes: usize,
+        max_line_bytes: usize,
+        max_headers: usize,
+        max_body_bytes: usize,
+    ) -> Self {
+        let head = HeadLimits { max_frame_bytes, max_line_bytes, max_headers };
+        WholeFrameScanner { commands, body_commands, limits: FrameLimits { head, max_body_bytes } }
+    }
+
+    /// `(heartbeats, end, [(command index, headers, body), ...])`: the
+    /// frames from `start` in `buffer` that are there whole and plain, up to
+    /// the first that is not (which starts at `end`).
+    fn scan<'py>(
+        &self,
+        py: Python<'py>,
+        buffer: &Bound<'py, PyByteArray>,
+        start: usize,
+    ) -> (usize, usize, Vec<FrameTuple<'py>>) {
+        let commands: Vec<&str> = self.commands.iter().map(String::as_str).collect();
+        let body_commands: Vec<&str> = self.body_commands.iter().map(String::as_str).collect();
+        // SAFETY: no Python code runs while the bytes are borrowed: the scan
+        // keeps ranges and Rust strings, and making a `bytes` object runs
+        // none (it is not tracked by the cyclic collector, so allocating it
+        // never starts a collection and its finalizers).
+        let bytes = unsafe { buffer.as_bytes() };
+        let read = scan_frames(bytes, start, self.limits, &commands, &body_commands);
+        let frames = read
+            .frames
+            .into_iter()
+            .map(|frame| {
+                let body = PyBytes::new(py, &bytes[frame.body.clone()]);
+                (frame.command, frame.headers, body)
+            })
+            .collect();
+        (read.heartbeats, read.end, frames)
+    }
+}
 
 /// `(heartbeats, frame_start, command, headers, body_start)`.
 type HeadTuple = (usize, usize, String, Vec<(String, String)>, usize);

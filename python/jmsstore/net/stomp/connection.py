@@ -252,13 +252,18 @@ class StompConnection:
             for frame in frames:  # under the write lock: the counters take none of their own
                 self._frames.frame_out(frame.command)
 
-    def _write_messages(self, messages: list[tuple[list[tuple[str, str]], bytes]]) -> None:
-        """MESSAGE frames, all in one write."""
-        frames = []
-        for headers, body in messages:
-            headers.append(("content-length", str(len(body))))
-            frames.append(Frame(Command.MESSAGE, headers, body))
-        self._write_frames(frames)
+    def _write_messages(self, data: bytes, count: int) -> None:
+        """``count`` MESSAGE frames, encoded already, in one write."""
+        with self._write_lock:
+            try:
+                if self._tail:
+                    data, self._tail = self._tail + data, b""
+                self._transport.sendall(data)
+            except OSError:
+                self._break()
+                raise
+            self._last_write = time.monotonic()
+            self._frames.frame_out(Command.MESSAGE, count)
 
     def _heart_beat(self) -> None:
         # Skipped if a frame is being written: that is a sign of life too.

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from jmsstore import _args
-from jmsstore._native import encode_plain, scan_head
+from jmsstore._native import WholeFrameScanner, encode_plain, scan_head
 from jmsstore.errors import JmsStoreError
 
 __all__ = [
@@ -243,6 +243,18 @@ class FrameParser:
     def __init__(self, limits: FrameLimits | None = None, commands: Iterable[str] = ALL_COMMANDS) -> None:
         self.limits = limits if limits is not None else FrameLimits()
         self.commands = frozenset(commands)
+        # Plain frames that are there whole are read natively, many per call;
+        # the scanner names their commands by their index in this tuple.
+        self._commands_in_order = tuple(sorted(self.commands))
+        limits = self.limits
+        self._whole_frames = WholeFrameScanner(
+            [str(command) for command in self._commands_in_order],
+            sorted(str(command) for command in BODY_COMMANDS),
+            limits.max_frame_bytes,
+            limits.max_header_line_bytes,
+            limits.max_headers,
+            limits.max_body_bytes,
+        )
         self.heartbeats = 0
         """End-of-lines received between frames."""
         self._buffer = bytearray()
@@ -283,7 +295,11 @@ class FrameParser:
         self._buffer += data
         frames: list[Frame] = []
         try:
-            while self._body_start >= 0 or self._read_whole_head() or self._read_head():
+            while True:
+                if self._body_start < 0 and self._command is None:
+                    self._read_whole_frames(frames)
+                if not (self._body_start >= 0 or self._read_whole_head() or self._read_head()):
+                    break
                 frame = self._read_body()
                 if frame is None:
                     break
@@ -295,6 +311,17 @@ class FrameParser:
             raise FrameError(str(error), frames) from None
         self._discard_consumed()
         return frames
+
+    def _read_whole_frames(self, frames: list[Frame]) -> None:
+        """Reads, between two frames, every plain frame that is there whole
+        (the common case), natively; the frame it stops at, if any, is
+        read below, with every check and error message."""
+        heartbeats, end, read = self._whole_frames.scan(self._buffer, self._line_start)
+        if read:
+            commands = self._commands_in_order
+            frames.extend([Frame(commands[command], headers, body) for command, headers, body in read])
+            self.heartbeats += heartbeats
+            self._frame_start = self._line_start = self._scan = end
 
     # The head: heart-beats, the command line and the header lines.
 

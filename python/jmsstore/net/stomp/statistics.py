@@ -24,8 +24,8 @@ class FrameCounts:
     def frame_in(self, command: str) -> None:
         self.incoming[command] = self.incoming.get(command, 0) + 1
 
-    def frame_out(self, command: str) -> None:
-        self.outgoing[command] = self.outgoing.get(command, 0) + 1
+    def frame_out(self, command: str, count: int = 1) -> None:
+        self.outgoing[command] = self.outgoing.get(command, 0) + count
 
 
 class StompStatistics:
