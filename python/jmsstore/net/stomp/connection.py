@@ -240,20 +240,15 @@ class StompConnection:
     def _write_frames(self, frames: list[Frame]) -> None:
         """Several frames in one write (one system call, one TCP segment where they fit)."""
         data = b"".join([encode(frame) for frame in frames])
-        with self._write_lock:
-            try:
-                if self._tail:
-                    data, self._tail = self._tail + data, b""
-                self._transport.sendall(data)
-            except OSError:
-                self._break()
-                raise
-            self._last_write = time.monotonic()
-            for frame in frames:  # under the write lock: the counters take none of their own
-                self._frames.frame_out(frame.command)
+        self._write_encoded(data, [(frame.command, 1) for frame in frames])
 
     def _write_messages(self, data: bytes, count: int) -> None:
         """``count`` MESSAGE frames, encoded already, in one write."""
+        self._write_encoded(data, [(Command.MESSAGE, count)])
+
+    def _write_encoded(self, data: bytes, counts: list[tuple[str, int]]) -> None:
+        """Writes ``data`` after what an earlier write left (``_tail``), and
+        counts its frames: ``counts`` of each command."""
         with self._write_lock:
             try:
                 if self._tail:
@@ -263,7 +258,8 @@ class StompConnection:
                 self._break()
                 raise
             self._last_write = time.monotonic()
-            self._frames.frame_out(Command.MESSAGE, count)
+            for command, count in counts:  # under the write lock: the counters take none of their own
+                self._frames.frame_out(command, count)
 
     def _heart_beat(self) -> None:
         # Skipped if a frame is being written: that is a sign of life too.
