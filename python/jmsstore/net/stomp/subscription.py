@@ -215,7 +215,9 @@ class Subscription:
         try:
             data = encode_message_frames(
                 deliveries, self.id, self._message_destination, f"{self.serial}.", first, recalls
-            ) or self._encode(deliveries, acks, recalls)
+            )
+            if data is None:  # declined: one of them is not the common case
+                data = self._encode(deliveries, acks, recalls)
         except BaseException:
             self._broker.release(deliveries, redelivered=True)
             raise
