@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jmsstore._native import encode_message_frames
@@ -150,3 +151,22 @@ def test_one_declined_message_leaves_the_whole_batch_to_python() -> None:
     assert encode_message_frames(deliveries[:1], "sub-1", "/queue/a", "3.", 1, 0) == python_frames(
         deliveries[:1], None, 1, 0
     )
+
+
+def test_what_the_binding_takes_and_refuses() -> None:
+    message = TextMessage("hi")
+    good = Delivery(encode(message), 0)
+    # Any iterable of deliveries; an empty one is no frames at all.
+    assert encode_message_frames(iter([good]), "s", "/queue/a", "1.", 1, 0) == encode_message_frames(
+        [good], "s", "/queue/a", "1.", 1, 0
+    )
+    assert encode_message_frames([], "s", "/queue/a", "1.", 1, 0) == b""
+    # A body that is not bytes is left to the Python writer.
+    assert encode_message_frames([Delivery(bytearray(good.body), 0)], "s", "/queue/a", "1.", 1, 0) is None  # type: ignore[arg-type]
+    # Something that is not a delivery is a TypeError or AttributeError, not a crash.
+    with pytest.raises(AttributeError):
+        encode_message_frames([object()], "s", "/queue/a", "1.", 1, 0)
+    with pytest.raises(TypeError):
+        encode_message_frames(5, "s", "/queue/a", "1.", 1, 0)  # type: ignore[arg-type]
+    with pytest.raises(OverflowError):
+        encode_message_frames([good], "s", "/queue/a", "1.", -1, 0)
