@@ -217,8 +217,7 @@ mod tests {
     fn messages_whose_send_wrote_their_record_need_none_at_the_fetch() {
         let f = Fixture::new();
         let q = f.queue("Q");
-        let consumer = Arc::new(Flag::new());
-        q.target.bell.push_idle(consumer.clone());
+        let consumer = idle_consumer(&q.target);
         f.send_from(&q.destination, Sender::default(), &Message::new(1), true).unwrap();
         f.send_from(&q.destination, Sender::default(), &Message::new(2), false).unwrap();
         assert_eq!(f.broker.deliveries().stats().records_at_send, 1);

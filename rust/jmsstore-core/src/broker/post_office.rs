@@ -746,8 +746,7 @@ mod tests {
     fn an_asynchronous_message_for_an_idle_consumer_gets_its_delivery_record_in_the_sends_transaction() {
         let f = Fixture::new();
         let q = f.queue("Q");
-        let consumer = Arc::new(Flag::new());
-        q.target.bell.push_idle(consumer.clone());
+        let consumer = idle_consumer(&q.target);
         let transactions = f.store().stats().transactions;
         let (routes, body, header) = f.admitted(&q.destination, &Message::new(1));
         let (tx, rx) = mpsc::channel();
@@ -881,8 +880,7 @@ mod tests {
     fn a_message_for_an_idle_consumer_gets_its_delivery_record_in_the_sends_transaction() {
         let f = Fixture::new();
         let q = f.queue("Q");
-        let consumer = Arc::new(Flag::new());
-        q.target.bell.push_idle(consumer.clone());
+        let consumer = idle_consumer(&q.target);
         let transactions = f.store().stats().transactions;
         f.send_from(&q.destination, Sender::default(), &Message::new(1), true).unwrap();
 
@@ -905,9 +903,8 @@ mod tests {
     fn a_message_for_a_consumer_busy_with_the_last_one_gets_its_record_if_nothing_is_ahead_of_it() {
         let f = Fixture::new();
         let q = f.queue("Q");
-        let consumer = Arc::new(Flag::new());
         // It looked, took a message and is busy with it: nothing is idle.
-        q.target.bell.push_idle(consumer.clone());
+        let consumer = idle_consumer(&q.target);
         q.target.bell.took(&consumer);
         f.send_from(&q.destination, Sender::default(), &Message::new(1), true).unwrap();
         assert_eq!(f.broker.deliveries().stats().records_at_send, 1);

@@ -395,6 +395,14 @@ pub(crate) fn listen(target: &Target) -> Arc<Flag> {
     flag
 }
 
+/// A consumer waiting idle on `target`'s bell (in its idle list, as a
+/// receive loop that found nothing is).
+pub(crate) fn idle_consumer(target: &Target) -> Arc<Flag> {
+    let flag = Arc::new(Flag::new());
+    target.bell.push_idle(flag.clone());
+    flag
+}
+
 /// The selector `<property> = '<value>'`.
 pub(crate) fn property_equals(property: &str, value: &str) -> Selector {
     let property = Expr::identifier(property);
