@@ -40,8 +40,9 @@ from jmsstore import (
     Topic,
 )
 from jmsstore.broker.settings import DestinationSettings
-from jmsstore.errors import ResourceAllocationError
+from jmsstore.errors import ResourceAllocationError, StoreLockedError
 from jmsstore.pager import Pager
+from jmsstore.store import FileStore
 
 
 def _queue_with(server: JMSServer, contents: list[str], name: str = "Q") -> Queue:
@@ -395,6 +396,89 @@ def test_a_lone_surrogate_in_a_header_text_is_refused_and_sends_nothing(
     assert texts(receive_all(server, queue)) == ["good", "good"]
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "error"),
+    [
+        ("correlation_id", 42, MessageFormatError),
+        ("type", 42, MessageFormatError),
+        ("reply_to", 5, MessageFormatError),
+        ("JMSXGroupID", "g\udcff", InvalidArgumentError),
+    ],
+)
+def test_a_header_of_the_wrong_kind_is_refused_before_the_message_is_stamped(
+    server: JMSServer, restart: Any, field: str, value: object, error: type[Exception]
+) -> None:
+    """JMSCorrelationID and JMSType are text, JMSReplyTo a destination, and a
+    JMSXGroupID (the unit of order a message without JMS_BEA_UnitOfOrder
+    belongs to) valid text: anything else raises, for send, send_async and a
+    transacted send alike, before the send sets any header on the message,
+    and nothing is sent."""
+    queue = server.create_queue("Q")
+    with connect(server) as connection:
+        for transacted in (False, True):
+            session = connection.create_session(transacted=transacted)
+            producer = session.create_producer(queue)
+            message = TextMessage("bad")
+            if field == "JMSXGroupID":
+                message.set_property(field, value)  # type: ignore[arg-type]
+            else:
+                setattr(message, field, value)
+            with pytest.raises(error):
+                producer.send(message)
+            with pytest.raises(error):
+                producer.send_async(message)
+            assert (message.message_id, message.timestamp, message.destination) == (None, 0, None)
+            if transacted:
+                session.commit()
+            producer.send(TextMessage("good"))
+            if transacted:
+                session.commit()
+    server = restart(server)
+    assert texts(receive_all(server, queue)) == ["good", "good"]
+
+
+def test_a_completion_listener_that_cannot_be_called_sends_nothing(server: JMSServer, restart: Any) -> None:
+    """JMS 2.0's asynchronous send: invalid arguments raise at the call."""
+    queue = server.create_queue("Q")
+    with connect(server) as connection:
+        producer = connection.create_session().create_producer(queue)
+        with pytest.raises(TypeError, match="on_completion"):
+            producer.send_async(TextMessage("bad"), on_completion=5)  # type: ignore[arg-type]
+        producer.send_async(TextMessage("good")).result(SOON)
+    server = restart(server)
+    assert texts(receive_all(server, queue)) == ["good"]
+
+
+def test_one_server_name_is_open_once_on_a_shared_store(tmp_path: Path) -> None:
+    """Servers sharing a store each own the collections of their name: a
+    second one of the same name would hand out what the first holds
+    (acknowledged messages again). It is refused until the first closes."""
+    with FileStore(tmp_path / "store") as store:
+        first = JMSServer(store=store, name="a")
+        queue = first.create_queue("Q")
+        send_texts(first, queue, ["m"])
+        with pytest.raises(StoreLockedError, match="'a' is open"):
+            JMSServer(store=store, name="a")
+        other = JMSServer(store=store, name="b")  # another name shares the store
+        assert texts(receive_all(first, queue)) == ["m"]
+        first.close()
+        again = JMSServer(store=store, name="a")
+        assert receive_all(again, queue) == []
+        again.close()
+        other.close()
+
+
+def test_no_local_is_a_bool(server: JMSServer) -> None:
+    topic = server.create_topic("T")
+    with connect(server, "me") as connection:
+        session = connection.create_session()
+        with pytest.raises(TypeError, match="no_local"):
+            session.create_consumer(topic, no_local="no")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="no_local"):
+            session.create_durable_subscriber(topic, "sub", no_local=1)  # type: ignore[arg-type]
+    assert server.durable_subscriptions() == []
+
+
 def test_message_over_the_maximum_size(servers: Any) -> None:
     """JMS 2.0 §4.1.4 (resource overflow is the provider's to define),
     ResourceAllocationException: a message larger than the server's maximum message size
@@ -437,6 +521,8 @@ def test_message_over_the_maximum_size(servers: Any) -> None:
         ("delivery_delay", None if False else "x", TypeError),
         ("delivery_mode", 3, InvalidArgumentError),
         ("delivery_mode", 0, InvalidArgumentError),
+        # True == 1 would mean NON_PERSISTENT: lost at the next restart.
+        ("delivery_mode", True, TypeError),
     ],
 )
 def test_bad_send_options_send_nothing(

@@ -182,6 +182,23 @@ store = "main"
             "must be one of",
         ),
         ("", "servers", "defines no server"),
+        # Found wrong only once the store is open: what the open made goes again.
+        ("[servers.s]\ndirectory = 'd'\nmaximum_message_size = 100000000\n", "servers.s", "maximum_message_size"),
+        (
+            "[stores.st]\ndirectory = 'd'\n[servers.s]\nstore = 'st'\nmaximum_message_size = 100000000\n",
+            "servers.s",
+            "maximum_message_size",
+        ),
+        (
+            "[servers.s]\ndirectory = 'd'\nsystem_max_count = 9223372036854775808\n",
+            "servers.s.system_max_count",
+            "up to",
+        ),
+        (
+            "[servers.s]\ndirectory = 'd'\n[servers.s.queues.q]\nerror_destination = 'nowhere'\n",
+            "servers.s.queues.q.error_destination",
+            "no destination 'nowhere'",
+        ),
     ],
 )
 def test_wrong_files_name_the_file_key_and_reason_and_open_nothing(

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from jms_helpers import SOON, Servers, connect, drain, receive_all, texts
 from jmsstore import (
     AckMode,
     DeliveryMode,
+    IllegalStateError,
     InvalidArgumentError,
     JMSServer,
     Message,
@@ -303,13 +306,96 @@ def test_flow_control_can_be_turned_off(server: JMSServer, servers: Servers) -> 
         ({"blocking_send_policy": "lifo"}, InvalidArgumentError),
         ({"system_max_size": "big"}, TypeError),
         ({"messages_threshold_high": 5, "messages_threshold_low": 9}, InvalidArgumentError),
+        # Past the core's 64-bit counters: refused, not an OverflowError once stored.
+        ({"messages_maximum": 1 << 63}, InvalidArgumentError),
+        ({"system_max_count": 1 << 63}, InvalidArgumentError),
+        ({"bytes_threshold_high": 1 << 64}, InvalidArgumentError),
+        # Refused after the store opened: what the open created goes again.
+        ({"paging_codec": "nope"}, InvalidArgumentError),
+        ({"message_buffer_size": -1}, InvalidArgumentError),
+        ({"maximum_message_size": 1 << 40}, InvalidArgumentError),
+        ({"maximum_message_size": 0}, InvalidArgumentError),
+        ({"progress": 5}, TypeError),
     ],
 )
 def test_bad_server_limits_are_refused_before_anything_opens(
-    server_dir: object, options: dict[str, object], error: type[Exception]
+    server_dir: Path, options: dict[str, object], error: type[Exception]
 ) -> None:
     with pytest.raises(error):
         JMSServer(server_dir, **options)  # type: ignore[arg-type]
+    assert not server_dir.exists(), "a failed open leaves nothing behind"
+
+
+def test_a_failed_open_of_an_existing_server_keeps_everything(servers: Servers, server_dir: Path) -> None:
+    server = servers.open()
+    server.create_queue("Q")
+    server.close()
+    before = sorted(str(p.relative_to(server_dir)) for p in server_dir.rglob("*"))
+    with pytest.raises(InvalidArgumentError, match="codec"):
+        JMSServer(server_dir, paging_codec="nope")
+    assert sorted(str(p.relative_to(server_dir)) for p in server_dir.rglob("*")) == before
+    assert servers.open().destinations() == [Queue("Q")]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.create_queue("Q2", messages_threshold_high=1 << 63),
+        lambda s: s.create_queue("Q", bytes_threshold_high=1 << 63),
+        lambda s: s.create_topic("T", bytes_threshold_high=1 << 64),
+        lambda s: s.create_quota("big", messages_maximum=1 << 63),
+        lambda s: s.create_quota("used", messages_maximum=1 << 63),
+    ],
+    ids=["new queue", "existing queue", "topic", "new quota", "quota in use"],
+)
+def test_a_limit_past_64_bits_changes_nothing_and_the_server_reopens(
+    servers: Servers, call: Callable[[JMSServer], object]
+) -> None:
+    server = servers.open()
+    server.create_quota("used", messages_maximum=5)
+    server.create_queue("Q", quota="used")
+    settings, quotas = server.settings(Queue("Q")), server.quotas()
+    with pytest.raises(InvalidArgumentError, match="up to 9223372036854775807"):
+        call(server)
+    assert server.destinations() == [Queue("Q")]
+    assert (server.settings(Queue("Q")), server.quotas()) == (settings, quotas)
+    reopened = servers.restart(server)
+    assert reopened.destinations() == [Queue("Q")]
+    assert reopened.quotas() == quotas
+
+
+@pytest.mark.parametrize("closing", ["connection", "server"])
+def test_a_sender_blocked_on_a_full_quota_is_let_go_when_its_connection_closes(servers: Servers, closing: str) -> None:
+    """WebLogic's blocking send waits up to the send timeout for room; closing
+    the connection (or the server) ends the wait at once with
+    ``IllegalStateError``, not a quota error at the end of the timeout, and
+    the message is not sent."""
+    server = servers.open()
+    server.create_quota("one", messages_maximum=1)
+    queue = server.create_queue("Q", quota="one")
+    connection = server.connection_factory(send_timeout=600_000).create_connection()
+    session = connection.create_session()
+    producer = session.create_producer(queue)
+    producer.send(TextMessage("fill"))
+    outcome: list[BaseException] = []
+
+    def send_blocked() -> None:
+        try:
+            producer.send(TextMessage("blocked"))
+        except BaseException as e:
+            outcome.append(e)
+
+    sender = threading.Thread(target=send_blocked)
+    sender.start()
+    _wait_until_blocked(server)
+    assert server.statistics()["blocked_senders"] == 1
+    (connection if closing == "connection" else server).close()
+    sender.join(SOON)
+    assert not sender.is_alive(), "the close let the blocked sender go"
+    assert [type(e) for e in outcome] == [IllegalStateError]
+    if closing == "server":
+        server = servers.open()
+    assert texts(receive_all(server, queue)) == ["fill"]
 
 
 def test_bad_quota_settings_change_nothing(server: JMSServer) -> None:
@@ -453,7 +539,12 @@ def test_the_servers_limits_change_at_runtime_or_not_at_all(server: JMSServer) -
         server.set_limits(messages_maximum=50, system_max_count=-3)
     with pytest.raises(InvalidArgumentError, match="unknown server limit"):
         server.set_limits(messages_maximum=50, colour=1)
+    with pytest.raises(InvalidArgumentError, match="bytes_threshold_high"):
+        server.set_limits(messages_maximum=50, bytes_threshold_high=1 << 63)
+    with pytest.raises(InvalidArgumentError, match="system_max_count"):
+        server.set_limits(messages_maximum=50, system_max_count=1 << 70)
     assert server.statistics()["server_quota"] == before  # nothing applied
+    assert server.system_max_count == -1
     server.set_limits(messages_maximum=-1, system_max_count=1, messages_threshold_high=0)
     with pytest.raises(ResourceAllocationError, match="system_max_count 1"):
         producer.send(TextMessage("c"))  # type: ignore[attr-defined]

@@ -9,6 +9,18 @@ import threading
 from jmsstore.errors import InvalidArgumentError, UnknownHandleError
 
 U64_MAX = (1 << 64) - 1
+I64_MAX = (1 << 63) - 1
+
+
+def count_limit(name: str, value: object) -> int:
+    """A count or size limit: -1 (no limit) up to the largest the core's
+    64-bit counters hold; past that ``InvalidArgumentError``, not the
+    ``OverflowError`` the conversion would raise once it is stored."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} is an int, not {type(value).__name__}")
+    if not -1 <= value <= I64_MAX:
+        raise InvalidArgumentError(f"{name} must be -1 (no limit) or more, up to {I64_MAX}, not {value}")
+    return value
 
 
 def integer(name: str, value: object, low: int, high: int) -> int:

@@ -135,7 +135,8 @@ class Pager:
         (``expiration`` 0: never; ``delivery_time`` 0: now). ``store_handle``:
         the file-store record whose body is ``body`` (a persistent message)."""
         if not isinstance(body, (bytes, bytearray, memoryview)):
-            raise TypeError(f"body is bytes, not {type(body).__name__}")
+            # (``type`` is the JMSType argument here, hence the class's own name)
+            raise TypeError(f"body is bytes, not {body.__class__.__name__}")
         data = bytes(body)
         header = dict(
             id=id,

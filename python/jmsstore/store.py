@@ -188,6 +188,8 @@ class FileStore:
                 raise InvalidArgumentError(f"{name} must not be negative, not {value}")
             if value > _MAX_HANDLE:
                 raise InvalidArgumentError(f"{name} is too large: {value}")
+        if progress is not None and not callable(progress):
+            raise TypeError(f"progress is a callable or None, not {type(progress).__name__}")
         self._path = os.fspath(path)
         self._native: _native.NativeStore | None = _native.NativeStore(
             self._path,
@@ -334,6 +336,8 @@ class FileStore:
         Runs online: other threads keep reading and writing. Crash-safe at
         every step. ``progress(done, total)`` is called with byte counts.
         """
+        if progress is not None and not callable(progress):
+            raise TypeError(f"progress is a callable or None, not {type(progress).__name__}")
         return self._native_store().compact(progress)
 
     def stats(self) -> dict[str, Any]:

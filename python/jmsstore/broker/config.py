@@ -52,8 +52,9 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
+from jmsstore._args import count_limit
 from jmsstore._native import codecs
-from jmsstore.broker.layout import store_directory
+from jmsstore.broker.layout import first_missing, remove_created, store_directory
 from jmsstore.broker.limits import Quota, Thresholds
 from jmsstore.broker.settings import DestinationSettings
 from jmsstore.client.factory import ConnectionFactory
@@ -329,8 +330,10 @@ def _check_server_values(check: _Checker, key: str, options: dict[str, Any]) -> 
     except (JmsStoreError, TypeError) as e:
         raise check.fail(key, str(e)) from None
     for name in ("system_max_count", "system_max_size"):
-        if options.get(name, -1) < -1:
-            raise check.fail(f"{key}.{name}", "must be -1 (no limit) or more")
+        try:
+            count_limit(name, options.get(name, -1))
+        except (JmsStoreError, TypeError) as e:
+            raise check.fail(f"{key}.{name}", str(e)) from None
     scan = options.get("expiration_scan_interval", 30.0)
     if not 0 <= scan <= 1 << 31:
         raise check.fail(f"{key}.expiration_scan_interval", "must be 0 (passive expiry only) or more seconds")
@@ -366,17 +369,28 @@ class Plan:
     store it runs on (opened here, ``owned``, when the file names one and
     the caller gave none)."""
 
-    def __init__(self, path: Path, config: ServerConfig, store: FileStore | None, owned: FileStore | None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        config: ServerConfig,
+        store: FileStore | None,
+        owned: FileStore | None,
+        created: list[str | None],
+    ) -> None:
         self._check = _Checker(path)
         self.config = config
         self.store = store
         self.owned = owned
+        # Directories that did not exist before this open: removed if it fails.
+        self.created = created
 
     def failed(self, error: BaseException) -> NoReturn:
-        """The server did not open: closes the store opened for it and
-        raises the error (a ``ConfigError`` naming the server for a bad value)."""
+        """The server did not open: closes the store opened for it, removes
+        what the open created, and raises the error (a ``ConfigError``
+        naming the server for a bad value)."""
         if self.owned is not None:
             self.owned.close()
+        remove_created(self.created)
         if isinstance(error, (JmsStoreError, TypeError)) and not isinstance(error, (ConfigError, StoreLockedError)):
             raise self._check.fail(f"servers.{self.config.name}", str(error)) from None
         raise error
@@ -405,10 +419,14 @@ def plan(path: str | os.PathLike[str], name: str | None = None, store: FileStore
     stores, servers = load(path)
     config = _select(path, servers, name)
     owned: FileStore | None = None
+    created: list[str | None] = []
+    if "directory" in config.options:
+        created.append(first_missing(config.options["directory"]))
     if config.store is not None and store is None:
         options = {k: v for k, v in stores[config.store].items() if k != "directory"}
+        created.append(first_missing(stores[config.store]["directory"]))
         owned = store = FileStore(stores[config.store]["directory"], **options)
-    return Plan(Path(path), config, store, owned)
+    return Plan(Path(path), config, store, owned, created)
 
 
 def locate(path: str | os.PathLike[str], name: str | None = None) -> tuple[ServerConfig, str]:

@@ -44,6 +44,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import struct
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -95,6 +96,32 @@ def store_directory(home: str | os.PathLike[str]) -> str:
 def paging_directory(home: str | os.PathLike[str], server: str) -> str:
     """The paging directory of server ``server`` whose home is ``home``."""
     return os.path.join(home, PAGING_DIRECTORY, server)
+
+
+def first_missing(path: str | os.PathLike[str]) -> str | None:
+    """The outermost directory on the way to ``path`` that does not exist
+    yet (None if ``path`` exists): what creating ``path`` makes, and so
+    what to remove when an open that created it fails."""
+    try:
+        current = os.path.abspath(os.fspath(path))
+        missing = None
+        while not os.path.lexists(current):
+            missing = current
+            parent = os.path.dirname(current)
+            if parent == current:
+                break
+            current = parent
+        return missing
+    except (TypeError, ValueError):  # not a path (a NUL in it, ...): nothing can be created there
+        return None
+
+
+def remove_created(paths: list[str | None]) -> None:
+    """Removes what an open that failed created (see :func:`first_missing`):
+    a failed open leaves no directory or file behind that was not there."""
+    for path in paths:
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 PREFIX = "jms/"

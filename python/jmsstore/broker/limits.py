@@ -26,9 +26,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
+from jmsstore._args import count_limit
 from jmsstore._native import Account, NativeBroker, NativeDestination
 from jmsstore.client.port import Clock
-from jmsstore.errors import InvalidArgumentError, ResourceAllocationError
+from jmsstore.errors import IllegalStateError, InvalidArgumentError, ResourceAllocationError
 
 __all__ = [
     "Clock",
@@ -44,14 +45,6 @@ __all__ = [
 
 POLICIES = ("fifo", "preemptive")
 UNLIMITED = -1
-
-
-def _limit(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} is an int, not {type(value).__name__}")
-    if value < UNLIMITED:
-        raise InvalidArgumentError(f"{name} must be -1 (no limit) or more, not {value}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -73,8 +66,8 @@ class Quota:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise InvalidArgumentError("a quota needs a name")
-        _limit("messages_maximum", self.messages_maximum)
-        _limit("bytes_maximum", self.bytes_maximum)
+        count_limit("messages_maximum", self.messages_maximum)
+        count_limit("bytes_maximum", self.bytes_maximum)
         if not isinstance(self.shared, bool):
             raise TypeError(f"shared is a bool, not {type(self.shared).__name__}")
         if self.policy not in POLICIES:
@@ -130,11 +123,19 @@ class QuotaUsage:
     def bytes(self) -> int:
         return self.account.bytes
 
-    def acquire(self, messages: int, size: int, timeout: float, owner: object = None) -> None:
+    def acquire(
+        self,
+        messages: int,
+        size: int,
+        timeout: float,
+        owner: object = None,
+        closed: Callable[[], bool] | None = None,
+    ) -> None:
         """Takes room for ``messages`` messages of ``size`` bytes in all,
         waiting up to ``timeout`` seconds (0: not at all) for it to appear.
         ``ResourceAllocationError`` if there is none by then, or at once if
-        the request can never fit."""
+        the request can never fit; ``IllegalStateError`` once ``closed()``
+        (the sender's producer was closed: :meth:`wake_waiting` makes it look)."""
         q = self._quota
         # FIFO: nobody passes a sender waiting before it.
         if self.account.try_add(messages, size, q.policy == "preemptive"):
@@ -159,6 +160,8 @@ class QuotaUsage:
                 seen = self.account.generation
                 if waiter.failed is not None:
                     raise ResourceAllocationError(waiter.failed)
+                if closed is not None and closed():
+                    raise IllegalStateError("the producer was closed while its send waited for room in the quota")
                 with self._lock:
                     turn = self._quota.policy == "preemptive" or self._waiting[0] is waiter
                 if turn and self.account.try_add(messages, size, True):
@@ -205,6 +208,10 @@ class QuotaUsage:
             self.account.notify_waiting()
         return failed
 
+    def wake_waiting(self) -> None:
+        """Makes the senders waiting look again (a producer of theirs closed)."""
+        self.account.notify_waiting()
+
     @property
     def blocked_senders(self) -> int:
         return len(self._waiting)
@@ -242,8 +249,8 @@ class Thresholds:
 
     def __post_init__(self) -> None:
         for kind in ("bytes", "messages"):
-            high = _limit(f"{kind}_threshold_high", getattr(self, f"{kind}_threshold_high"))
-            low = _limit(f"{kind}_threshold_low", getattr(self, f"{kind}_threshold_low"))
+            high = count_limit(f"{kind}_threshold_high", getattr(self, f"{kind}_threshold_high"))
+            low = count_limit(f"{kind}_threshold_low", getattr(self, f"{kind}_threshold_low"))
             if high >= 0 and low > high:
                 raise InvalidArgumentError(
                     f"{kind}_threshold_low ({low}) must not be above {kind}_threshold_high ({high})"
@@ -372,8 +379,8 @@ class ServerLimits:
         system_max_count: int,
         system_max_size: int,
     ) -> None:
-        for limit_name, limit in (("system_max_count", system_max_count), ("system_max_size", system_max_size)):
-            _limit(limit_name, limit)
+        count_limit("system_max_count", system_max_count)
+        count_limit("system_max_size", system_max_size)
         self.server_usage = QuotaUsage(server_quota, "the server's quota")
         self.gauge = gauge(thresholds)
         self.thresholds = thresholds
@@ -452,7 +459,15 @@ class ServerLimits:
         if self._native is not None:
             self._native.set_system_limits(count, size)
 
-    def wait_for_room(self, state: _Limited, copies: int, size: int, persistent: bool, timeout: float) -> bool | None:
+    def wait_for_room(
+        self,
+        state: _Limited,
+        copies: int,
+        size: int,
+        persistent: bool,
+        timeout: float,
+        closed: Callable[[], bool] | None = None,
+    ) -> bool | None:
         """The slow path of a send's admission, after the broker core found
         no room now: the broker-wide limits, then the quota, waiting up to
         ``timeout`` s. Returns whether the server's count was taken here
@@ -468,7 +483,7 @@ class ServerLimits:
                 raise self.over_system_limit(copies, size)
             server_counted = True
         try:
-            state.usage.acquire(copies, total, timeout, state)
+            state.usage.acquire(copies, total, timeout, state, closed)
         except BaseException:
             if server_counted:
                 self.gauge.sub(copies, total)

@@ -24,14 +24,22 @@ from typing import Any
 from jmsstore._args import utf8
 from jmsstore._native import NativeBroker, NativeRoutes, Signal
 from jmsstore.broker.layout import message_id, numeric_id
-from jmsstore.broker.limits import FlowControl, ServerLimits
+from jmsstore.broker.limits import FlowControl, QuotaUsage, ServerLimits
 from jmsstore.broker.pause import PauseControl
 from jmsstore.broker.registry import Registry, State
 from jmsstore.broker.settings import default_unit_name
 from jmsstore.client.port import SendOptions
-from jmsstore.errors import DestinationPausedError, JmsStoreError, MessageTooLargeError
+from jmsstore.errors import DestinationPausedError, JmsStoreError, MessageFormatError, MessageTooLargeError
 from jmsstore.jms.destination import Destination
-from jmsstore.jms.message import DELIVERY_MODES, DeliveryMode, Message, encode, set_unit_of_order, unit_of_order
+from jmsstore.jms.message import (
+    DELIVERY_MODES,
+    DeliveryMode,
+    Message,
+    destination_text,
+    encode,
+    set_unit_of_order,
+    unit_of_order,
+)
 
 __all__ = ["PostOffice", "ProducerLink"]
 
@@ -44,6 +52,13 @@ Completed = Callable[[int | None, BaseException | None], None]
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _check_text(header: str, value: object) -> None:
+    if not isinstance(value, str):
+        raise MessageFormatError(f"{header} is a str or None, not {type(value).__name__}")
+    if not value.isascii():
+        utf8(header, value)
 
 
 class PostOffice:
@@ -80,12 +95,15 @@ class PostOffice:
         message; with the header the core indexes it by."""
         unit = unit_of_order(message)  # raises for a JMS_BEA_UnitOfOrder that names none: before anything is set
         # JMSCorrelationID and JMSType go to the native header index as
-        # text: a lone surrogate is refused here, before anything is set.
+        # text: anything else, or a lone surrogate, is refused here, before
+        # anything is set (and so is a reply_to that is not a destination).
         correlation_id, message_type = message.correlation_id, message.type
-        if isinstance(correlation_id, str) and not correlation_id.isascii():
-            utf8("JMSCorrelationID", correlation_id)
-        if isinstance(message_type, str) and not message_type.isascii():
-            utf8("JMSType", message_type)
+        if correlation_id is not None:
+            _check_text("JMSCorrelationID", correlation_id)
+        if message_type is not None:
+            _check_text("JMSType", message_type)
+        if message.reply_to is not None:
+            destination_text(message.reply_to)
         seq = next(self._sequence)
         now = time.time_ns() // 1_000_000
         # numeric_id and message_id of the layout, inline: this runs per send.
@@ -124,17 +142,25 @@ class PostOffice:
         return state
 
     def admit_after_wait(
-        self, state: State, routes: NativeRoutes, size: int, persistent: bool, status: int, timeout: float
+        self,
+        state: State,
+        routes: NativeRoutes,
+        size: int,
+        persistent: bool,
+        status: int,
+        timeout: float,
+        closed: Callable[[], bool] | None = None,
     ) -> bool:
         """The slow path of admission (the core found no room now, or the
         broker-wide limits full): raises ``ResourceAllocationError``, or
-        waits for room and counts the send in; False: dropped."""
+        waits for room and counts the send in; False: dropped. A wait ends
+        with ``IllegalStateError`` once ``closed()`` (its producer closed)."""
         copies = len(routes)
         if status == _OVER_SYSTEM_LIMIT:
             raise self.limits.over_system_limit(copies, size)
         if status == _DROPPED:
             return False
-        server_counted = self.limits.wait_for_room(state, copies, size, persistent, timeout)
+        server_counted = self.limits.wait_for_room(state, copies, size, persistent, timeout, closed)
         if server_counted is None:
             return False
         self.native.admitted_after_wait(state.native, routes, size, server_counted)
@@ -220,7 +246,20 @@ class ProducerLink:
             else None
         )
         self._state: State | None = None  # the producer's own destination's, while it lives
+        self._closed = False
+        self._waiting_in: set[QuotaUsage] = set()  # the quotas its sends wait for room in now
         post.producers.add(self)
+
+    def _is_closed(self) -> bool:
+        return self._closed
+
+    def _admit_after_wait(self, state: State, routes: NativeRoutes, size: int, persistent: bool, status: int) -> bool:
+        usage = state.usage
+        self._waiting_in.add(usage)  # before the wait looks at _closed: close wakes it
+        try:
+            return self._post.admit_after_wait(state, routes, size, persistent, status, self._timeout, self._is_closed)
+        finally:
+            self._waiting_in.discard(usage)
 
     @property
     def flow_limit(self) -> float | None:
@@ -257,7 +296,7 @@ class ProducerLink:
         )
         if status != _ADMITTED:
             assert routes is not None
-            if self._post.admit_after_wait(state, routes, len(data), persistent, status, self._timeout):
+            if self._admit_after_wait(state, routes, len(data), persistent, status):
                 self._native.send(
                     state.native, data, header, persistent, birth_record=True, routes=routes, admitted=True
                 )
@@ -305,7 +344,7 @@ class ProducerLink:
         if status == _ADMITTED:
             return len(data)
         assert routes is not None
-        if not self._post.admit_after_wait(state, routes, len(data), persistent, status, self._timeout):
+        if not self._admit_after_wait(state, routes, len(data), persistent, status):
             return 0
         self._native.send_async(
             state.native, data, header, persistent, callback=completed, durable=durable, routes=routes, admitted=True
@@ -319,10 +358,14 @@ class ProducerLink:
         if status == _ADMITTED:
             return staged
         assert isinstance(staged, NativeRoutes)
-        if not self._post.admit_after_wait(state, staged, len(data), persistent, status, self._timeout):
+        if not self._admit_after_wait(state, staged, len(data), persistent, status):
             return None
         status, staged = self._native.stage(state.native, data, header, persistent, routes=staged, admitted=True)
         return staged
 
     def close(self) -> None:
+        self._closed = True
+        # A send of this producer waiting for room ends now, not at its timeout.
+        for usage in list(self._waiting_in):
+            usage.wake_waiting()
         self._post.producers.discard(self)

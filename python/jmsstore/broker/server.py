@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
+from jmsstore._args import count_limit
 from jmsstore._native import HeaderIndex, NativeBroker
 from jmsstore.broker import config, endpoints
 from jmsstore.broker.endpoints import Endpoint
 from jmsstore.broker.expiry import ExpiryReaper
-from jmsstore.broker.layout import ServerLayout, encode_json, store_directory
+from jmsstore.broker.layout import ServerLayout, encode_json, first_missing, remove_created, store_directory
 from jmsstore.broker.layout import paging_directory as layout_paging_directory
 from jmsstore.broker.limits import Quota, ServerLimits, Thresholds
 from jmsstore.broker.pause import PAUSABLE, PauseControl
@@ -42,7 +44,7 @@ from jmsstore.broker.registry import Registry, State
 from jmsstore.broker.settings import DestinationSettings
 from jmsstore.broker.statistics import Statistics
 from jmsstore.client.factory import ConnectionFactory
-from jmsstore.errors import IllegalStateError, InvalidArgumentError, JmsStoreError
+from jmsstore.errors import IllegalStateError, InvalidArgumentError, JmsStoreError, StoreLockedError
 from jmsstore.jms.destination import Destination, Queue, Topic, check_name
 from jmsstore.pager import Pager
 from jmsstore.store import FileStore
@@ -53,12 +55,25 @@ __all__ = ["JMSServer", "Progress"]
 Progress = Callable[[str, int, int], None]
 
 
-def _check_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} is an int, not {type(value).__name__}")
-    if value < -1:
-        raise InvalidArgumentError(f"{name} must be -1 (no limit) or more, not {value}")
-    return value
+# The servers open on each store, by name: two servers of one name on one
+# store would share their collections and paging files, and each would hand
+# out what the other holds (the store's directory lock cannot see this: the
+# store is opened once and shared).
+_open_servers: weakref.WeakKeyDictionary[FileStore, set[str]] = weakref.WeakKeyDictionary()
+_open_servers_lock = threading.Lock()
+
+
+def _claim(store: FileStore, name: str) -> None:
+    with _open_servers_lock:
+        names = _open_servers.setdefault(store, set())
+        if name in names:
+            raise StoreLockedError(f"a JMS server named {name!r} is open on the store at {store.path} already")
+        names.add(name)
+
+
+def _release(store: FileStore, name: str) -> None:
+    with _open_servers_lock:
+        _open_servers.get(store, set()).discard(name)
 
 
 class JMSServer:
@@ -111,8 +126,8 @@ class JMSServer:
         thresholds = Thresholds(
             bytes_threshold_high, bytes_threshold_low, messages_threshold_high, messages_threshold_low
         )
-        _check_int("system_max_count", system_max_count)
-        _check_int("system_max_size", system_max_size)
+        count_limit("system_max_count", system_max_count)
+        count_limit("system_max_size", system_max_size)
         scan = expiration_scan_interval
         if isinstance(scan, bool) or not isinstance(scan, (int, float)):
             raise TypeError(f"expiration_scan_interval is a number of seconds, not {type(scan).__name__}")
@@ -129,7 +144,17 @@ class JMSServer:
                 raise InvalidArgumentError(f"{what} is an empty path")
         if store is not None and not isinstance(store, FileStore):
             raise TypeError(f"store is a FileStore, not {type(store).__name__}")
+        if progress is not None and not callable(progress):
+            raise TypeError(f"progress is a callable or None, not {type(progress).__name__}")
+        if maximum_message_size is not None and (
+            isinstance(maximum_message_size, bool) or not isinstance(maximum_message_size, int)
+        ):
+            raise TypeError(f"maximum_message_size is an int, not {type(maximum_message_size).__name__}")
+        if maximum_message_size is not None and maximum_message_size < 1:
+            raise InvalidArgumentError(f"maximum_message_size must be 1 or more, not {maximum_message_size}")
         self._owns_store = store is None
+        # What this open creates, removed again if it fails: a failed open changes nothing.
+        created = [first_missing(directory)] if store is None and directory is not None else []
         # Named connection factories of a configuration file (from_config).
         self.connection_factories: dict[str, ConnectionFactory] = {}
         self.layout = ServerLayout(self.name)
@@ -154,30 +179,38 @@ class JMSServer:
             )
         self._store = store
         try:
+            _claim(store, self.name)
+        except BaseException:
+            if self._owns_store:
+                store.close()
+            remove_created(created)
+            raise
+        try:
             if paging_directory is None:
                 # Beside the store, never inside it (the store owns its directory).
                 home = directory if directory is not None else os.path.dirname(os.path.abspath(store.path))
                 paging_directory = layout_paging_directory(home, self.name)
+            created.append(first_missing(paging_directory))
             self._pager = Pager(
                 store,
                 message_buffer_size=message_buffer_size,
                 paging_directory=paging_directory,
                 paging_codec=paging_codec,
             )
-            limit = store.max_body_bytes
+            largest = store.max_body_bytes
             if maximum_message_size is None:
-                maximum_message_size = limit
-            if isinstance(maximum_message_size, bool) or not isinstance(maximum_message_size, int):
-                raise TypeError(f"maximum_message_size is an int, not {type(maximum_message_size).__name__}")
-            if not 1 <= maximum_message_size <= limit:
+                maximum_message_size = largest
+            if not 1 <= maximum_message_size <= largest:
                 raise InvalidArgumentError(
-                    f"maximum_message_size must be within 1..{limit}, not {maximum_message_size}"
+                    f"maximum_message_size must be within 1..{largest}, not {maximum_message_size}"
                 )
             self.maximum_message_size = maximum_message_size
             self._build(server_quota, thresholds, system_max_count, system_max_size)
         except BaseException:
+            _release(store, self.name)
             if self._owns_store:
                 store.close()
+            remove_created(created)
             raise
 
     def _build(self, server_quota: Quota, thresholds: Thresholds, count: int, size: int) -> None:
@@ -399,8 +432,8 @@ class JMSServer:
                 limits.get("messages_threshold_high", old.messages_threshold_high),
                 limits.get("messages_threshold_low", old.messages_threshold_low),
             )
-            count = _check_int("system_max_count", limits.get("system_max_count", self.limits.system_max_count))
-            size = _check_int("system_max_size", limits.get("system_max_size", self.limits.system_max_size))
+            count = count_limit("system_max_count", limits.get("system_max_count", self.limits.system_max_count))
+            size = count_limit("system_max_size", limits.get("system_max_size", self.limits.system_max_size))
             # Checked: now applied, all of it.
             self.limits.set_server_limits(quota, thresholds, count, size)
 
@@ -510,6 +543,7 @@ class JMSServer:
         with self._lock:
             self._closed = True
             self._pager.close()
+            _release(self._store, self.name)
             if self._owns_store:
                 self._store.close()
 
@@ -539,6 +573,7 @@ def open_server(path: str | os.PathLike[str], name: str | None = None, *, store:
         plan.apply(server)
     except BaseException:
         server.close()
+        remove_created(plan.created)
         raise
     return server
 

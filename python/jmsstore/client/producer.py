@@ -305,6 +305,8 @@ class MessageProducer:
         if target is None:
             raise InvalidDestinationError("an unidentified producer needs a destination for each send")
         given = self.delivery_mode if delivery_mode is None else delivery_mode
+        if isinstance(given, bool):  # True == 1 would mean NON_PERSISTENT: a message lost at a restart
+            raise TypeError("delivery_mode is a DeliveryMode, not bool")
         mode = DELIVERY_MODES.get(given) if isinstance(given, int) else None
         if mode is None:
             raise InvalidArgumentError(f"delivery_mode must be a DeliveryMode, not {given!r}")
@@ -413,6 +415,8 @@ class MessageProducer:
         ``rollback`` wait until these listeners have returned; a listener
         calling them on its own session gets ``IllegalStateError``.
         """
+        if on_completion is not None and not callable(on_completion):
+            raise TypeError(f"on_completion is a callable or None, not {type(on_completion).__name__}")
         target, mode, prio, ttl, delay = self._arguments(
             message, destination, delivery_mode, priority, time_to_live, delivery_delay
         )

@@ -58,6 +58,11 @@ def _checked(text: str | None) -> Selector:
     return selector
 
 
+def _check_no_local(no_local: object) -> None:
+    if not isinstance(no_local, bool):
+        raise TypeError(f"no_local is a bool, not {type(no_local).__name__}")
+
+
 class _Connection(Protocol):
     """What a session needs of its connection."""
 
@@ -184,6 +189,7 @@ class Session:
         An invalid selector raises :class:`InvalidSelectorError` here."""
         self.check_open()
         parsed = _checked(selector)
+        _check_no_local(no_local)
         if isinstance(destination, Topic):
             link = self.port.open_subscription(
                 destination,
@@ -192,7 +198,7 @@ class Session:
                 parsed,
                 False,
                 False,
-                bool(no_local),
+                no_local,
                 self.connection.id,
             )
             return self._consumer(link, parsed)
@@ -229,9 +235,10 @@ class Session:
         is active; a different topic or selector replaces it (JMS 2.0 §6.11.1)."""
         self.check_open()
         check_name("subscription", name)
+        _check_no_local(no_local)
         if self.connection.client_id is None:
             raise IllegalStateError("an unshared durable subscription needs a connection with a client id")
-        return self._subscription(topic, name, selector, True, False, bool(no_local))
+        return self._subscription(topic, name, selector, True, False, no_local)
 
     create_durable_consumer = create_durable_subscriber
 

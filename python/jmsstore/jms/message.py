@@ -107,13 +107,16 @@ def unit_of_order(message: Message) -> str | None:
     """The unit of order a message belongs to: its ``JMS_BEA_UnitOfOrder``
     property, else its ``JMSXGroupID`` (a value that is not a non-empty str
     names none). A ``JMS_BEA_UnitOfOrder`` that cannot name a unit raises
-    as :func:`check_unit_of_order` does."""
+    as :func:`check_unit_of_order` does, and so does a ``JMSXGroupID``
+    that is not valid text (``InvalidArgumentError``)."""
     props = message._properties
     unit = props.get(UNIT_OF_ORDER)
     if unit is not None:
         return check_unit_of_order(_UNIT_OF_ORDER_PROPERTY, unit)
     group = props.get(GROUP_ID)
-    return group if type(group) is str and group else None
+    if type(group) is not str or not group:
+        return None
+    return group if group.isascii() else utf8(GROUP_ID, group)
 
 
 def set_unit_of_order(message: Message, name: str) -> None:
