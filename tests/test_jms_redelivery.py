@@ -9,12 +9,23 @@ redelivery sets JMSRedelivered and raises the count by one.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from jms_helpers import NOTHING, SOON, FailingCommits, browse_texts, connect, drain, receive_all, send_texts, texts
-from jmsstore import AckMode, JMSServer, Message, StoreFullError, TextMessage, TransactionRolledBackError
+from jmsstore import (
+    AckMode,
+    IllegalStateError,
+    JMSServer,
+    Message,
+    StoreFullError,
+    TextMessage,
+    TransactionRolledBackError,
+)
 
 
 def _now_ms() -> int:
@@ -418,3 +429,107 @@ def test_a_listener_session_survives_a_refused_move_past_the_limit(server: JMSSe
     assert seen == [False, True]
     assert server.message_count(queue) == 0
     assert texts(receive_all(server, server.queue("DLQ"))) == ["m0"]
+
+
+# A consumer's process that dies with the message in hand: it opens the server, receives
+# one message of Q (CLIENT, not acknowledged; without prefetch, so that no other message
+# is in its hands too), prints its delivery count (or "none"), and waits for the SIGKILL
+# the test sends it.
+_CRASHING_CONSUMER = r"""
+import sys
+from jmsstore import AckMode, JMSServer
+server = JMSServer(sys.argv[1], max_segment_bytes=1 << 20)
+with server.connection_factory(prefetch=False).create_connection() as connection:
+    connection.start()
+    consumer = connection.create_session(False, AckMode.CLIENT).create_consumer(server.queue("Q"))
+    message = consumer.receive(float(sys.argv[2]))
+    print("none" if message is None else message.delivery_count, flush=True)
+    sys.stdin.readline()
+"""
+
+
+def _receive_and_die(directory: Path, timeout: float = SOON) -> str:
+    """Runs the crashing consumer on ``directory`` and kills it with SIGKILL once it received."""
+    with subprocess.Popen(
+        [sys.executable, "-c", _CRASHING_CONSUMER, str(directory), str(timeout)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as child:
+        assert child.stdout is not None and child.stderr is not None
+        line = child.stdout.readline().strip()
+        child.kill()
+        child.wait()
+        assert line, child.stderr.read()[-3000:]
+    return line
+
+
+def test_redelivery_limit_holds_when_the_consumers_process_dies(servers: Any) -> None:
+    """Destination settings ``redelivery_limit`` / ``error_destination``: a message whose
+    consumer's process is killed with it unacknowledged comes back with the delivery count
+    raised (JMS 2.0 §6.2.11); once that count is past the limit, recovery moves it to the
+    error destination, as a rollback would."""
+    server = servers.open()
+    server.create_queue("err")
+    queue = server.create_queue("Q", redelivery_limit=1, error_destination="err")
+    send_texts(server, queue, ["poison"])
+    server.close()
+
+    assert _receive_and_die(servers.directory) == "1"
+    assert _receive_and_die(servers.directory) == "2"  # one redelivery is allowed
+    assert _receive_and_die(servers.directory, NOTHING) == "none"  # the next open moved it
+
+    server = servers.open()
+    assert server.message_count(queue) == 0
+    [moved] = receive_all(server, server.queue("err"))
+    assert _state(moved) == ("poison", False, 1)
+    server = servers.restart(server)
+    assert server.message_count(queue) == 0
+    assert server.message_count(server.queue("err")) == 0, "received and acknowledged"
+
+
+def test_redelivery_limit_zero_drops_when_the_consumers_process_dies(servers: Any) -> None:
+    """Destination setting ``redelivery_limit`` 0 without an error destination: the first
+    redelivery after the consumer's process died is one too many; the message is dropped
+    and counted, for good."""
+    server = servers.open()
+    queue = server.create_queue("Q", redelivery_limit=0)
+    send_texts(server, queue, ["poison", "fine"])
+    server.close()
+
+    assert _receive_and_die(servers.directory) == "1"
+
+    server = servers.open()
+    assert server.statistics()["dropped_after_redelivery_limit"] == 1
+    assert browse_texts(server, queue) == ["fine"]
+    server = servers.restart(server)
+    assert texts(receive_all(server, queue)) == ["fine"]
+
+
+def test_an_error_destination_cannot_be_deleted_while_named(server: JMSServer, restart: Any) -> None:
+    """Destination setting ``error_destination``: deleting a destination that others name
+    as their error destination is refused with ``IllegalStateError`` naming them, and
+    changes nothing; once none names it, it can be deleted."""
+    dlq = server.create_queue("DLQ")
+    queue = server.create_queue("Q", redelivery_limit=0, error_destination="DLQ")
+    server.create_topic("T", error_destination="DLQ")
+    send_texts(server, dlq, ["kept"])
+    with pytest.raises(IllegalStateError, match="error destination of queue 'Q', topic 'T'"):
+        server.delete_destination(dlq)
+    assert server.queue("DLQ") == dlq
+    assert server.settings(queue).error_destination == "DLQ"
+    assert browse_texts(server, dlq) == ["kept"]
+
+    send_texts(server, queue, ["poison"])
+    with connect(server) as connection:
+        session = connection.create_session(True)
+        assert _text(session.create_consumer(queue).receive(SOON)) == "poison"
+        session.rollback()  # past the limit: moved, not dropped
+    server = restart(server)
+    assert browse_texts(server, server.queue("DLQ")) == ["kept", "poison"]
+
+    server.create_queue("Q", error_destination=None)
+    server.delete_destination(server.topic("T"))
+    server.delete_destination(server.queue("DLQ"))
+    assert [d.name for d in server.destinations()] == ["Q"]

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from jms_helpers import NOTHING, SOON, browse_texts, connect, drain, receive_all, send_texts, texts
-from jmsstore import AckMode, IllegalStateError, JMSServer, Message, TextMessage
+from jmsstore import AckMode, IllegalStateError, JMSServer, Message, TextMessage, TransactionRolledBackError
 
 
 def _text(message: Message | None) -> str | None:
@@ -104,6 +104,31 @@ def test_receive_and_send_across_destinations_are_atomic(server: JMSServer) -> N
         session.commit()
         assert (server.message_count(source), server.message_count(sink)) == (0, 1)
     assert texts(receive_all(server, sink)) == ["done:job"]
+
+
+def test_a_commit_with_a_send_to_a_deleted_destination_rolls_back_everything(server: JMSServer, restart: Any) -> None:
+    """JMS 2.0 §6.2.7: a transaction is all or nothing. When the destination of one of
+    its sends is deleted before the commit, the commit fails with
+    ``TransactionRolledBackError``: no send happens, not even those to destinations still
+    there, and the received messages come back redelivered, as after a rollback."""
+    source, a, b = server.create_queue("IN"), server.create_queue("A"), server.create_queue("B")
+    send_texts(server, source, ["job"])
+    with connect(server) as connection:
+        session = connection.create_session(True)
+        consumer = session.create_consumer(source)
+        assert _text(consumer.receive(SOON)) == "job"
+        session.create_producer(a).send(TextMessage("A"))
+        session.create_producer(b).send(TextMessage("B"))
+        server.delete_destination(b)
+        with pytest.raises(TransactionRolledBackError, match='"B"'):
+            session.commit()
+        assert server.message_count(a) == 0
+        assert server.statistics()["queues"]["A"]["messages_current"] == 0, "its quota charge went back"
+        job = consumer.receive(SOON)
+        assert job is not None and (_text(job), job.redelivered, job.delivery_count) == ("job", True, 2)
+        session.commit()
+    server = restart(server)
+    assert (server.message_count(source), server.message_count(a)) == (0, 0)
 
 
 def test_closing_a_transacted_session_rolls_back(server: JMSServer) -> None:

@@ -660,24 +660,27 @@ def test_a_fetch_that_a_recall_overtakes_goes_back_instead_of_out(
     message it would overtake it. It goes back, never delivered, and comes
     again marked, after the recovered one. The dispatcher is held between
     its fetch and its write while the recall is served."""
+    acked = threading.Event()
     fetched = threading.Event()
     go_on = threading.Event()
     deliver = Subscription._deliver
     calls = 0
 
-    def held_second_time(self: Subscription, deliveries: list[Any], recalls: int) -> None:
+    def held_after_the_ack(self: Subscription, deliveries: list[Any], recalls: int) -> None:
         nonlocal calls
         calls += 1
-        if calls == 2:
+        # m0 and m1 go out before the ACK (in one fetch or two): the first fetch after it is m2's.
+        if acked.is_set() and not fetched.is_set():
             fetched.set()
             assert go_on.wait(WAIT), "the test did not let the dispatcher go on"
         deliver(self, deliveries, recalls)
 
-    monkeypatch.setattr(Subscription, "_deliver", held_second_time)
+    monkeypatch.setattr(Subscription, "_deliver", held_after_the_ack)
     r = _connected_after_sending(raw(), "/queue/overtaken", 4)
     r.send(b"SUBSCRIBE\ndestination:/queue/overtaken\nid:s\nack:client-individual\nactivemq.prefetchSize:2\n\n\x00")
     m0, m1 = r.next_frame(), r.next_frame()
     assert [m0.body, m1.body] == [b"m0", b"m1"]
+    acked.set()
     r.send(f"ACK\nid:{m1.header('ack')}\n\n\x00".encode())  # room for one more: the dispatcher fetches m2
     assert fetched.wait(WAIT), "the dispatcher did not fetch again"
     r.send(f"NACK\nid:{m0.header('ack')}\njmsstore.recall:true\nreceipt:back\n\n\x00".encode())

@@ -74,11 +74,13 @@ __all__ = [
     "decode_json",
     "encode_delivery_record",
     "encode_json",
+    "first_missing",
     "message_collection",
     "message_id",
     "numeric_id",
     "paging_directory",
     "parse_message_id",
+    "remove_created",
     "split_collection",
     "store_directory",
 ]

@@ -180,6 +180,10 @@ class ServerPort:
         self._check_open()
         self.registry.unsubscribe(client_id, name)
 
+    def durable_topic(self, client_id: str | None, name: str) -> Topic | None:
+        self._check_open()
+        return self.registry.durable_topic(client_id, name)
+
     # ------------------------------------------------------------ producers and consumers
 
     def open_producer(

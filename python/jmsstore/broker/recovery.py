@@ -6,7 +6,10 @@ delivery records (each message they name comes back flagged redelivered,
 its delivery count raised: JMS 2.0 §6.2.11), the quota resources, the
 destinations, the durable subscriptions, and then every persistent message
 of every queue and subscription, loaded by the broker core with its
-delivery count (``NativeBroker.load``). Records left by a deletion that a
+delivery count (``NativeBroker.load``); a message whose delivery count is
+past its destination's redelivery limit (its consumer's process died with
+it, again and again) moves to the error destination instead, or is
+dropped without one, as after a rollback. Records left by a deletion that a
 crash interrupted (a subscription of a deleted topic, messages of a deleted
 destination, delivery records naming only deleted messages) are removed.
 
@@ -170,7 +173,17 @@ class RecoveryLoader:
         topics_aside = {name for kind, name in aside_owners if kind == "topic" and name not in registry.topics}
         self._subscriptions(known, stale, topics_aside, unsure)
         newest = self._messages()
-        self._native.finish_recovery()
+        # Messages whose consumer's process died with them in hand more often than
+        # their redelivery limit allows go to their error destination (or are dropped).
+        _, _, kept = self._native.finish_recovery()
+        for handle, reason in kept:
+            log.warning(
+                "JMS server %r: message record %d is past its redelivery limit but could not be moved (%s); "
+                "it is redelivered, and moved at its next return",
+                layout.name,
+                handle,
+                reason,
+            )
         if boot is None:
             # The boot counter was lost: continue after the newest boot a
             # recovered message id tells (ids of messages already gone may

@@ -351,11 +351,23 @@ class Registry:
 
     def delete(self, destination: Destination) -> None:
         """Deletes a queue or topic with its messages (and a topic's
-        subscriptions). Fails while it has consumers."""
+        subscriptions). Fails while it has consumers, or while another
+        destination names it as its error destination."""
         if not isinstance(destination, Destination):
             raise TypeError(f"destination is a Queue or Topic, not {type(destination).__name__}")
         with self.lock:
             state = self.state_of(destination)
+            # Else their messages past the redelivery limit would be dropped, not moved.
+            users = sorted(
+                f"{s.destination.kind} {s.destination.name!r}"
+                for s in self.states()
+                if s is not state and s.settings.error_destination == destination.name
+            )
+            if users:
+                raise IllegalStateError(
+                    f"{destination.kind} {destination.name!r} is the error destination of {', '.join(users)}: "
+                    "change their error_destination first"
+                )
             if isinstance(state, TopicState):
                 if any(s.consumers for s in state.subscriptions):
                     raise IllegalStateError(f"topic {destination.name!r} has active subscribers")
@@ -480,6 +492,12 @@ class Registry:
                     f"durable subscription {name!r} has messages delivered but not yet acknowledged or committed"
                 )
             self.remove_subscription(sub)
+
+    def durable_topic(self, client_id: str | None, name: str) -> Topic | None:
+        """The topic of durable subscription ``name`` of ``client_id`` (or shared), if there is one."""
+        with self.lock:
+            sub = self.durable.get((client_id, name, True, False)) or self.shared.get((client_id, name, True, True))
+            return None if sub is None else Topic(sub.spec.topic)
 
     def has_reserved(self, target: Target) -> bool:
         """Whether a session holds any of the target's messages (delivered, not yet acknowledged)."""

@@ -321,7 +321,9 @@ class JMSServer:
 
     def delete_destination(self, destination: Destination) -> None:
         """Deletes a queue or topic with its messages (and a topic's
-        subscriptions). Fails while it has consumers."""
+        subscriptions). Raises ``IllegalStateError`` while it has consumers,
+        or while another destination names it as its error destination
+        (change theirs first)."""
         self._check_open()
         self.registry.delete(destination)
 

@@ -217,6 +217,10 @@ class BrokerPort(Protocol):
     def unsubscribe(self, client_id: str | None, name: str) -> None:
         """Deletes a durable subscription."""
 
+    def durable_topic(self, client_id: str | None, name: str) -> Topic | None:
+        """The topic of durable subscription ``name`` (shared, or of
+        ``client_id``), None if there is none."""
+
     def message(self, delivery: Delivery, acknowledge: Callable[[], None] | None) -> Message:
         """The message a delivery hands to the application."""
 

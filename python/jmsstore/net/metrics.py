@@ -10,15 +10,21 @@ statistics a ``jmsstore_stomp_...`` gauge labelled with its address
 (frames by command as ``jmsstore_stomp_frames_in{command="SEND"}``).
 Booleans are 0 or 1; text and lists are left out.
 
-The endpoint answers one request at a time, each within a few seconds,
-so a scraper that stalls cannot tie up threads of the server.
+The endpoint answers one request at a time, each within 5 seconds from
+its connection (reading the request and writing the answer), so a scraper
+that stalls or trickles its request cannot tie up threads of the server,
+nor hold up the next scrape for longer than that.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import re
+import socket
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
@@ -91,23 +97,78 @@ def render(broker: Mapping[str, Any], endpoints: Mapping[str, Mapping[str, Any]]
     return "\n".join(lines) + "\n"
 
 
+class _Deadlined(io.RawIOBase):
+    """A request's socket, read and written within one deadline for the
+    whole request: a per-read timeout alone would let a client that sends a
+    byte now and then hold the (one) serving thread for as long as it likes."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def _remaining(self) -> float:
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("the request was not done in time")
+        self._sock.settimeout(remaining)
+        return remaining
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        self._remaining()
+        return self._sock.recv_into(buffer)
+
+    def write(self, data: Any) -> int:
+        self._remaining()
+        self._sock.sendall(data)  # its timeout bounds the whole call
+        return len(data)
+
+
+class _HTTPServer(HTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, TimeoutError)):
+            # The scraper went away (broken pipe, reset) or was too slow: its loss, not ours.
+            log.debug("metrics %s: %s", client_address, error)
+            return
+        log.exception("metrics %s: answering the request failed", client_address)
+
+
 class MetricsServer:
     """Serves ``collect()`` (exposition text) at ``GET /metrics`` on
     ``host:port`` (port 0: any free port; read :attr:`address` after
-    :meth:`start`)."""
+    :meth:`start`). Each request, from its connection to the end of the
+    answer, must be done within ``timeout`` seconds, or its connection is
+    dropped."""
 
-    def __init__(self, collect: Callable[[], str], host: str = "127.0.0.1", port: int = 9464) -> None:
+    def __init__(
+        self, collect: Callable[[], str], host: str = "127.0.0.1", port: int = 9464, *, timeout: float = 5.0
+    ) -> None:
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 3600:
+            raise ValueError(f"timeout must be within 0..3600 seconds, not {timeout!r}")
         self._collect = collect
         self._host = host
         self._port = port
+        self._timeout = float(timeout)
         self._http: HTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> MetricsServer:
         collect = self._collect
+        budget = self._timeout
 
         class Handler(BaseHTTPRequestHandler):
-            timeout = 5.0  # a scraper that stalls is dropped
+            def setup(self) -> None:
+                self.connection = self.request
+                # One deadline for the whole request: a scraper that stalls is dropped.
+                stream = _Deadlined(self.connection, time.monotonic() + budget)
+                self.rfile = io.BufferedReader(stream)
+                self.wfile = io.BufferedWriter(stream)  # flushed after each answer
 
             def do_GET(self) -> None:
                 if self.path.split("?", 1)[0] != "/metrics":
@@ -128,7 +189,7 @@ class MetricsServer:
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("metrics %s: " + format, self.address_string(), *args)
 
-        self._http = HTTPServer((self._host, self._port), Handler)
+        self._http = _HTTPServer((self._host, self._port), Handler)
         self._thread = threading.Thread(target=self._http.serve_forever, name="jmsstore-metrics", daemon=True)
         self._thread.start()
         host, port = self.address

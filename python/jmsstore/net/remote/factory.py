@@ -44,6 +44,23 @@ def _address(url: str) -> tuple[str, int, str | None, str | None, bool]:
     return parts.hostname, port, login, passcode, secure
 
 
+def _credential(what: str, value: object) -> str | None:
+    """``login`` or ``passcode``, if a CONNECT header can carry it (its headers
+    are not escaped: no line break, and no NUL in any STOMP header)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{what} is a str, not {type(value).__name__}")
+    # The value is not shown: it may be a secret.
+    if any(c in value for c in "\r\n\x00"):
+        raise InvalidArgumentError(f"the {what} cannot hold a line break or a NUL character (STOMP's CONNECT cannot)")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(f"the {what} is not valid Unicode text (it holds a lone surrogate)") from None
+    return value
+
+
 def connect(
     url: str,
     login: str | None = None,
@@ -70,7 +87,9 @@ def connect(
     (``client_id``, ``messages_maximum``: each consumer's
     ``activemq.prefetchSize``, ...), except the ones the server applies to
     sends (``send_timeout`` and the ``flow_*`` settings), which raise
-    :class:`UnsupportedOverStompError`. ``heart_beat`` (ms): (we send at
+    :class:`UnsupportedOverStompError`. ``login`` and ``passcode`` are
+    text without line breaks or NUL characters (``TypeError``,
+    ``InvalidArgumentError`` otherwise, at once). ``heart_beat`` (ms): (we send at
     least every N, we want the server to send every M), negotiated with
     the server; ``timeout`` (s) bounds connecting, each write, and each
     wait for a receipt. A connection that fails raises
@@ -80,6 +99,8 @@ def connect(
     Nothing connects until ``create_connection()``.
     """
     host, port, url_login, url_passcode, secure = _address(url)
+    login = _credential("login", login if login is not None else url_login)
+    passcode = _credential("passcode", passcode if passcode is not None else url_passcode)
     if ssl_context is not None and not isinstance(ssl_context, ssl.SSLContext):
         raise TypeError(f"ssl_context is an ssl.SSLContext, not {type(ssl_context).__name__}")
     if cafile is not None and not isinstance(cafile, str):
@@ -107,8 +128,8 @@ def connect(
             raise InvalidArgumentError(f"cannot load the certificates of cafile {cafile!r}: {e}") from None
     port_ = RemotePort(
         (host, port),
-        login if login is not None else url_login,
-        passcode if passcode is not None else url_passcode,
+        login,
+        passcode,
         heart_beat,
         timeout,
         tls,

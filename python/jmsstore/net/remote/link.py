@@ -22,10 +22,11 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from jmsstore.errors import JmsStoreError
-from jmsstore.net.remote.errors import StompConnectionError, server_error
+from jmsstore.errors import JmsStoreError, MessageTooLargeError
+from jmsstore.net.remote.errors import StompConnectionError, UnsupportedOverStompError, server_error
 from jmsstore.net.stomp import heartbeat
-from jmsstore.net.stomp.frames import SERVER_COMMANDS, Command, Frame, FrameError, FrameParser, encode
+from jmsstore.net.stomp.connection import FRAME_LIMITS_HEADER, parse_frame_limits
+from jmsstore.net.stomp.frames import SERVER_COMMANDS, Command, Frame, FrameError, FrameLimits, FrameParser, encode
 from jmsstore.net.stomp.mapping import EXTENSIONS_HEADER, RECALL_EXTENSION
 from jmsstore.net.stomp.transport import PlainTransport, TlsTransport
 
@@ -87,6 +88,9 @@ class StompLink:
         self._tls = tls
         self.speaks_jmsstore = False  # the server said it is jmsstore's (CONNECTED's server header)
         self.recalls = False  # it takes a recall (RECALL_HEADER): CONNECTED lists the extension
+        # The frame limits the server announced (jmsstore's, in CONNECTED): a frame over
+        # them is refused here, before it is sent, as the server would end the connection.
+        self.frame_limits: FrameLimits | None = None
         # The names of the temporary queues this connection made (/temp-queue/NAME on the server).
         self.temporary_queues: set[str] = set()
         self.client_id = client_id
@@ -197,6 +201,8 @@ class StompLink:
         self.speaks_jmsstore = (connected.header("server") or "").startswith("jmsstore/")
         extensions = (connected.header(EXTENSIONS_HEADER) or "").split(",")
         self.recalls = self.speaks_jmsstore and RECALL_EXTENSION in extensions
+        if self.speaks_jmsstore:
+            self.frame_limits = parse_frame_limits(connected.header(FRAME_LIMITS_HEADER))
         version = connected.header("version", "1.0")
         if version != "1.2":
             raise StompConnectionError(f"{self.where} speaks STOMP {version}; this client speaks 1.2")
@@ -216,20 +222,55 @@ class StompLink:
         if failure is not None:
             raise StompConnectionError(f"the connection to {self.where} is lost: {failure}")
 
+    def encoded(self, frame: Frame) -> bytes:
+        """The frame's bytes, if it can be sent: else
+        :class:`UnsupportedOverStompError` (STOMP cannot carry it) or
+        ``MessageTooLargeError`` (over the frame limits the server
+        announced). Nothing is sent: the connection goes on."""
+        try:
+            # Never with content-length added: a SEND without it is a text message.
+            data = encode(frame, add_content_length=False)
+        except FrameError as e:
+            raise UnsupportedOverStompError(f"a {frame.command} frame has no STOMP form: {e}") from None
+        limits = self.frame_limits
+        if limits is not None and frame.command == Command.SEND:
+            self._check_size(data, len(frame.body), limits)
+        return data
+
+    def _check_size(self, data: bytes, body: int, limits: FrameLimits) -> None:
+        where = f"the server at {self.where}"
+        if len(data) > limits.max_frame_bytes:
+            raise MessageTooLargeError(
+                f"the message's SEND frame is {len(data)} bytes; {where} takes frames of at most "
+                f"{limits.max_frame_bytes} bytes"
+            )
+        if body > limits.max_body_bytes:
+            raise MessageTooLargeError(
+                f"the message's body is {body} bytes; {where} takes bodies of at most {limits.max_body_bytes} bytes"
+            )
+        head = data[: data.find(b"\n\n")].split(b"\n")  # an escaped head holds no other line break
+        if len(head) - 1 > limits.max_headers:
+            raise MessageTooLargeError(
+                f"the message's SEND frame has {len(head) - 1} headers; {where} takes at most {limits.max_headers}"
+            )
+        longest = max(len(line) for line in head)
+        if longest > limits.max_header_line_bytes:
+            raise MessageTooLargeError(
+                f"the message's SEND frame has a header line of {longest} bytes; {where} takes lines of at most "
+                f"{limits.max_header_line_bytes} bytes"
+            )
+
     def write(self, frames: list[Frame], outcome: Outcome | None = None) -> int:
         """Writes ``frames`` in one go; with ``outcome``, the last asks for a
         receipt and ``outcome(error, receipt)`` is called on the reader thread
         once it comes (``error`` None, the RECEIPT frame) or the connection
-        fails (the error, None). Returns the bytes written."""
+        fails (the error, None). Returns the bytes written. A frame that
+        cannot be sent raises as :meth:`encoded` says, and none is sent."""
         if outcome is not None:
             receipt = f"r-{self.next_id()}"
             last = frames[-1]
             frames[-1] = Frame(last.command, [*last.headers, ("receipt", receipt)], last.body)
-        try:
-            # Never with content-length added: a SEND without it is a text message.
-            data = b"".join(encode(frame, add_content_length=False) for frame in frames)
-        except FrameError as e:
-            raise StompConnectionError(f"a frame for {self.where} cannot be encoded: {e}") from None
+        data = b"".join([self.encoded(frame) for frame in frames])
         with self._lock:
             self.check()
             if outcome is not None:

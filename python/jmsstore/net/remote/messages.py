@@ -48,6 +48,18 @@ def stomp_destination(destination: Destination, own: Container[str] = ()) -> str
     return destination_name(destination)
 
 
+def _check_header_text(what: str, text: str) -> None:
+    """Raises unless ``text`` can travel in a STOMP header: before anything is
+    sent, so that the connection goes on."""
+    if "\x00" in text:
+        raise UnsupportedOverStompError(f"{what} holds a NUL character, which has no STOMP form (a header cannot)")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise MessageFormatError(f"{what} is not valid UTF-8 (a lone surrogate at index {e.start})") from None
+
+
 def send_frame(
     message: Message,
     destination: Destination,
@@ -60,7 +72,10 @@ def send_frame(
     """The SEND frame of a send (without ``receipt`` or ``transaction``);
     stamps the message's JMS headers as a send does, but for ``message_id``:
     the server gives it, and tells it in the SEND's RECEIPT if it is
-    jmsstore's (a ``message-id`` header there; other servers do not)."""
+    jmsstore's (a ``message-id`` header there; other servers do not).
+    A header value STOMP cannot carry (a type, correlation id or property
+    holding a NUL) raises :class:`UnsupportedOverStompError`, one that is
+    not valid Unicode text (a lone surrogate) ``MessageFormatError``."""
     headers = [
         ("destination", stomp_destination(destination, own_temporary)),
         ("persistent", "true" if mode == DeliveryMode.PERSISTENT else "false"),
@@ -70,8 +85,10 @@ def send_frame(
     if expiration:
         headers.append(("expires", str(expiration)))
     if message.type is not None:
+        _check_header_text("the message's type", message.type)
         headers.append(("type", message.type))
     if message.correlation_id is not None:
+        _check_header_text("the message's correlation_id", message.correlation_id)
         headers.append(("correlation-id", message.correlation_id))
     if isinstance(message.reply_to, Destination):
         headers.append(("reply-to", stomp_destination(message.reply_to, own_temporary)))
@@ -79,7 +96,10 @@ def send_frame(
     for name, value in properties.items():
         if name in _RESERVED:
             raise UnsupportedOverStompError(f"property {name!r} has no STOMP form: {name} is a STOMP header")
-        headers.append((name, header_text(value)))
+        text = header_text(value)
+        _check_header_text(f"property {name!r}", name)
+        _check_header_text(f"the value of property {name!r}", text)
+        headers.append((name, text))
     types = property_types(properties)
     if types is not None:
         headers.append((PROPERTY_TYPES_HEADER, types))

@@ -12,7 +12,8 @@ session decides what is acknowledged and when:
   delivered, and waits for the receipt of the last (durable on return);
 - transacted: the sends are held in the client and ``commit()`` sends
   BEGIN, the SENDs and ACKs of the transaction and COMMIT in one write,
-  and waits for COMMIT's receipt; ``rollback()`` sends nothing but the
+  and waits for COMMIT's receipt (a send the server could not take is
+  refused by the send itself); ``rollback()`` sends nothing but the
   NACKs of the received messages;
 - ``recover()`` and ``rollback()`` NACK the messages to come back
   (the server redelivers them flagged ``redelivered``).
@@ -73,6 +74,10 @@ def _complete_on_callback_thread(
     done = Signal()
     done.call_when_set(lambda _handle, _error: completed(None, error))
     done.set()
+
+
+# A header as long as the one a staged SEND gets at commit, to check its size when staged.
+_STAGED_HEADERS = (("transaction", "t-" + "9" * 12),)
 
 
 class _StagedSend:
@@ -139,7 +144,11 @@ class RemoteProducer:
     def stage(
         self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int
     ) -> object | None:
-        return _StagedSend(self._link, self._frame(message, destination, mode, priority, ttl, delay))
+        frame = self._frame(message, destination, mode, priority, ttl, delay)
+        # Refused now, as a send outside a transaction is, rather than failing the commit:
+        # checked as it will go, with its transaction header.
+        self._link.encoded(Frame(frame.command, [*frame.headers, *_STAGED_HEADERS], frame.body))
+        return _StagedSend(self._link, frame)
 
     def close(self) -> None:
         """Nothing to do: a producer has no state on the server."""
@@ -265,6 +274,11 @@ class RemoteConsumer:
             if recalling:
                 self._recalls += 1
         return acks, recalling
+
+    def ack_id(self, key: int) -> str | None:
+        """The ack id of a message not yet settled (None: settled, or returned)."""
+        with self._lock:
+            return self._acks.get(key)
 
     def settle(self, key: int) -> str | None:
         """The ack id to ACK or NACK the message with (None: already settled,
@@ -459,6 +473,15 @@ class RemotePort:
                 raise IllegalStateError(f"temporary queue {queue.name!r} has consumers")
             link.temporary_queues.discard(queue.name)
 
+    def durable_topic(self, client_id: str | None, name: str) -> Topic | None:
+        """The topic of a durable subscription this client opened (STOMP
+        has no way to ask the server about others)."""
+        if client_id is None:
+            return None
+        with self._lock:
+            known = self._durable.get((client_id, name))
+        return None if known is None else known[0]
+
     def unsubscribe(self, client_id: str | None, name: str) -> None:
         if client_id is None:
             raise IllegalStateError("unsubscribing a durable subscription needs a connection with a client id")
@@ -646,10 +669,16 @@ class RemotePort:
         tx = ("transaction", transaction)
         frames = [Frame(Command.BEGIN, [tx])]
         frames += [Frame(s.frame.command, [*s.frame.headers, tx], s.frame.body) for s in sends]
-        acks, consumers = self._settling(Command.ACK, deliveries, transaction)
-        frames += acks.get(link, [])
+        # The ack ids are settled only once the frames are written: a commit refused
+        # before anything is sent (a frame that cannot be encoded) leaves them to the
+        # rollback, which NACKs them for redelivery.
+        for d in deliveries:
+            ack = _consumer_of(d).ack_id(d.key)
+            if ack is not None:
+                frames.append(Frame(Command.ACK, [("id", ack), tx]))
         frames.append(Frame(Command.COMMIT, [tx]))
         link.request(frames, "COMMIT")
+        _, consumers = self._settling(Command.ACK, deliveries, transaction)
         for consumer in consumers:
             consumer.after_settling()
 

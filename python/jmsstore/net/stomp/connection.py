@@ -38,6 +38,7 @@ import contextlib
 import itertools
 import logging
 import os
+import re
 import select
 import socket
 import ssl
@@ -82,11 +83,50 @@ from jmsstore.net.stomp.subscription import ACK_MODES, Subscription
 from jmsstore.net.stomp.transport import PlainTransport, TlsTransport
 from jmsstore.selector import Selector
 
-__all__ = ["StompConnection"]
+__all__ = ["FRAME_LIMITS_HEADER", "StompConnection", "frame_limits_text", "parse_frame_limits"]
 
 log = logging.getLogger("jmsstore.net.stomp")
 
 _READ_SIZE = 64 * 1024
+
+# A jmsstore extension in CONNECTED: the server's frame limits
+# (``frame=BYTES,body=BYTES,header-line=BYTES,headers=COUNT``), so that jmsstore's
+# client refuses a frame over them before sending it (the parser's ERROR would end
+# the connection). Other clients ignore a header they do not know.
+FRAME_LIMITS_HEADER = "jmsstore.frame-limits"
+
+
+# The server-wide names the broker gives temporary queues (TEMP.SERVER.BOOT.N): a
+# client may not make or use a queue of such a name through /queue/..., or it could
+# take the name of another connection's next temporary queue before it is made.
+_TEMPORARY_NAME = re.compile(r"TEMP\..+\.[0-9]+\.[0-9]+")
+
+
+def frame_limits_text(limits: FrameLimits) -> str:
+    """The value of :data:`FRAME_LIMITS_HEADER` for ``limits``."""
+    return (
+        f"frame={limits.max_frame_bytes},body={limits.max_body_bytes},"
+        f"header-line={limits.max_header_line_bytes},headers={limits.max_headers}"
+    )
+
+
+def parse_frame_limits(text: str | None) -> FrameLimits | None:
+    """The limits a :data:`FRAME_LIMITS_HEADER` value announces (None: none, or not readable)."""
+    if not text:
+        return None
+    keys = {"frame": "max_frame_bytes", "body": "max_body_bytes", "header-line": "max_header_line_bytes"}
+    keys["headers"] = "max_headers"
+    values: dict[str, str] = {}
+    for part in text.split(","):
+        key, _, value = part.partition("=")
+        if key in keys:
+            values[keys[key]] = value
+    if len(values) != len(keys) or not all(v.isascii() and v.isdigit() and len(v) <= 18 for v in values.values()):
+        return None
+    try:
+        return FrameLimits(**{k: int(v) for k, v in values.items()})
+    except (ValueError, TypeError, JmsStoreError):
+        return None
 
 
 class _Server(Protocol):
@@ -151,8 +191,9 @@ class _Receipt:
 
 
 def _heart_beat(text: str) -> tuple[int, int]:
-    parts = text.split(",")
-    if len(parts) != 2 or not all(p.strip().isdigit() and len(p.strip()) <= 10 for p in parts):
+    parts = [p.strip() for p in text.split(",")]
+    # ASCII digits: str.isdigit also takes "²", which int() does not.
+    if len(parts) != 2 or not all(p.isascii() and p.isdigit() and len(p) <= 10 for p in parts):
         raise ProtocolError(f"heart-beat must be two whole numbers of milliseconds, 'cx,cy', not {text[:40]!r}")
     return int(parts[0]), int(parts[1])
 
@@ -578,11 +619,23 @@ class StompConnection:
                 if not self._connected and frame.command not in (Command.CONNECT, Command.STOMP):
                     raise ProtocolError(f"the first frame must be CONNECT, not {frame.command}")
                 more = _HANDLERS[frame.command](self, frame, headers)
-            except (ProtocolError, FrameError, JmsStoreError) as e:
+            except (ProtocolError, FrameError, JmsStoreError, ValueError, TypeError, OverflowError) as e:
+                # ValueError, TypeError (UnicodeError among them): what the frame
+                # carried, refused deeper than the mapping checks; the client's, not a bug.
+                if not isinstance(e, JmsStoreError):
+                    log.debug("stomp %s (%s): %s frame refused", self.peer, self.session, frame.command, exc_info=True)
                 # The receipts of the frames before it go first, as far as they can.
                 self._wait_for_receipts(self._settings.write_timeout)
                 message = str(e) if isinstance(e, (ProtocolError, FrameError)) else f"{type(e).__name__}: {e}"
                 self._error(message, frame)
+                return False
+            except OSError:
+                raise  # the connection broke: the reader closes it
+            except Exception:
+                # A bug: logged with its traceback, and still an ERROR with the frame's receipt-id.
+                log.exception("stomp %s (%s): handling a %s frame failed", self.peer, self.session, frame.command)
+                self._wait_for_receipts(self._settings.write_timeout)
+                self._error("internal error", frame)
                 return False
             finally:
                 self._current_receipt = None
@@ -642,6 +695,7 @@ class StompConnection:
                     ("heart-beat", f"{send_ms},{receive_ms}"),
                     ("session", self.session),
                     (EXTENSIONS_HEADER, RECALL_EXTENSION),
+                    (FRAME_LIMITS_HEADER, frame_limits_text(self._server.frame_limits)),
                 ],
             )
         )
@@ -678,8 +732,21 @@ class StompConnection:
                     "receive from it"
                 )
             return own
+        self._check_not_temporary_name(destination)
         self._server.ensure_destination(destination)
         return destination
+
+    @staticmethod
+    def _check_not_temporary_name(destination: Destination) -> None:
+        """Refuses ``/queue/NAME`` where NAME is a temporary queue's server-wide
+        name: it is reached as ``/temp-queue/NAME`` (its owner's) or
+        ``/remote-temp-queue/NAME``, and made only by the broker."""
+        if type(destination) is Queue and _TEMPORARY_NAME.fullmatch(destination.name):
+            raise ProtocolError(
+                f"{destination_name(destination)} is in the temporary queues' namespace (TEMP.SERVER.BOOT.N): "
+                f"a client may not make or use it as a queue; name yours /temp-queue/NAME, another's "
+                f"{REMOTE_TEMP_QUEUE}NAME"
+            )
 
     def _own_temporary(self, server_name: str) -> TemporaryQueue | None:
         """This connection's temporary queue whose server-wide name is ``server_name``."""
@@ -694,9 +761,23 @@ class StompConnection:
             limit = self._settings.max_subscriptions
             if len(self._temporary) >= limit:
                 raise ProtocolError(f"a connection may have at most {limit} temporary queues (max_subscriptions)")
-            queue = self._port.create_temporary_queue(self._connection_id)
+            queue = self._new_temporary_queue()
             self._temporary[name] = queue
         return queue
+
+    def _new_temporary_queue(self) -> TemporaryQueue:
+        # A queue of the broker's next temporary name may exist already, made by a client
+        # naming it /queue/TEMP... (or left from an older version): each try takes the next
+        # name, and there are only so many such queues.
+        attempts = self._settings.max_auto_created_destinations + 1
+        while True:
+            try:
+                return self._port.create_temporary_queue(self._connection_id)
+            except InvalidArgumentError as e:
+                attempts -= 1
+                if "exists already" not in str(e) or attempts <= 0:
+                    raise
+                log.info("stomp %s (%s): a temporary queue's name is taken (%s)", self.peer, self.session, e)
 
     def _resolve_temporary(self, destination: TemporaryQueue, text: str | None) -> TemporaryQueue:
         """Where a SEND (or its ``reply-to``) naming a temporary queue goes:
@@ -726,6 +807,7 @@ class StompConnection:
         if isinstance(outgoing.destination, TemporaryQueue):
             outgoing.destination = self._resolve_temporary(outgoing.destination, headers.get("destination"))
         else:
+            self._check_not_temporary_name(outgoing.destination)
             self._server.ensure_destination(outgoing.destination)
         producer = self._producer
         assert producer is not None
@@ -803,6 +885,8 @@ class StompConnection:
                 check_name("subscription", name)
             except InvalidArgumentError as e:
                 raise ProtocolError(str(e)) from None
+            # Opening it may replace one of this name on another topic, with its messages.
+            self._check_durable(name, "open")
         slots = self._server.subscription_slots
         if not slots.take():
             raise ProtocolError(f"the server has its most subscriptions open ({slots.limit}); try again later")
@@ -857,26 +941,46 @@ class StompConnection:
         subscription_id = headers.get("id")
         if subscription_id is None:
             raise ProtocolError("UNSUBSCRIBE needs an id header")
-        subscription = self._subscriptions.pop(subscription_id, None)
-        if subscription is None:
+        if subscription_id not in self._subscriptions:
             raise ProtocolError(f"no subscription {subscription_id!r} on this connection")
+        name = headers.get("activemq.subscriptionName")
+        if name is not None:
+            self._check_durable(name, "remove")  # before anything changes
+        subscription = self._subscriptions.pop(subscription_id)
         self._by_serial.pop(subscription.serial, None)
         # jmsstore's client says when everything still unacknowledged is unseen
         # by its application (still in its buffer or on the wire): those go back unflagged.
         subscription.close(redelivered=headers.get(UNSEEN_HEADER) != "true")
         self._server.subscription_slots.give_back()
         # ActiveMQ: UNSUBSCRIBE naming the durable subscription deletes it; without, it only stops.
-        name = headers.get("activemq.subscriptionName")
         if name is not None:
             self._port.unsubscribe(self.client_id, name)
         return True
+
+    def _check_durable(self, name: str, action: str) -> None:
+        """Only a user who may receive from a durable subscription's topic may
+        open, replace or remove it (a client id is anyone's to give)."""
+        security = self._server.security
+        if not security.required:
+            return
+        topic = self._port.durable_topic(self.client_id, name)
+        if topic is None:
+            return
+        if not security.may_receive(self.user, destination_name(topic)):
+            # The topic is not named: it is not this user's to learn.
+            raise ProtocolError(
+                f"user {self._user_name()} may not receive from the topic of durable subscription {name!r} "
+                f"(client id {self.client_id!r}), so it may not {action} it"
+            )
 
     def _settled(self, headers: dict[str, str]) -> tuple[Subscription, list[Delivery]]:
         ack = headers.get("id")
         if ack is None:
             raise ProtocolError("ACK and NACK need an id header (the ack header of the MESSAGE)")
         serial, _, _ = ack.partition(".")
-        subscription = self._by_serial.get(int(serial)) if serial.isdigit() and len(serial) <= 18 else None
+        # ASCII digits: str.isdigit also takes "²", which int() does not.
+        known = serial.isascii() and serial.isdigit() and len(serial) <= 18
+        subscription = self._by_serial.get(int(serial)) if known else None
         if subscription is None:
             raise ProtocolError(f"no message awaits acknowledgement with id {ack[:60]!r}")
         return subscription, subscription.take(ack)

@@ -51,11 +51,20 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import re
 from dataclasses import dataclass
 
 from jmsstore.errors import InvalidArgumentError, JmsStoreError
 from jmsstore.jms.destination import Destination, Queue, TemporaryQueue, Topic
-from jmsstore.jms.message import BytesMessage, DeliveryMode, Message, TextMessage, check_property_name
+from jmsstore.jms.message import (
+    GROUP_ID,
+    UNIT_OF_ORDER,
+    BytesMessage,
+    DeliveryMode,
+    Message,
+    TextMessage,
+    check_property_name,
+)
 from jmsstore.net.stomp.frames import Command, Frame
 from jmsstore.net.stomp.types import PROPERTY_TYPES_HEADER, PropertyTypeError, header_text, property_types, typed
 
@@ -179,8 +188,13 @@ class Outgoing:
     ttl: int
 
 
+# A STOMP number: ASCII digits, optionally negative (str.isdigit also takes
+# "²", and int() also takes "--5"'s cousins "+5", "5_0" and " 5").
+_INTEGER = re.compile(r"-?[0-9]{1,19}")
+
+
 def _integer(name: str, text: str, low: int, high: int) -> int:
-    if not (text.isascii() and text.lstrip("-").isdigit()) or len(text) > 20:
+    if not _INTEGER.fullmatch(text):
         raise ProtocolError(f"header {name} must be a whole number, not {text[:40]!r}")
     value = int(text)
     if not low <= value <= high:
@@ -200,11 +214,12 @@ def _charset(content_type: str | None) -> str:
             charset = value.strip().strip('"')
             try:
                 name = codecs.lookup(charset).name
-                # A text encoding, not a bytes-to-bytes codec such as zlib (LookupError).
-                with contextlib.suppress(UnicodeError):
+                # A text encoding: not a bytes-to-bytes codec such as zlib (LookupError),
+                # nor Python's "undefined", which decodes nothing (UnicodeError).
+                with contextlib.suppress(UnicodeDecodeError):
                     b"a".decode(name)
                 return name
-            except LookupError:
+            except (LookupError, ValueError):  # ValueError: a name codecs cannot even look up (a NUL)
                 raise ProtocolError(
                     f"content-type {content_type[:80]!r}: charset {charset[:40]!r} is not one the server knows "
                     "(send the text as utf-8, or with content-length as bytes)"
@@ -223,9 +238,10 @@ def outgoing_message(headers: dict[str, str], body: bytes, now_ms: int) -> Outgo
         charset = _charset(headers.get("content-type"))
         try:
             message = TextMessage(body.decode(charset))
-        except UnicodeDecodeError as e:
+        except UnicodeError as e:  # some decoders (idna, punycode) raise a bare UnicodeError, with no position
+            where = f" (at byte {e.start})" if isinstance(e, UnicodeDecodeError) else ""
             raise ProtocolError(
-                f"a SEND without content-length is a text message, and its body is not {charset} (at byte {e.start})"
+                f"a SEND without content-length is a text message, and its body is not {charset}{where}"
             ) from None
     persistent = headers.get("persistent", "false").lower() == "true"
     priority = _integer("priority", headers["priority"], 0, 9) if "priority" in headers else 4
@@ -244,6 +260,10 @@ def outgoing_message(headers: dict[str, str], body: bytes, now_ms: int) -> Outgo
         typed_values = typed(types, headers) if types is not None else {}
     except PropertyTypeError as e:
         raise ProtocolError(f"header {PROPERTY_TYPES_HEADER}: {e}") from None
+    for name in (UNIT_OF_ORDER, GROUP_ID):
+        if name in typed_values:
+            # A unit of order or a group is named by text: the broker refuses anything else.
+            raise ProtocolError(f"header {PROPERTY_TYPES_HEADER}: property {name} names a unit of order, a string")
     for name, value in headers.items():
         if name in _NOT_PROPERTIES:
             continue

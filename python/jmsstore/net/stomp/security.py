@@ -8,7 +8,10 @@ receive from, by patterns over STOMP destination names (``/queue/orders``,
 ``/queue/orders.*``, ``/topic/*``; ``*`` matches any run of characters);
 a SEND or SUBSCRIBE outside them gets an ERROR frame. A user without a
 ``send`` (or ``receive``) list may send to (or receive from) every
-destination, as with ActiveMQ's authentication plugin alone.
+destination, as with ActiveMQ's authentication plugin alone. A durable
+subscription is opened, replaced or removed only by a user who may
+receive from its topic: a client id, which any client may give on
+CONNECT, is no proof of whose it is.
 
 Passwords are stored as salted scrypt hashes, never in clear:
 ``scrypt$N$r$p$SALT$HASH`` (``SALT`` and ``HASH`` in base64), made by

@@ -31,6 +31,14 @@ message in flight so (see ``Subscription.recall``).
 ``auto`` mode it bounds what the dispatcher reserves ahead. A client that
 stops acknowledging stops receiving: its socket never buffers more than
 that (ActiveMQ's prefetch).
+
+The dispatcher takes and writes the messages it may deliver in batches of
+about 1 MiB of bodies at most (always at least one message), so that a
+subscription holds about one batch of MESSAGE frames in memory, beyond the
+socket's buffer, however large its prefetch: a client that does not read
+with ``activemq.prefetchSize:100000`` holds no more in the server than one
+that reads. Batches of small messages stay large (thousands of frames in
+one write).
 """
 
 from __future__ import annotations
@@ -58,6 +66,16 @@ ACK_MODES = ("auto", "client", "client-individual")
 _IDLE_LOOK = 0.5
 # How many acknowledgements (AUTO, or ACKs without a receipt) are batched before their store deletes are submitted.
 _ACK_BATCH = 100
+# What one fetch takes at most, in bodies: the fetch and the encoding hold a batch
+# twice over until its write returns, and a client that does not read blocks it.
+_BATCH_BYTES = 1 << 20
+# Counted per message on top of its body (its MESSAGE frame's headers, about):
+# a batch of tiny messages is bounded too.
+_FRAME_OVERHEAD = 256
+# The most a fetch takes while the sizes are unknown, and the least that
+# _next_batch lowers it to for messages that fit: a few messages sent
+# together still go out in one batch (and in their order after a recall).
+_FIRST_BATCH = 16
 
 # Writes MESSAGE frames, encoded already, in one write: (data, how many frames).
 WriteMessages = Callable[[bytes, int], None]
@@ -99,6 +117,10 @@ class Subscription:
         # ack id -> delivery, in the order the MESSAGE frames went out (client modes).
         self._in_flight: OrderedDict[str, Delivery] = OrderedDict()
         self._next_ack = 1  # the sequence number of the next MESSAGE frame's ack id (the dispatcher's own)
+        # The most the next fetch takes (the dispatcher's own): the fetch cannot
+        # stop at a number of bytes, so this follows the sizes of the messages
+        # fetched (see _next_batch), from _FIRST_BATCH while they are unknown.
+        self._batch = _FIRST_BATCH
         self._wake = Signal()  # a message arrived, room was made, or the subscription closes
         # The dispatcher waits for an ACK to make room: only then does an ACK wake it.
         self._waiting_for_room = False
@@ -176,7 +198,8 @@ class Subscription:
                 bell.push_idle(wake)
                 listed = True
                 recalls = self._recalls
-                deliveries = consumer.fetch(room, wake)
+                limit = min(room, self._batch)
+                deliveries = consumer.fetch(limit, wake)
                 if not deliveries:
                     self._flush_acknowledgements()
                     timeout = _IDLE_LOOK
@@ -186,11 +209,24 @@ class Subscription:
                     wake.wait(timeout)
                     continue
                 bell.took(wake)  # busy with them until it looks again
+                self._batch = self._next_batch(deliveries, limit)
                 self._deliver(deliveries, recalls)
         finally:
             self._waiting_for_room = False
             if listed:
                 bell.forget_idle(wake)  # idle, or busy with what it took: no longer a taker
+
+    def _next_batch(self, deliveries: list[Delivery], limit: int) -> int:
+        """The most the fetch after ``deliveries`` (fetched with ``limit``)
+        takes: as many as fit in ``_BATCH_BYTES`` at the largest size just
+        seen, at least one, and at most twice as many as just came, so that
+        large messages after small ones are not fetched by the thousand."""
+        largest = max([len(d.body) for d in deliveries]) + _FRAME_OVERHEAD
+        fits = max(1, _BATCH_BYTES // largest)
+        if len(deliveries) < limit:
+            return min(fits, max(_FIRST_BATCH, 2 * len(deliveries)))  # all there was
+        # Full (or the room was): a backlog, whose batches double until they fit the bytes.
+        return min(fits, max(self._batch, 2 * len(deliveries)))
 
     def _deliver(self, deliveries: list[Delivery], recalls: int) -> None:
         """Writes the MESSAGE frames of ``deliveries``, fetched when the

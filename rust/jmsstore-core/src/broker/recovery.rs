@@ -12,12 +12,19 @@
 //! server's accounts. Bodies are added as they are read; past the message
 //! buffer size the pager drops them again (a persistent body is read back
 //! from the store when needed).
+//!
+//! A message whose recovered delivery count is past its destination's
+//! redelivery limit (its consumer's process died with it in hand, more
+//! often than the limit allows) is not loaded: [`Broker::finish_recovery`]
+//! moves it to the error destination, or drops it, as a rollback past the
+//! limit does ([`Broker::release`]), once every target is loaded (an error
+//! destination loaded after the move would load the moved copy twice).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::broker::format::{self, Envelope};
-use crate::broker::server::Broker;
+use crate::broker::server::{Broker, Counters};
 use crate::broker::target::Target;
 use crate::error::Result;
 use crate::pager::NewMessage;
@@ -249,10 +256,30 @@ impl Loaded {
     }
 }
 
-/// The pager's view of a stored message to load, with the delivery count
-/// its delivery records give it.
-fn to_load<'a>(fields: &'a Envelope, handle: u64, counts: &HashMap<u64, u32>) -> NewMessage<'a> {
-    NewMessage { redelivery_count: counts.get(&handle).copied().unwrap_or(0), ..fields.new_message(Some(handle)) }
+/// The delivery counts the delivery records give one target's messages,
+/// and those of its messages left out of the load as past its redelivery limit.
+struct Counted<'a> {
+    counts: &'a HashMap<u64, u32>,
+    /// The target's redelivery limit (-1: none).
+    limit: i64,
+    pager_id: u32,
+    past_limit: Vec<PastLimit>,
+}
+
+impl Counted<'_> {
+    /// The pager's view of a stored message to load, with the delivery
+    /// count its delivery records give it; None if that count is past the
+    /// redelivery limit, as [`Broker::release`] judges a redelivery (it is
+    /// kept for [`Broker::finish_recovery`]).
+    fn loadable<'f>(&mut self, fields: &'f Envelope, handle: u64, len: usize) -> Option<NewMessage<'f>> {
+        let redelivery_count = self.counts.get(&handle).copied().unwrap_or(0);
+        if self.limit >= 0 && self.limit < i64::from(redelivery_count) {
+            let (pager_id, fields, len) = (self.pager_id, fields.clone(), len as u32);
+            self.past_limit.push(PastLimit { pager_id, handle, fields, len, redelivery_count });
+            return None;
+        }
+        Some(NewMessage { redelivery_count, ..fields.new_message(Some(handle)) })
+    }
 }
 
 /// Whether the index read every handle of `live` (both in handle order).
@@ -264,10 +291,48 @@ fn every_one_indexed(live: &[u64], runs: &[Vec<(u64, Indexed)>]) -> bool {
     })
 }
 
-/// The delivery counts of the messages the delivery records name, kept
-/// from [`Broker::recover_deliveries`] until recovery ends.
+/// A stored message whose recovered delivery count is past its
+/// destination's redelivery limit: left out of the load, for
+/// [`Broker::finish_recovery`] to move or drop.
+struct PastLimit {
+    pager_id: u32,
+    handle: u64,
+    fields: Envelope,
+    len: u32,
+    redelivery_count: u32,
+}
+
+/// What [`Broker::finish_recovery`] did with the messages past their
+/// redelivery limit.
+#[derive(Debug, Default)]
+pub struct PastLimitReport {
+    /// Moved to their error destination.
+    pub moved: u64,
+    /// Dropped (no error destination, or one that takes nothing of them).
+    pub dropped: u64,
+    /// Left in their target, redelivered as the others, because the move
+    /// failed (its next return tries again): (store handle, why).
+    pub kept: Vec<(u64, String)>,
+}
+
+/// What recovery keeps between its calls: the delivery counts of the
+/// messages the delivery records name (from [`Broker::recover_deliveries`]
+/// until recovery ends), and the messages found past their redelivery limit.
 #[derive(Default)]
-pub(crate) struct RecoveryCounts(Mutex<Option<HashMap<u64, u32>>>);
+pub(crate) struct RecoveryCounts {
+    counts: Mutex<Option<HashMap<u64, u32>>>,
+    past_limit: Mutex<Vec<PastLimit>>,
+}
+
+impl RecoveryCounts {
+    fn counts(&self) -> MutexGuard<'_, Option<HashMap<u64, u32>>> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn past_limit(&self) -> MutexGuard<'_, Vec<PastLimit>> {
+        self.past_limit.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
 
 impl Broker {
     /// Loads the delivery records and keeps their delivery counts for
@@ -276,7 +341,7 @@ impl Broker {
         let found = self.deliveries.recover()?;
         let report =
             RecoveredDeliveries { in_doubt: found.counts.len(), stale: found.stale, malformed: found.malformed };
-        *self.recovery_counts.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(found.counts);
+        *self.recovery_counts.counts() = Some(found.counts);
         Ok(report)
     }
 
@@ -288,9 +353,12 @@ impl Broker {
     pub fn load(&self, target: &Target, index: Option<&HeaderIndex>, progress: &mut dyn FnMut(u64)) -> Result<Loaded> {
         let mut loaded = Loaded::default();
         let Some(collection) = target.collection() else { return Ok(loaded) };
-        let counts = self.recovery_counts.0.lock().unwrap_or_else(|p| p.into_inner()).take().unwrap_or_default();
-        let result = self.load_collection(target, collection, index, &counts, &mut loaded, progress);
-        *self.recovery_counts.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(counts);
+        let counts = self.recovery_counts.counts().take().unwrap_or_default();
+        let limit = target.destination().settings().redelivery_limit;
+        let mut counted = Counted { counts: &counts, limit, pager_id: target.pager_id(), past_limit: Vec::new() };
+        let result = self.load_collection(target, collection, index, &mut counted, &mut loaded, progress);
+        self.recovery_counts.past_limit().append(&mut counted.past_limit);
+        *self.recovery_counts.counts() = Some(counts);
         // Counted in once, for all of them.
         self.count_in(target, loaded.messages as i64, loaded.bytes as i64);
         result.map(|()| loaded)
@@ -301,7 +369,7 @@ impl Broker {
         target: &Target,
         collection: &str,
         index: Option<&HeaderIndex>,
-        counts: &HashMap<u64, u32>,
+        counted: &mut Counted<'_>,
         loaded: &mut Loaded,
         progress: &mut dyn FnMut(u64),
     ) -> Result<()> {
@@ -309,7 +377,7 @@ impl Broker {
         let live = self.store.handles(collection, None, usize::MAX)?;
         self.pager.reserve(target.pager_id(), live.len())?;
         if !runs.is_empty() && every_one_indexed(&live, &runs) {
-            return self.load_indexed(target, live, runs, counts, loaded, progress);
+            return self.load_indexed(target, live, runs, counted, loaded, progress);
         }
         let mut indexed = runs.into_iter().flatten().peekable();
         for handle in live {
@@ -329,7 +397,10 @@ impl Broker {
                 },
             };
             let Some(fields) = loaded.check(handle, fields) else { continue };
-            let message = to_load(&fields, handle, counts);
+            let Some(message) = counted.loadable(&fields, handle, body.as_ref().map_or(len, Vec::len)) else {
+                loaded.newest_id = loaded.newest_id.max(fields.id);
+                continue;
+            };
             let size = match body {
                 Some(body) => {
                     let size = body.len();
@@ -361,7 +432,7 @@ impl Broker {
         target: &Target,
         live: Vec<u64>,
         runs: Vec<Vec<(u64, Indexed)>>,
-        counts: &HashMap<u64, u32>,
+        counted: &mut Counted<'_>,
         loaded: &mut Loaded,
         progress: &mut dyn FnMut(u64),
     ) -> Result<()> {
@@ -374,7 +445,11 @@ impl Broker {
                 let Some((_, found)) = indexed.next_if(|(h, _)| *h == handle) else { continue };
                 let len = found.len;
                 let Some(fields) = loaded.check(handle, found.into_validated()) else { continue };
-                backlog.push(&to_load(&fields, handle, counts), len)?;
+                let Some(message) = counted.loadable(&fields, handle, len as usize) else {
+                    loaded.newest_id = loaded.newest_id.max(fields.id);
+                    continue;
+                };
+                backlog.push(&message, len)?;
                 if fields.delayed() {
                     delays.push(fields.delivery_time);
                 }
@@ -390,19 +465,172 @@ impl Broker {
         added
     }
 
-    /// Recovery is over: the delivery counts it kept are dropped.
-    pub fn finish_recovery(&self) {
-        self.recovery_counts.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+    /// Recovery is over (every target loaded): each message found past its
+    /// destination's redelivery limit moves to the destination's error
+    /// destination, or is dropped without one, as a rollback past the limit
+    /// does; the delivery counts kept are dropped. A message whose move the
+    /// store refuses is loaded into its target like the others (its next
+    /// return tries again) and reported.
+    pub fn finish_recovery(&self) -> Result<PastLimitReport> {
+        self.recovery_counts.counts().take();
+        let found = std::mem::take(&mut *self.recovery_counts.past_limit());
+        let mut report = PastLimitReport::default();
+        for p in found {
+            // Its target was deleted meanwhile: its messages went with it.
+            let Some(target) = self.target(p.pager_id) else { continue };
+            let settings = target.destination().settings();
+            let error = settings.error_destination.as_deref().and_then(|name| self.destination(name));
+            let body = self.store.read(p.handle).map(Arc::<[u8]>::from);
+            match body.and_then(|body| self.move_to(error.as_deref(), &target, Some(p.handle), body, p.fields.clone()))
+            {
+                Ok(true) => report.moved += 1,
+                Ok(false) => report.dropped += 1,
+                Err(e) => {
+                    let message =
+                        NewMessage { redelivery_count: p.redelivery_count, ..p.fields.new_message(Some(p.handle)) };
+                    self.pager.add(target.pager_id(), &message, None, p.len)?;
+                    self.count_in(&target, 1, i64::from(p.len));
+                    if p.fields.delayed() {
+                        target.delay_until(p.fields.delivery_time);
+                    }
+                    report.kept.push((p.handle, e.to_string()));
+                }
+            }
+        }
+        Counters::bump(&self.counters.moved_to_error_destination, report.moved);
+        Counters::bump(&self.counters.dropped_after_redelivery_limit, report.dropped);
+        Ok(report)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::HeaderIndex;
+    use crate::broker::target::DeliverySettings;
     use crate::broker::testing::*;
     use crate::store::RecoveryVisitor;
 
     const DUE: i64 = NOW + 5000;
+
+    /// Q's redelivery limit and error destination (set again at each open, as the registry does).
+    fn limit(q: &Queue, redelivery_limit: i64, error_destination: Option<&str>) {
+        let error_destination = error_destination.map(str::to_string);
+        q.destination.set_settings(DeliverySettings {
+            redelivery_limit,
+            error_destination,
+            ..DeliverySettings::default()
+        });
+    }
+
+    /// Opens the server's queues again (DLQ first, then Q with `settings`), loads them, with
+    /// the store's recovery index when `indexed`; returns them and what finishing recovery did.
+    fn reopen(f: &mut Fixture, indexed: bool, settings: impl Fn(&Queue)) -> (Queue, Queue, super::PastLimitReport) {
+        let index = HeaderIndex::new(vec!["q/".into()]);
+        if indexed {
+            f.restart_visiting(&index);
+        } else {
+            f.restart();
+        }
+        let (dlq, q) = (f.queue("DLQ"), f.queue("Q"));
+        settings(&q);
+        f.broker.recover_deliveries().unwrap();
+        let index = indexed.then_some(&index);
+        f.broker.load(&dlq.target, index, &mut |_| {}).unwrap();
+        f.broker.load(&q.target, index, &mut |_| {}).unwrap();
+        let report = f.broker.finish_recovery().unwrap();
+        (dlq, q, report)
+    }
+
+    #[test]
+    fn past_the_redelivery_limit_after_crashes_a_message_moves_to_its_error_queue_at_recovery() {
+        for indexed in [false, true] {
+            let mut f = Fixture::new();
+            {
+                let (dlq, q) = (f.queue("DLQ"), f.queue("Q"));
+                let _ = dlq;
+                f.send_all(&q.destination, 1..=2);
+                f.take(&q.target, 1); // the consumer's process dies with it
+            }
+            let settings = |q: &Queue| limit(q, 1, Some("DLQ"));
+            let (_, q, report) = reopen(&mut f, indexed, settings);
+            assert_eq!((report.moved, report.dropped), (0, 0), "one redelivery is allowed");
+            assert_eq!(f.headers(&q.target)[0].redelivery_count, 1);
+            f.take(&q.target, 1); // and dies again
+
+            let (dlq, q, report) = reopen(&mut f, indexed, settings);
+            assert_eq!((report.moved, report.dropped, report.kept.len()), (1, 0, 0), "indexed: {indexed}");
+            assert_eq!(f.ids(&q.target), [2]);
+            assert_eq!(f.stored_ids(&q.target), [2]);
+            assert_eq!(f.ids(&dlq.target), [1]);
+            assert_eq!(f.headers(&dlq.target)[0].redelivery_count, 0, "a new message there");
+            assert_eq!(f.stored(&dlq.target)[0].1, Message::new(1).encode());
+            assert!(f.records().is_empty(), "its delivery records went with it");
+            let size = size_of(1);
+            for account in [&q.target.held, &q.destination.gauge, &q.quota, &dlq.target.held, &dlq.quota] {
+                assert_eq!(counts(account), (1, size));
+            }
+            assert_eq!(counts(f.server()), (2, 2 * size));
+            let c = f.broker.counters.values();
+            assert_eq!((c.moved_to_error_destination, c.dropped_after_redelivery_limit), (1, 0));
+
+            // The move is durable.
+            let (dlq, q, report) = reopen(&mut f, indexed, settings);
+            assert_eq!((report.moved, report.dropped), (0, 0));
+            assert_eq!((f.ids(&q.target), f.ids(&dlq.target)), (vec![2], vec![1]));
+        }
+    }
+
+    #[test]
+    fn past_the_redelivery_limit_after_a_crash_a_message_without_an_error_destination_is_dropped() {
+        for indexed in [false, true] {
+            let mut f = Fixture::new();
+            {
+                let q = f.queue("Q");
+                f.send_all(&q.destination, [1]);
+                f.take(&q.target, 1);
+            }
+            let (_, q, report) = reopen(&mut f, indexed, |q| limit(q, 0, None));
+            assert_eq!((report.moved, report.dropped), (0, 1), "indexed: {indexed}");
+            assert!(f.ids(&q.target).is_empty() && f.stored(&q.target).is_empty());
+            assert!(f.records().is_empty());
+            for account in [&q.target.held, &q.destination.gauge, &q.quota, f.server()] {
+                assert_eq!(counts(account), (0, 0));
+            }
+            assert_eq!(f.broker.counters.values().dropped_after_redelivery_limit, 1);
+        }
+    }
+
+    #[test]
+    fn a_move_past_the_limit_the_store_refuses_at_recovery_leaves_the_message_redelivered() {
+        let mut f = Fixture::new();
+        {
+            let q = f.queue("Q");
+            f.send_all(&q.destination, [1]);
+            f.take(&q.target, 1);
+        }
+        f.restart();
+        let (dlq, q) = (f.queue("DLQ"), f.queue("Q"));
+        limit(&q, 0, Some("DLQ"));
+        f.broker.recover_deliveries().unwrap();
+        f.broker.load(&dlq.target, None, &mut |_| {}).unwrap();
+        f.broker.load(&q.target, None, &mut |_| {}).unwrap();
+        assert!(f.ids(&q.target).is_empty(), "not loaded: it is past the limit");
+
+        f.store().inject_full_writes(1);
+        let report = f.broker.finish_recovery().unwrap();
+        assert_eq!((report.moved, report.dropped), (0, 0));
+        assert_eq!(report.kept.iter().map(|(h, _)| *h).collect::<Vec<_>>(), [f.handle_of(&q.target, 1)]);
+        assert_eq!(f.headers(&q.target)[0].redelivery_count, 1, "redelivered as the others");
+        assert_eq!(counts(&q.target.held), (1, size_of(1)));
+        assert!(f.ids(&dlq.target).is_empty());
+
+        // Its next return moves it.
+        let keys = f.take(&q.target, 1);
+        f.broker.release(&keys, true, NOW).unwrap();
+        assert!(f.ids(&q.target).is_empty());
+        assert_eq!(f.ids(&dlq.target), [1]);
+        assert_eq!(counts(&q.target.held), (0, 0));
+    }
 
     /// (handle, message id) of what the index hands the load, in order.
     fn taken(index: &HeaderIndex, collection: &str) -> Vec<(u64, u64)> {
@@ -459,7 +687,7 @@ mod tests {
         assert!(found.stale.is_empty() && found.malformed.is_empty());
         let mut progress = Vec::new();
         let loaded = f.broker.load(&q.target, None, &mut |n| progress.push(n)).unwrap();
-        f.broker.finish_recovery();
+        f.broker.finish_recovery().unwrap();
 
         let size = size_of(1);
         assert_eq!((loaded.messages, loaded.bytes, loaded.newest_id), (3, 3 * size as u64, 3));

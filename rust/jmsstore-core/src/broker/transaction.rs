@@ -13,7 +13,7 @@ use crate::broker::delivery::Settled;
 use crate::broker::format::Envelope;
 use crate::broker::server::{Broker, Counters};
 use crate::broker::target::{Destination, Route, Target};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// A send of a transaction, admitted and staged, not yet written.
 pub struct StagedSend {
@@ -65,7 +65,14 @@ impl Broker {
     /// acknowledged messages are gone and the sends visible. If the store
     /// refuses, nothing of it happened: the sends are unstaged, and the
     /// caller returns `acks` for redelivery (a rolled-back transaction).
+    /// So it is, with [`Error::InvalidArgument`], if the destination of a
+    /// send was deleted since it was sent: a transaction is all or nothing.
     pub fn commit(&self, sends: &[StagedSend], acks: &[u64]) -> Result<()> {
+        if let Some(gone) = sends.iter().find(|s| s.destination.is_deleted()) {
+            self.unstage(sends);
+            let name = gone.destination.name();
+            return Err(Error::invalid(format!("destination {name:?} of a send was deleted before the commit")));
+        }
         let handed = self.handed_all(acks);
         let ack_handles: Vec<u64> = handed.iter().filter_map(|h| h.store_handle).collect();
         let mut batch = self.store.batch();
@@ -116,7 +123,6 @@ impl Broker {
 mod tests {
     use super::*;
     use crate::broker::testing::*;
-    use crate::error::Error;
 
     /// A send of a transaction to `destination`, admitted and staged.
     fn staged(f: &Fixture, destination: &Arc<Destination>, message: &Message) -> StagedSend {
@@ -189,5 +195,30 @@ mod tests {
         f.broker.release(&acks, true, NOW).unwrap();
         assert_eq!(f.headers(&source.target)[0].redelivery_count, 1);
         assert_eq!(source.target.pending.messages(), 0);
+    }
+
+    #[test]
+    fn a_commit_with_a_send_to_a_deleted_destination_fails_and_applies_nothing() {
+        let f = Fixture::new();
+        let (source, a, b) = (f.queue("source"), f.queue("a"), f.queue("b"));
+        f.send_all(&source.destination, [1]);
+        let acks = f.take(&source.target, 1);
+        let sends = [staged(&f, &a.destination, &Message::new(2)), staged(&f, &b.destination, &Message::new(3))];
+        f.broker.remove_destination("b");
+        f.broker.drop_target(&b.target).unwrap();
+        let before = f.store().stats();
+
+        let refused = f.broker.commit(&sends, &acks);
+        assert!(matches!(&refused, Err(Error::InvalidArgument(why)) if why.contains("\"b\"")), "{:?}", refused.err());
+        assert_eq!(f.store().stats().transactions, before.transactions, "nothing written");
+        assert!(f.stored(&a.target).is_empty() && f.ids(&a.target).is_empty(), "not even the send to a");
+        for account in [&a.target.held, &a.target.pending, &a.destination.gauge, &a.quota] {
+            assert_eq!(counts(account), (0, 0), "unstaged");
+        }
+        assert_eq!(f.stored_ids(&source.target), [1], "the received message is not acknowledged");
+        assert!(f.headers(&source.target)[0].reserved, "still reserved, for the caller to return");
+        assert_eq!(counts(f.server()), (1, size_of(1)));
+        assert_eq!(f.broker.counters.values().acknowledged, 0);
+        assert_no_underflows(&[&a.target.held, &a.target.pending, &a.quota, &b.quota, f.server()]);
     }
 }

@@ -531,9 +531,13 @@ impl NativeBroker {
         Ok((loaded.messages, loaded.bytes, loaded.malformed, loaded.newest_id))
     }
 
-    /// Recovery is over (the delivery counts it kept are dropped).
-    fn finish_recovery(&self) {
-        self.broker.finish_recovery();
+    /// Recovery is over: the messages found past their redelivery limit
+    /// are moved to their error destination or dropped:
+    /// `(moved, dropped, [(record kept because its move failed, why)])`.
+    #[allow(clippy::type_complexity)]
+    fn finish_recovery(&self, py: Python<'_>) -> PyResult2<(u64, u64, Vec<(u64, String)>)> {
+        let report = py.detach(|| self.broker.finish_recovery())?;
+        Ok((report.moved, report.dropped, report.kept))
     }
 
     /// At a clean close: deletes the delivery records sends wrote for
