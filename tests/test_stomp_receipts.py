@@ -115,7 +115,7 @@ class _FailingProducer:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._producer, name)
 
-    def send_async(self, message: Any, *args: Any) -> int:
+    def send_async(self, message: Any, *args: Any, **options: Any) -> int:
         gate = _FailingProducer.gate
         if gate is not None:
             completed = args[-1]
@@ -123,9 +123,9 @@ class _FailingProducer:
             def held(handle: Any, error: BaseException | None) -> None:
                 threading.Thread(target=lambda: (gate.wait(WAIT), completed(handle, error))).start()
 
-            return int(self._producer.send_async(message, *args[:-1], held))
+            return int(self._producer.send_async(message, *args[:-1], held, **options))
         if message.body != b"fail":
-            return int(self._producer.send_async(message, *args))
+            return int(self._producer.send_async(message, *args, **options))
         completed = args[-1]
         error = StoreFullError("no space left on device (the test's)")
         threading.Thread(target=completed, args=(None, error)).start()

@@ -89,10 +89,19 @@ class PostOffice:
         self.one_way = OneWayWaiter()
 
     def stamp(
-        self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int
+        self,
+        message: Message,
+        destination: Destination,
+        mode: int,
+        priority: int,
+        ttl: int,
+        delay: int,
+        expiration: int | None = None,
     ) -> tuple[bytes, Header]:
         """Sets the headers a send sets (JMS 2.0 §3.4) and encodes the
-        message; with the header the core indexes it by."""
+        message; with the header the core indexes it by. ``expiration``
+        (absolute, ms since the epoch) stands for ``ttl`` where the sender
+        gave a time, not a time to live (STOMP's ``expires``)."""
         unit = unit_of_order(message)  # raises for a JMS_BEA_UnitOfOrder that names none: before anything is set
         # JMSCorrelationID and JMSType go to the native header index as
         # text: anything else, or a lone surrogate, is refused here, before
@@ -110,7 +119,9 @@ class PostOffice:
         message.id = ident = self._id_base | seq
         message.message_id = f"{self._id_prefix}{seq}"
         message.timestamp = now
-        message.expiration = expiration = now + ttl if ttl > 0 else 0
+        if expiration is None:
+            expiration = now + ttl if ttl > 0 else 0
+        message.expiration = expiration
         message.delivery_time = delivery_time = now + delay
         message.delivery_mode = DELIVERY_MODES[mode]
         message.priority = priority
@@ -266,7 +277,14 @@ class ProducerLink:
         return self._flow.limit if self._flow is not None else None
 
     def _prepare(
-        self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int
+        self,
+        message: Message,
+        destination: Destination,
+        mode: int,
+        priority: int,
+        ttl: int,
+        delay: int,
+        expiration: int | None = None,
     ) -> tuple[State, bytes, Header]:
         post = self._post
         state = self._state
@@ -280,7 +298,7 @@ class ProducerLink:
             raise DestinationPausedError(f"production is paused on {destination!r}")
         if state.settings.default_unit_of_order and unit_of_order(message) is None:
             set_unit_of_order(message, default_unit_name(destination.name))
-        data, header = post.stamp(message, destination, mode, priority, ttl, delay)
+        data, header = post.stamp(message, destination, mode, priority, ttl, delay, expiration)
         flow = self._flow
         # Cheap when nothing is armed and the producer is not limited: the common case.
         if flow is not None and (flow.limit is not None or state.gauge.armed or post.limits.gauge.armed):
@@ -335,8 +353,10 @@ class ProducerLink:
         delay: int,
         durable: Signal | None,
         completed: Completed | None,
+        *,
+        expiration: int | None = None,
     ) -> int:
-        state, data, header = self._prepare(message, destination, mode, priority, ttl, delay)
+        state, data, header = self._prepare(message, destination, mode, priority, ttl, delay, expiration)
         persistent = mode == _PERSISTENT
         status, routes = self._native.send_async(
             state.native, data, header, persistent, self._connection, self._client_id, completed, durable
@@ -351,8 +371,18 @@ class ProducerLink:
         )
         return len(data)
 
-    def stage(self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int) -> Any:
-        state, data, header = self._prepare(message, destination, mode, priority, ttl, delay)
+    def stage(
+        self,
+        message: Message,
+        destination: Destination,
+        mode: int,
+        priority: int,
+        ttl: int,
+        delay: int,
+        *,
+        expiration: int | None = None,
+    ) -> Any:
+        state, data, header = self._prepare(message, destination, mode, priority, ttl, delay, expiration)
         persistent = mode == _PERSISTENT
         status, staged = self._native.stage(state.native, data, header, persistent, self._connection, self._client_id)
         if status == _ADMITTED:

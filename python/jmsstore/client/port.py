@@ -111,17 +111,29 @@ class ProducerPort(Protocol):
         delay: int,
         durable: Signal | None,
         completed: Callable[[int | None, BaseException | None], None] | None,
+        *,
+        expiration: int | None = None,
     ) -> int:
         """As :meth:`send` without waiting: ``durable`` is set (or
         ``completed(handle, error)`` called) once durable and visible.
         Returns the encoded message's size in bytes; 0: dropped at once
-        (nothing will be told)."""
+        (nothing will be told). ``expiration``: an absolute expiration time
+        (ms since the epoch) in place of ``ttl``."""
 
     def stage(
-        self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int
+        self,
+        message: Message,
+        destination: Destination,
+        mode: int,
+        priority: int,
+        ttl: int,
+        delay: int,
+        *,
+        expiration: int | None = None,
     ) -> object | None:
         """Stamps and admits a send of a transaction; its staged form for
-        :meth:`BrokerPort.commit` (None: dropped)."""
+        :meth:`BrokerPort.commit` (None: dropped). ``expiration`` as for
+        :meth:`send_async`."""
 
     def close(self) -> None:
         """The producer closed."""

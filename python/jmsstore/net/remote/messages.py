@@ -68,6 +68,8 @@ def send_frame(
     ttl: int,
     now_ms: int,
     own_temporary: Container[str] = (),
+    *,
+    expiration: int | None = None,
 ) -> Frame:
     """The SEND frame of a send (without ``receipt`` or ``transaction``);
     stamps the message's JMS headers as a send does, but for ``message_id``:
@@ -75,13 +77,15 @@ def send_frame(
     jmsstore's (a ``message-id`` header there; other servers do not).
     A header value STOMP cannot carry (a type, correlation id or property
     holding a NUL) raises :class:`UnsupportedOverStompError`, one that is
-    not valid Unicode text (a lone surrogate) ``MessageFormatError``."""
+    not valid Unicode text (a lone surrogate) ``MessageFormatError``.
+    ``expiration`` (absolute ms) stands for ``ttl`` when given."""
     headers = [
         ("destination", stomp_destination(destination, own_temporary)),
         ("persistent", "true" if mode == DeliveryMode.PERSISTENT else "false"),
         ("priority", str(priority)),
     ]
-    expiration = now_ms + ttl if ttl else 0
+    if expiration is None:
+        expiration = now_ms + ttl if ttl else 0
     if expiration:
         headers.append(("expires", str(expiration)))
     if message.type is not None:

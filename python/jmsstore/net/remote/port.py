@@ -101,12 +101,21 @@ class RemoteProducer:
         return None  # the server applies its own flow control
 
     def _frame(
-        self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int
+        self,
+        message: Message,
+        destination: Destination,
+        mode: int,
+        priority: int,
+        ttl: int,
+        delay: int,
+        expiration: int | None = None,
     ) -> Frame:
         if delay:
             raise UnsupportedOverStompError("delivery_delay has no STOMP form; send with delivery_delay 0")
         self._link.check()
-        return send_frame(message, destination, mode, priority, ttl, now_ms(), self._link.temporary_queues)
+        return send_frame(
+            message, destination, mode, priority, ttl, now_ms(), self._link.temporary_queues, expiration=expiration
+        )
 
     def send(self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int) -> None:
         # Always with a receipt: a send returns once the server has it (durable, if persistent).
@@ -128,8 +137,10 @@ class RemoteProducer:
         delay: int,
         durable: Signal | None,
         completed: Callable[[int | None, BaseException | None], None] | None,
+        *,
+        expiration: int | None = None,
     ) -> int:
-        frame = self._frame(message, destination, mode, priority, ttl, delay)
+        frame = self._frame(message, destination, mode, priority, ttl, delay, expiration)
 
         def receipted(error: JmsStoreError | None, receipt: Frame | None) -> None:
             if receipt is not None:
@@ -142,9 +153,17 @@ class RemoteProducer:
         return self._link.write([frame], receipted)
 
     def stage(
-        self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int
+        self,
+        message: Message,
+        destination: Destination,
+        mode: int,
+        priority: int,
+        ttl: int,
+        delay: int,
+        *,
+        expiration: int | None = None,
     ) -> object | None:
-        frame = self._frame(message, destination, mode, priority, ttl, delay)
+        frame = self._frame(message, destination, mode, priority, ttl, delay, expiration)
         # Refused now, as a send outside a transaction is, rather than failing the commit:
         # checked as it will go, with its transaction header.
         self._link.encoded(Frame(frame.command, [*frame.headers, *_STAGED_HEADERS], frame.body))

@@ -812,9 +812,11 @@ class StompConnection:
         producer = self._producer
         assert producer is not None
         args = (outgoing.message, outgoing.destination, outgoing.mode, outgoing.priority, outgoing.ttl, 0)
+        # The client's absolute expires, as it gave it (a time to live would be read against a second clock).
+        expiration = outgoing.expiration
         transaction = headers.get("transaction")
         if transaction is not None:
-            staged = producer.stage(*args)
+            staged = producer.stage(*args, expiration=expiration)
             if staged is not None:
                 self._transaction(transaction).staged.append(staged)
             if self._current_receipt is not None:
@@ -823,7 +825,9 @@ class StompConnection:
             receipt = self._current_receipt
             receipt.asynchronous = True
             try:
-                accepted = producer.send_async(*args, None, lambda _handle, error: self._receipt_done(receipt, error))
+                accepted = producer.send_async(
+                    *args, None, lambda _handle, error: self._receipt_done(receipt, error), expiration=expiration
+                )
             except BaseException:
                 receipt.asynchronous = False
                 raise
@@ -835,7 +839,7 @@ class StompConnection:
             with self._pending:
                 self._pending_sends += 1
             try:
-                accepted = producer.send_async(*args, None, self._sent)
+                accepted = producer.send_async(*args, None, self._sent, expiration=expiration)
             except BaseException:
                 self._sent(None, None)
                 raise

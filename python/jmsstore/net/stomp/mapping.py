@@ -186,6 +186,9 @@ class Outgoing:
     mode: int
     priority: int
     ttl: int
+    # STOMP's expires (absolute ms since the epoch), for the stamp to use as
+    # it is: None without one (or expires:0, never).
+    expiration: int | None = None
 
 
 # A STOMP number: ASCII digits, optionally negative (str.isdigit also takes
@@ -245,11 +248,12 @@ def outgoing_message(headers: dict[str, str], body: bytes, now_ms: int) -> Outgo
             ) from None
     persistent = headers.get("persistent", "false").lower() == "true"
     priority = _integer("priority", headers["priority"], 0, 9) if "priority" in headers else 4
-    ttl = 0
+    ttl, expiration = 0, None
     if "expires" in headers:
         expires = _integer("expires", headers["expires"], 0, 1 << 62)
         # Already past: one millisecond, so that it expires rather than lives forever.
         ttl = 0 if expires == 0 else max(1, expires - now_ms)
+        expiration = expires or None
     message.type = headers.get("type")
     message.correlation_id = headers.get("correlation-id")
     reply_to = headers.get("reply-to")
@@ -273,7 +277,7 @@ def outgoing_message(headers: dict[str, str], body: bytes, now_ms: int) -> Outgo
             continue  # not a JMS property name: ActiveMQ's JMS clients could not read it either
         message.set_property(name, typed_values.get(name, value))
     mode = DeliveryMode.PERSISTENT if persistent else DeliveryMode.NON_PERSISTENT
-    return Outgoing(message, destination, int(mode), priority, ttl)
+    return Outgoing(message, destination, int(mode), priority, ttl, expiration)
 
 
 def message_headers(message: Message, subscription: str, ack: str) -> list[tuple[str, str]]:
