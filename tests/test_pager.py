@@ -516,6 +516,26 @@ def test_add_stored_reads_the_body_from_the_store(make_pager: MakePager, store: 
     assert pager.stats()["paging_file_bytes"] == 0
 
 
+def test_a_store_handle_the_store_does_not_hold_is_refused_and_changes_nothing(
+    make_pager: MakePager, store: FileStore
+) -> None:
+    """A message whose body is read back from the store names a record the
+    store holds: another handle would fail every take behind it."""
+    pager = make_pager(store, message_buffer_size=0)
+    dest = pager.create_destination("q")
+    good = store.put("q", b"good")
+    gone = store.put("q", b"gone")
+    store.delete(gone)
+    for handle in (999, gone):
+        with pytest.raises(UnknownHandleError):
+            pager.add_stored(dest, handle, 4, id=1)
+        with pytest.raises(UnknownHandleError):
+            pager.add(dest, b"body", id=1, store_handle=handle)
+    assert pager.count(dest) == 0
+    key = pager.add_stored(dest, good, 4, id=2)
+    assert drain(pager, dest) == [(key, b"good")]
+
+
 def test_budget_zero_keeps_no_body_resident(make_pager: MakePager, store: FileStore) -> None:
     pager = make_pager(store, message_buffer_size=0)
     dest = pager.create_destination("q")

@@ -21,7 +21,7 @@ from typing import Any
 
 from jmsstore import _native
 from jmsstore._args import U64_MAX, handle, integer, utf8
-from jmsstore.errors import InvalidArgumentError
+from jmsstore.errors import InvalidArgumentError, UnknownHandleError
 from jmsstore.store import FileStore
 
 Filter = Callable[[dict[str, Any]], bool]
@@ -99,6 +99,15 @@ class Pager:
         return self._native.destination(utf8("destination name", name))
 
     def _add(self, destination: int, body: bytes | None, body_size: int, header: dict[str, Any]) -> int:
+        stored = header["store_handle"]
+        if stored is not None:
+            # The body is read back from the store once paged out: a handle the
+            # store does not hold would make every later take fail.
+            stored = _int("store_handle", stored, 1, _U64)
+            if self.store is None:
+                raise InvalidArgumentError("a store handle needs a pager with a store")
+            if stored not in self.store:
+                raise UnknownHandleError(f"unknown store handle {stored}")
         return self._native.add(
             _int("destination", destination, 0, 0xFFFF_FFFF),
             body,
@@ -112,7 +121,7 @@ class Pager:
             _text("correlation_id", header["correlation_id"]),
             _text("type", header["type"]),
             _text("unit_of_order", header["unit_of_order"]),
-            None if header["store_handle"] is None else _int("store_handle", header["store_handle"], 1, _U64),
+            stored,
         )
 
     def add(
