@@ -335,6 +335,33 @@ def test_bad_option_on_existing_store_changes_nothing(
     assert populated.reopen_snapshot() == populated.before
 
 
+def _raising_progress(done: int, total: int) -> None:
+    raise RuntimeError("the caller's progress callback failed")
+
+
+@pytest.mark.parametrize("progress", [5, "x"], ids=["int", "str"])
+def test_a_progress_callback_that_is_not_callable_is_refused(populated: Populated, progress: object) -> None:
+    with pytest.raises(TypeError, match="progress"):
+        populated.store.compact(progress)  # type: ignore[arg-type]
+    populated.store.close()
+    with pytest.raises(TypeError, match="progress"):
+        FileStore(populated.path, progress=progress)  # type: ignore[arg-type]
+    assert populated.reopen_snapshot() == populated.before
+
+
+def test_a_progress_callback_that_raises_raises_to_the_caller(populated: Populated) -> None:
+    """The callback's own error reaches whoever passed it (not a line on
+    stderr while the call goes on as if nothing happened); what compaction
+    did is crash-safe at every step, and an open that raises closes again."""
+    with pytest.raises(RuntimeError, match="progress callback failed"):
+        populated.store.compact(_raising_progress)
+    assert take(populated.store) == populated.before
+    populated.store.close()
+    with pytest.raises(RuntimeError, match="progress callback failed"):
+        FileStore(populated.path, max_segment_bytes=SEGMENT, progress=_raising_progress)
+    assert populated.reopen_snapshot() == populated.before  # not left locked or changed
+
+
 def test_path_is_a_regular_file(tmp_path: Path) -> None:
     path = tmp_path / "file"
     path.write_bytes(b"not a store")

@@ -7,7 +7,7 @@ use jmsstore_core::inspect::{self, Item, RecordInfo};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
-use crate::progress::python_progress;
+use crate::progress::PythonProgress;
 use crate::store::recovery_dict;
 
 /// One record as found on disk.
@@ -141,12 +141,11 @@ pub fn segments<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyLi
 #[pyfunction]
 #[pyo3(signature = (path, progress=None))]
 pub fn read_segment<'py>(py: Python<'py>, path: PathBuf, progress: Option<Py<PyAny>>) -> PyResult<Bound<'py, PyList>> {
+    let mut progress = PythonProgress::new(progress);
     let items = py
-        .detach(|| {
-            let mut report = python_progress(progress);
-            inspect::read_segment_on(&StdFs, &path, &mut report)
-        })
+        .detach(|| inspect::read_segment_on(&StdFs, &path, &mut |d, t| progress.report(d, t)))
         .map_err(crate::errors::PyStoreError)?;
+    progress.finish()?;
     let out = PyList::empty(py);
     for item in items {
         match item {
@@ -171,11 +170,9 @@ pub fn live<'py>(
     path: PathBuf,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<(LiveObjects, Bound<'py, PyDict>)> {
-    let view = py
-        .detach(|| {
-            let mut report = python_progress(progress);
-            inspect::live(&path, &mut report)
-        })
-        .map_err(crate::errors::PyStoreError)?;
+    let mut progress = PythonProgress::new(progress);
+    let view =
+        py.detach(|| inspect::live(&path, &mut |d, t| progress.report(d, t))).map_err(crate::errors::PyStoreError)?;
+    progress.finish()?;
     Ok((view.objects, recovery_dict(py, &view.report)?))
 }

@@ -15,7 +15,7 @@ use crate::broker::recovery::HeaderIndex;
 use crate::broker::wake::Signal;
 use crate::completion::{self, Outstanding};
 use crate::errors::{PyResult2, PyStoreError};
-use crate::progress::python_progress;
+use crate::progress::PythonProgress;
 
 /// The file store. Every call that touches the disk releases the GIL.
 #[pyclass(frozen, module = "jmsstore._native")]
@@ -143,7 +143,7 @@ impl NativeStore {
         compaction_threshold: f64,
         progress: Option<Py<PyAny>>,
         header_index: Option<PyRef<'_, HeaderIndex>>,
-    ) -> PyResult2<Self> {
+    ) -> PyResult<Self> {
         let options = options(
             sync_policy,
             codec,
@@ -153,13 +153,21 @@ impl NativeStore {
             preallocate,
             max_body_bytes,
             compaction_threshold,
-        )?;
+        )
+        .map_err(PyStoreError)?;
         let index = header_index.map(|i| i.index.clone());
-        let store = py.detach(|| {
-            let mut report = python_progress(progress);
-            let visitor = index.as_deref().map(|i| i as &dyn RecoveryVisitor);
-            Store::open_visiting(Arc::new(StdFs), &path, options, &mut report, visitor)
-        })?;
+        let mut progress = PythonProgress::new(progress);
+        let store = py
+            .detach(|| {
+                let visitor = index.as_deref().map(|i| i as &dyn RecoveryVisitor);
+                Store::open_visiting(Arc::new(StdFs), &path, options, &mut |d, t| progress.report(d, t), visitor)
+            })
+            .map_err(PyStoreError)?;
+        if let Err(e) = progress.finish() {
+            // Opened, but the caller's callback failed: closed again, its error raised.
+            let _ = py.detach(|| store.close());
+            return Err(e);
+        }
         Ok(NativeStore { store: Arc::new(store), outstanding: Arc::default() })
     }
 
@@ -322,12 +330,9 @@ impl NativeStore {
 
     #[pyo3(signature = (progress=None))]
     fn compact<'py>(&self, py: Python<'py>, progress: Option<Py<PyAny>>) -> PyResult<Bound<'py, PyDict>> {
-        let report = py
-            .detach(|| {
-                let mut report = python_progress(progress);
-                self.store.compact(&mut report)
-            })
-            .map_err(PyStoreError)?;
+        let mut progress = PythonProgress::new(progress);
+        let report = py.detach(|| self.store.compact(&mut |d, t| progress.report(d, t))).map_err(PyStoreError)?;
+        progress.finish()?;
         compaction_dict(py, &report)
     }
 
