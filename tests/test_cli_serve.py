@@ -5,6 +5,8 @@ back, and bad arguments are usage errors."""
 from __future__ import annotations
 
 import argparse
+import hashlib
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -13,6 +15,7 @@ from typing import Any
 
 import pytest
 import stomp
+from jmsstore import JMSServer, TextMessage
 from jmsstore.cli import byte_size
 from stomp_helpers import WAIT, Inbox, Served
 
@@ -160,3 +163,77 @@ def test_a_frame_limit_over_the_buffer_budget_is_a_runtime_error(
     )
     assert proc.returncode == 1, proc.stderr
     assert "--max-buffered-bytes" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _files(root: Path) -> dict[str, str]:
+    """Every file and directory under ``root``, with a hash of each file's bytes."""
+    return {
+        str(p.relative_to(root)): "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.fixture
+def served_home(tmp_path: Path) -> Path:
+    """A JMS server's home with a queue and a message, closed."""
+    home = tmp_path / "home"
+    with JMSServer(home) as server, server.connection_factory().create_connection() as connection:
+        queue = server.create_queue("orders")
+        connection.create_session().create_producer(queue).send(TextMessage("kept"))
+    return home
+
+
+def _refused_without_change(cli: Callable[..., subprocess.CompletedProcess[str]], home: Path, *options: str) -> str:
+    """Runs ``jmsstore serve home options``: a one-line runtime error, and the home unchanged."""
+    before = _files(home)
+    proc = cli("serve", str(home), *options)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("jmsstore: "), proc.stderr
+    assert _files(home) == before  # no boot counter raised, no segment written
+    return lines[0]
+
+
+def test_a_missing_tls_file_is_named_and_changes_nothing(
+    served_home: Path, tmp_path: Path, cli: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    missing = tmp_path / "nosuch.pem"
+    line = _refused_without_change(
+        cli, served_home, "--listen", "127.0.0.1:0", "--certfile", str(missing), "--keyfile", str(missing)
+    )
+    assert str(missing) in line and "no such file" in line
+    # A home that does not exist yet is not created either.
+    proc = cli("serve", str(tmp_path / "new"), "--listen", "127.0.0.1:0", "--certfile", "nosuch", "--keyfile", "nosuch")
+    assert proc.returncode == 1 and "nosuch" in proc.stderr
+    assert not (tmp_path / "new").exists()
+
+
+def test_an_unusable_key_changes_nothing(
+    served_home: Path, tmp_path: Path, cli: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    cert = tmp_path / "cert.pem"
+    cert.write_text("-----BEGIN CERTIFICATE-----\nnot a certificate\n-----END CERTIFICATE-----\n")
+    key = tmp_path / "key.pem"
+    key.write_text("not a key\n")
+    line = _refused_without_change(
+        cli, served_home, "--listen", "127.0.0.1:0", "--certfile", str(cert), "--keyfile", str(key)
+    )
+    assert str(cert) in line and str(key) in line
+    directory = tmp_path / "a-directory"
+    directory.mkdir()
+    line = _refused_without_change(
+        cli, served_home, "--listen", "127.0.0.1:0", "--certfile", str(cert), "--keyfile", str(directory)
+    )
+    assert str(directory) in line
+
+
+@pytest.mark.parametrize("option", ["--listen", "--metrics"])
+def test_an_address_in_use_changes_nothing(
+    served_home: Path, cli: Callable[..., subprocess.CompletedProcess[str]], option: str
+) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        options = ["--listen", address] if option == "--listen" else ["--listen", "127.0.0.1:0", "--metrics", address]
+        line = _refused_without_change(cli, served_home, *options)
+    assert address in line and "in use" in line

@@ -4,9 +4,10 @@ and the demo.
 
 Exit status, as sqlite3 and click have it: 0 when the command did its job,
 1 for an error at run time (a path that is not a store, a store another
-process holds, no permission; and damage that ``store verify`` found), 2 for
-a usage error (an unknown command or option, a missing argument). An error
-is one line on stderr, ``jmsstore: <reason>``, never a traceback.
+process holds, no permission; and damage that ``store verify``, ``store
+dump``, ``store stats`` or ``stats`` found), 2 for a usage error (an unknown
+command or option, a missing argument). An error is one line on stderr,
+``jmsstore: <reason>``, never a traceback.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import ssl
 import sys
 import threading
@@ -34,7 +36,7 @@ from jmsstore.broker.limits import Quota
 from jmsstore.broker.server import JMSServer
 from jmsstore.broker.snapshot import StoreSnapshot
 from jmsstore.demo import default_directory, run_demo
-from jmsstore.errors import InvalidArgumentError, JmsStoreError, StoreLockedError
+from jmsstore.errors import InvalidArgumentError, JmsStoreError, ServerNotFoundError, StoreLockedError
 from jmsstore.net.metrics import MetricsServer, render
 from jmsstore.net.stomp import config as stomp_config
 from jmsstore.net.stomp.config import parse_address
@@ -57,8 +59,8 @@ SERVER_DIR/store and its paging files in SERVER_DIR/paging
 "jmsstore stats", "jmsstore serve" and "jmsstore demo" a server's home."""
 
 EPILOG = """\
-exit status: 0 done, 1 runtime error (or damage found by "store verify"),
-2 usage error"""
+exit status: 0 done, 1 runtime error (or damage found by "store verify",
+"store dump", "store stats" or "stats"), 2 usage error"""
 
 
 class CommandError(Exception):
@@ -189,6 +191,8 @@ def verify(path: str, as_json: bool, show_progress: bool) -> int:
     torn = report["torn_tail"]
     torn_key = (torn["segment"], torn["offset"]) if torn else None
     serious = [r for r in damaged_ranges if (r["segment"], r["start"]) != torn_key]
+    # Whole files a strict open refuses (missing, not this store's, a bad catalog) hold no range to read.
+    files = [d for d in store_damage(path, report) if d["start"] is None]
     result = {
         "path": path,
         "segments": len(segs),
@@ -200,7 +204,8 @@ def verify(path: str, as_json: bool, show_progress: bool) -> int:
         "torn_tail": torn,
         "incomplete_transactions": report["incomplete_transactions"],
         "damaged_ranges": serious,
-        "ok": not serious,
+        "damaged_files": files,
+        "ok": not serious and not files,
     }
     if as_json:
         _print_json(result)
@@ -223,6 +228,8 @@ def verify(path: str, as_json: bool, show_progress: bool) -> int:
         )
         for r in serious:
             print(f"  DAMAGE segment {r['segment']} bytes {r['start']}..{r['end']}: {r['reason']}")
+        for d in files:
+            print(damage_line(d))
         print(
             "OK"
             if result["ok"]
@@ -232,8 +239,9 @@ def verify(path: str, as_json: bool, show_progress: bool) -> int:
     return 0 if result["ok"] else 1
 
 
-def dump(path: str, as_json: bool, collection: str | None, bodies: bool) -> int:
-    """Lists every record (live, superseded and deleted)."""
+def dump(path: str, as_json: bool, collection: str | None, bodies: bool, show_progress: bool = True) -> int:
+    """Lists every record (live, superseded and deleted), then checks the
+    store as recovery would: exit status 1 if it is damaged (a torn tail is not)."""
     for rec in inspect.records(store_path(path)):
         if collection is not None and rec.collection != collection:
             continue
@@ -258,7 +266,14 @@ def dump(path: str, as_json: bool, collection: str | None, bodies: bool) -> int:
             print(json.dumps(row, sort_keys=True))
         else:
             print(" ".join(f"{k}={v}" for k, v in row.items()))
-    return 0
+    # A damaged range holds no record to list, and a missing segment no file:
+    # only the recovery pass tells them (and a torn tail) apart.
+    _, report = _read_as_recovery(path, show_progress)
+    damage = store_damage(path, report)
+    if not as_json:
+        for d in damage:
+            print(damage_line(d))
+    return _damaged(path, damage)
 
 
 def compact(path: str, as_json: bool, show_progress: bool) -> int:
@@ -279,36 +294,165 @@ def compact(path: str, as_json: bool, show_progress: bool) -> int:
     return 0
 
 
-def stats(path: str, as_json: bool, show_progress: bool) -> int:
-    """Statistics of a store: opened if free, read-only if another process holds it."""
-    store_path(path)  # refuses a path that is not a store instead of creating one
-    bar = ProgressBar("recover", enabled=show_progress)
+def _read_as_recovery(path: str, show_progress: bool) -> tuple[list[tuple[int, str, int, int]], dict[str, Any]]:
+    """The live objects and the recovery report of the store ``path``, read without opening it."""
+    bar = ProgressBar("reading as recovery would", enabled=show_progress)
     try:
-        with _open(path, bar) as store:
-            bar.close()
-            data = {"stats": store.stats(), "recovery": store.recovery_report, "collections": store.collections()}
-    except StoreLockedError:
+        return inspect.live(path, bar)
+    finally:
         bar.close()
-        bar = ProgressBar("reading (the store is open elsewhere)", enabled=show_progress)
+
+
+def store_damage(path: str, report: dict[str, Any]) -> list[dict[str, Any]]:
+    """What a strict open of the store ``path`` would refuse, from its
+    recovery report (``inspect.live``'s; a torn tail is not damage): one
+    entry per damaged range or file, each with ``segment``, ``path``,
+    ``start``, ``end`` (None for a whole file) and ``reason``."""
+    found: list[dict[str, Any]] = []
+    for seg in report.get("damaged") or []:
+        # The report gives the ranges; why each is damaged is in the segment.
         try:
-            live, report = inspect.live(path, bar)
-        finally:
-            bar.close()
-        collections: dict[str, int] = {}
-        for _, name, _, _ in live:
-            collections[name] = collections.get(name, 0) + 1
-        data = {
-            "stats": {"records": len(live), "note": "store is open elsewhere; read-only view"},
-            "recovery": report,
-            "collections": collections,
-        }
+            reasons = {
+                item.start: item.reason
+                for item in _native.read_segment(seg["path"])
+                if isinstance(item, inspect.Damage) and item.segment == seg["segment"]
+            }
+        except JmsStoreError as e:
+            reasons = {start: str(e) for start, _ in seg["ranges"]}
+        for start, end in seg["ranges"]:
+            found.append(
+                {
+                    "segment": seg["segment"],
+                    "path": str(seg["path"]),
+                    "start": start,
+                    "end": end,
+                    "reason": reasons.get(start, "no valid record"),
+                }
+            )
+    for number in report.get("missing_segments") or []:
+        found.append(
+            {
+                "segment": number,
+                "path": os.path.join(path, f"{number:010d}.seg"),
+                "start": None,
+                "end": None,
+                "reason": "listed in segments.catalog but missing",
+            }
+        )
+    for seg in report.get("set_aside") or []:
+        found.append(
+            {"segment": seg["segment"], "path": str(seg["path"]), "start": None, "end": None, "reason": seg["reason"]}
+        )
+    if report.get("catalog_problem"):
+        found.append(
+            {
+                "segment": None,
+                "path": os.path.join(path, "segments.catalog"),
+                "start": None,
+                "end": None,
+                "reason": report["catalog_problem"],
+            }
+        )
+    return found
+
+
+def damage_line(damage: dict[str, Any]) -> str:
+    """One entry of :func:`store_damage` as a line of text."""
+    if damage["start"] is None:
+        return f"  DAMAGE {damage['path']}: {damage['reason']}"
+    return f"  DAMAGE segment {damage['segment']} bytes {damage['start']}..{damage['end']}: {damage['reason']}"
+
+
+def _damage_summary(path: str, damage: list[dict[str, Any]]) -> str:
+    """The store ``path`` is damaged, in one line naming the first damaged file."""
+    first = damage[0]
+    where = f"segment {first['segment']} ({first['path']})" if first["segment"] is not None else first["path"]
+    if first["start"] is not None:
+        where += f" bytes {first['start']}..{first['end']}"
+    more = f" (and {len(damage) - 1} more)" if len(damage) > 1 else ""
+    return f"{path} is damaged: {where}: {first['reason']}{more}; `jmsstore store verify {path}` lists it all"
+
+
+def _damaged(path: str, damage: list[dict[str, Any]]) -> int:
+    """0 if ``damage`` is empty, else says so on stderr (after the results on
+    stdout) and returns 1, as ``store verify`` does for damage."""
+    if not damage:
+        return 0
+    return _fail(_damage_summary(path, damage))
+
+
+def stats(path: str, as_json: bool, show_progress: bool) -> int:
+    """Statistics of a store and what recovery would do on its next open,
+    read without opening it: no lock taken and nothing written (an open
+    would cut a torn tail and start a new segment), so it also works while
+    another process has the store open. Exit status 1 if it is damaged."""
+    segs = inspect.segments(store_path(path))
+    live, report = _read_as_recovery(path, show_progress)
+    collections: dict[str, int] = {}
+    for _, name, _, _ in live:
+        collections[name] = collections.get(name, 0) + 1
+    live_bytes, total_bytes = _record_bytes(segs, live, report["torn_tail"], show_progress)
+    damage = store_damage(path, report)
+    figures = {
+        "records": len(live),
+        "live_bytes": live_bytes,
+        "total_bytes": total_bytes,
+        "live_ratio": round(live_bytes / total_bytes, 4) if total_bytes else 1.0,
+        "segments": len(segs),
+        "compacted_segments": sum(1 for s in segs if s["kind"] == "compacted"),
+        "collections": len(collections),
+        "note": "read-only view: the store was not opened; recovery shows what its next open would do",
+    }
     if as_json:
-        _print_json(data)
+        _print_json({"stats": figures, "recovery": report, "collections": collections, "damage": damage})
     else:
-        _print_table("statistics", data["stats"])
-        _print_table("recovery", {k: v for k, v in data["recovery"].items() if k != "damaged"})
-        _print_table("collections", data["collections"])
-    return 0
+        _print_table("statistics", figures)
+        torn = report["torn_tail"]
+        shown = {k: v for k, v in report.items() if k not in ("damaged", "missing_segments", "set_aside")}
+        if torn:
+            shown["torn_tail"] = (
+                f"segment {torn['segment']} at offset {torn['offset']} ({torn['bytes']} bytes; cut on next open)"
+            )
+        _print_table("recovery", shown)
+        _print_table("collections", collections)
+        for d in damage:
+            print(damage_line(d))
+        if damage:
+            print(f"DAMAGED: it would not open; `jmsstore store salvage {path}` keeps every intact record")
+    return _damaged(path, damage)
+
+
+def _record_bytes(
+    segs: list[dict[str, Any]],
+    live: list[tuple[int, str, int, int]],
+    torn: dict[str, Any] | None,
+    show_progress: bool,
+) -> tuple[int, int]:
+    """The bytes of the live records and of every intact record (what an
+    open keeps: a torn tail is cut), as ``FileStore.stats()`` counts them."""
+    where = {(segment, offset) for _, _, segment, offset in live}
+    total = sum(s["size"] for s in segs)
+    bar = ProgressBar("measuring records", enabled=show_progress)
+    live_bytes = kept = done = 0
+    try:
+        for seg in segs:
+            cut = torn["offset"] if torn and torn["segment"] == seg["number"] else None
+
+            def within_segment(read: int, _size: int, start: int = done) -> None:
+                bar(start + read, total)
+
+            for item in _native.read_segment(seg["path"], within_segment):
+                if not isinstance(item, inspect.Record) or not item.checksum_ok:
+                    continue
+                if cut is not None and item.offset >= cut:
+                    continue
+                kept += item.length
+                if (item.segment, item.offset) in where:
+                    live_bytes += item.length
+            done += seg["size"]
+    finally:
+        bar.close()
+    return live_bytes, kept
 
 
 def _report_lines(report: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -390,10 +534,19 @@ def server_stats(
         snapshot = StoreSnapshot.read(server_store, progress)
     finally:
         progress.close()
-    data = snapshot.statistics(name, server_quota)
+    # The snapshot's recovery report has no public accessor; its damage is
+    # what makes the server refuse to open, so it must be shown, not dropped.
+    damage = store_damage(server_store, snapshot.recovery_report)
+    try:
+        data = snapshot.statistics(name, server_quota)
+    except ServerNotFoundError:
+        if damage:  # the server's records may be in what is damaged
+            raise CommandError(_damage_summary(server_store, damage)) from None
+        raise
+    data["store"]["damage"] = damage
     if as_json:
         _print_json(data)
-        return 0
+        return _damaged(server_store, damage)
     scalars = {k: v for k, v in data.items() if not isinstance(v, (dict, list))}
     _print_table(f"server {data['name']}", scalars)
     for kind in ("queues", "topics"):
@@ -405,8 +558,12 @@ def server_stats(
     for quota, usages in sorted(data["quotas"].items()):
         for usage in usages:
             _print_table(f"quota {quota}", usage)
-    _print_table("store", data["store"])
-    return 0
+    _print_table("store", {k: v for k, v in data["store"].items() if k != "damage"})
+    for d in damage:
+        print(damage_line(d))
+    if damage:
+        print(f"DAMAGED: the server would not open; `jmsstore store salvage {server_store}` keeps every intact record")
+    return _damaged(server_store, damage)
 
 
 def _check_demo_home(path: Path) -> None:
@@ -520,19 +677,38 @@ def listen_address(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _open_served(target: str, name: str | None) -> JMSServer:
-    """The JMS server ``jmsstore serve`` serves: a TOML configuration's, or
-    the one whose home is the directory ``target`` (created if missing)."""
+def _served_endpoint(target: str, name: str | None) -> stomp_config.StompConfig:
+    """Checks what ``jmsstore serve`` is to serve, opening nothing: a TOML
+    configuration (its server's ``[servers.NAME.stomp]`` endpoint), or a
+    JMS server's home directory (created if missing; the default endpoint)."""
     if target.endswith(".toml"):
         if not os.path.isfile(target):
             raise CommandError(f"{target}: no such configuration file")
-        return JMSServer.from_config(target, name)
+        server, _ = config.locate(target, name)  # a file in error is refused here, before any open
+        return stomp_config.load(target, server.name)
     if os.path.exists(target) and not os.path.isdir(target):
         raise CommandError(f"{target} is a file: serve wants a JMS server's home directory or a .toml configuration")
     if os.path.isdir(target) and not os.path.exists(store_directory(target)) and _is_store(target):
         hint = _store_parent(target, "give the server a directory of its own")
         raise CommandError(f"{target} is a store directory, not a JMS server's home: {hint}")
+    return stomp_config.StompConfig()
+
+
+def _open_served(target: str, name: str | None) -> JMSServer:
+    """The JMS server ``jmsstore serve`` serves (checked by :func:`_served_endpoint`)."""
+    if target.endswith(".toml"):
+        return JMSServer.from_config(target, name)
     return JMSServer(target) if name is None else JMSServer(target, name=name)
+
+
+def _reserve(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host:port`` as a STOMP endpoint will (its
+    ``socket.create_server``): an address in use, or not this machine's, is
+    refused before the JMS server opens. Closed just before the endpoint binds."""
+    try:
+        return socket.create_server((host, port), backlog=1)
+    except OSError as e:
+        raise CommandError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
 def serve(target: str, name: str | None, args: argparse.Namespace) -> int:
@@ -541,6 +717,15 @@ def serve(target: str, name: str | None, args: argparse.Namespace) -> int:
     messages return) and closes the store. A TOML configuration's
     ``[servers.NAME.stomp]`` table gives the endpoint (addresses, users,
     limits); the command's options go over it."""
+    # Opening the JMS server writes to its store (the boot counter), so
+    # everything the user can get wrong is checked first and a refused
+    # command changes nothing: the target, the settings, the TLS files, and
+    # the addresses (held bound while the store opens).
+    endpoint = _served_endpoint(target, name)
+    options = stomp_settings(args, endpoint.options)
+    StompSettings(**options)  # refuses a setting out of range before the server opens
+    listen = [args.listen] if args.listen is not None else endpoint.listen
+    tls = _tls_context(args, endpoint)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = threading.Event()
     received: list[int] = []
@@ -552,46 +737,67 @@ def serve(target: str, name: str | None, args: argparse.Namespace) -> int:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        server = _open_served(target, name)
-        try:
-            configured = target.endswith(".toml")
-            endpoint = stomp_config.load(target, server.name) if configured else stomp_config.StompConfig()
-            options = stomp_settings(args, endpoint.options)
-            listen = [args.listen] if args.listen is not None else endpoint.listen
-            tls = _tls_context(args, endpoint)
-            with contextlib.ExitStack() as running:
-                endpoints: dict[str, StompServer] = {}
-                for host, port in listen:
-                    stomp = StompServer(server, host, port, security=endpoint.security, tls=tls, **options)
-                    running.callback(stomp.close)
-                    stomp.start()
-                    bound_host, bound_port = stomp.address
-                    endpoints[f"{bound_host}:{bound_port}"] = stomp
-                    print(
-                        f"jmsstore serve: STOMP 1.2{' over TLS' if tls else ''} on {bound_host}:{bound_port},"
-                        f" JMS server {server.name!r}",
-                        flush=True,
-                    )
-                if args.metrics is not None:
+        with contextlib.ExitStack() as running:
+            reserved: list[socket.socket] = []
+            for host, port in listen:
+                reserved.append(running.enter_context(_reserve(host, port)))
+            endpoints: dict[str, StompServer] = {}
+            opened: list[JMSServer] = []
 
-                    def collect() -> str:
-                        return render(server.statistics(), {a: s.statistics() for a, s in endpoints.items()})
+            def collect() -> str:
+                # Empty until the JMS server is open: the endpoint binds before it.
+                if not opened:
+                    return ""
+                return render(opened[0].statistics(), {a: s.statistics() for a, s in endpoints.items()})
 
-                    metrics = MetricsServer(collect, *args.metrics)
-                    running.callback(metrics.close)
-                    metrics_host, metrics_port = metrics.start().address
-                    print(f"jmsstore serve: metrics on http://{metrics_host}:{metrics_port}/metrics", flush=True)
-                while not stop.wait(1.0):
-                    pass
-                log = logging.getLogger("jmsstore.net.stomp")
-                log.info("stomp: %s received, shutting down", signal.Signals(received[0]).name)
-        finally:
-            server.close()
+            metrics: MetricsServer | None = None
+            if args.metrics is not None:
+                metrics = MetricsServer(collect, *args.metrics)
+                try:
+                    metrics.start()
+                except OSError as e:
+                    host, port = args.metrics
+                    raise CommandError(f"cannot serve the metrics on {host}:{port}: {e.strerror or e}") from None
+                running.callback(metrics.close)
+            server = _open_served(target, name)
+            running.callback(server.close)
+            opened.append(server)
+            if metrics is not None:
+                running.callback(metrics.close)  # before the server closes (a second close does nothing)
+            for (host, port), sock in zip(listen, reserved, strict=True):
+                stomp = StompServer(server, host, port, security=endpoint.security, tls=tls, **options)
+                running.callback(stomp.close)
+                sock.close()
+                stomp.start()
+                bound_host, bound_port = stomp.address
+                endpoints[f"{bound_host}:{bound_port}"] = stomp
+                print(
+                    f"jmsstore serve: STOMP 1.2{' over TLS' if tls else ''} on {bound_host}:{bound_port},"
+                    f" JMS server {server.name!r}",
+                    flush=True,
+                )
+            if metrics is not None:
+                metrics_host, metrics_port = metrics.address
+                print(f"jmsstore serve: metrics on http://{metrics_host}:{metrics_port}/metrics", flush=True)
+            while not stop.wait(1.0):
+                pass
+            log = logging.getLogger("jmsstore.net.stomp")
+            log.info("stomp: %s received, shutting down", signal.Signals(received[0]).name)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     print("jmsstore serve: stopped", flush=True)
     return 0
+
+
+def _tls_file(path: str, what: str) -> None:
+    """Refuses a TLS file that cannot be read, naming it (``ssl`` names none)."""
+    if not os.path.exists(path):
+        raise CommandError(f"{path}: no such file (the TLS {what})")
+    if os.path.isdir(path):
+        raise CommandError(f"{path}: is a directory, not the TLS {what}")
+    if not os.access(path, os.R_OK):
+        raise CommandError(f"{path}: permission denied (the TLS {what})")
 
 
 def _tls_context(args: argparse.Namespace, endpoint: stomp_config.StompConfig) -> ssl.SSLContext | None:
@@ -602,10 +808,14 @@ def _tls_context(args: argparse.Namespace, endpoint: stomp_config.StompConfig) -
         return None
     if certfile is None or keyfile is None:
         raise CommandError("TLS needs both --certfile and --keyfile")
+    _tls_file(certfile, "certificate")
+    _tls_file(keyfile, "private key")
     try:
         return server_tls_context(certfile, keyfile)
     except ssl.SSLError as e:
         raise CommandError(f"{certfile}, {keyfile}: not a usable certificate and key: {e.reason or e}") from None
+    except OSError as e:
+        raise CommandError(f"{certfile}, {keyfile}: cannot be read: {e.strerror or e}") from None
 
 
 def passwd(from_stdin: bool) -> int:
@@ -643,9 +853,9 @@ def parser() -> argparse.ArgumentParser:
     store_actions = store_cmd.add_subparsers(dest="action", required=True, metavar="ACTION")
     for name, help_text in (
         ("verify", "verify every record without changing anything (exit 1 if damaged)"),
-        ("dump", "list every record, including deleted and superseded ones"),
+        ("dump", "list every record, including deleted and superseded ones (exit 1 if damaged)"),
         ("compact", "compact the store (takes its lock)"),
-        ("stats", "print statistics and what recovery found"),
+        ("stats", "print statistics and what recovery would do, without opening the store (exit 1 if damaged)"),
         ("salvage", "open with recovery=salvage: keep every intact record, move damaged segments to attic/"),
     ):
         description = help_text[0].upper() + help_text[1:] + "."
@@ -801,9 +1011,9 @@ def run(args: argparse.Namespace, top: argparse.ArgumentParser) -> int:
         if (args.directory is None) == (args.config is None):
             top.error("stats needs a server directory or --config FILE (one of them)")
         return server_stats(args.directory, args.name, args.config, args.json, not args.no_progress)
-    if args.action == "dump":
-        return dump(args.path, args.json, args.collection, args.bodies)
     show = not args.no_progress
+    if args.action == "dump":
+        return dump(args.path, args.json, args.collection, args.bodies, show)
     if args.action == "verify":
         return verify(args.path, args.json, show)
     if args.action == "compact":

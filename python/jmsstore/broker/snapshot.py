@@ -108,6 +108,12 @@ class StoreSnapshot:
         self._report = report
         self._size = size
 
+    @property
+    def recovery_report(self) -> dict[str, Any]:
+        """What reading the store found, as the store's recovery report
+        gives it (torn tail, damaged ranges, missing segments, ...)."""
+        return self._report
+
     @classmethod
     def read(cls, path: str | os.PathLike[str], progress: Progress | None = None) -> StoreSnapshot:
         """Reads the store directory ``path`` (every record is verified as
