@@ -144,6 +144,25 @@ def test_a_segment_cut_below_its_header(tmp_path: Path, cli: Cli) -> None:
     assert files(home) == before
 
 
+def test_a_sealed_segment_cut_at_a_record_boundary_is_damage_to_every_read_only_command(
+    tmp_path: Path, cli: Cli
+) -> None:
+    """No byte of it is damaged, but whole records are gone: its follower's
+    header says where its sequence numbers had to reach."""
+    store = tmp_path / "store"
+    with FileStore(store, max_segment_bytes=4096) as s:
+        for i in range(60):
+            s.put("c", b"%03d" % i * 40)
+    segment = store / "0000000001.seg"
+    os.truncate(segment, 426)  # the header and two whole records
+    before = files(store)
+    for command in (["store", "verify"], ["store", "stats"], ["store", "dump"]):
+        proc = cli(*command, str(store), "--no-progress")
+        assert_exit(proc, 1)
+        assert "sequence numbers 3 to 23 are missing" in proc.stdout + proc.stderr, command
+    assert files(store) == before
+
+
 def test_dump_of_a_torn_tail_is_not_damage(torn_store: Path, cli: Cli) -> None:
     before = files(torn_store)
     proc = cli("store", "dump", str(torn_store), "--no-progress")

@@ -7,6 +7,7 @@ reports what it found, and keeps every intact record of this store."""
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 from pathlib import Path
 
@@ -105,3 +106,31 @@ def test_a_store_deleted_segment_after_a_clean_close_is_noticed(tmp_path: Path) 
         kept = _contents(store)
     assert 0 < len(kept) < len(handles)
     assert all(kept[h] == bytes([handles.index(h) % 251]) * 700 for h in kept)
+
+
+@pytest.mark.parametrize("cut", [80, 426])
+def test_a_sealed_segment_cut_at_a_record_boundary_is_noticed(tmp_path: Path, cut: int) -> None:
+    # Cut at the header (80) or after two whole records (80 + 2 * 173): the
+    # segment looks complete; the next segment's header says where it ended.
+    store_dir = tmp_path / "store"
+    acked = {}
+    with FileStore(store_dir, max_segment_bytes=4096) as store:
+        for i in range(60):
+            body = b"%03d" % i * 40
+            acked[store.put("c", body)] = body
+    assert (store_dir / "0000000003.seg").exists()
+    victim = store_dir / "0000000001.seg"
+    os.truncate(victim, cut)
+    error = _strict_refuses(store_dir, "0000000001.seg")
+    assert "missing" in str(error)
+    with FileStore(store_dir, recovery="salvage", max_segment_bytes=4096) as store:
+        report = store.recovery_report
+        assert report["torn_tail"] is None and report["missing_segments"] == []
+        [damaged] = report["damaged"]
+        first, end = damaged["missing_sequences"]
+        contents = _contents(store)
+    assert damaged["segment"] == 1
+    assert damaged["records_recovered"] == (cut - 80) // 173
+    lost = [h for h in acked if h not in contents]
+    assert len(lost) == end - first > 0
+    assert all(contents[h] == body for h, body in acked.items() if h in contents)

@@ -329,6 +329,21 @@ def store_damage(path: str, report: dict[str, Any]) -> list[dict[str, Any]]:
                     "reason": reasons.get(start, "no valid record"),
                 }
             )
+        missing = seg.get("missing_sequences")
+        if missing is not None:
+            # The segment ends before its records do (cut at a record boundary):
+            # no byte range is damaged, whole records are gone.
+            first, end = missing
+            found.append(
+                {
+                    "segment": seg["segment"],
+                    "path": str(seg["path"]),
+                    "start": None,
+                    "end": None,
+                    "reason": f"the segment ends before its records do: sequence numbers {first} to {end - 1} "
+                    "are missing",
+                }
+            )
     for number in report.get("missing_segments") or []:
         found.append(
             {

@@ -334,6 +334,11 @@ fn the_same_damage_after_a_crash_is_a_torn_tail() -> TestResult {
     assert_eq!((mark.header.kind, mark.header.tx_id), (RecordKind::Commit, 0));
     // Remove the close mark: what the journal looks like when the process dies.
     write_at(&path, mark.offset, &vec![0u8; mark.end() - mark.offset + 8]);
+    // Nor does the catalog of a process that died record a clean close.
+    let catalog_path = dir.path().join(jmsstore_core::store::catalog::CATALOG_FILE);
+    let mut catalog = jmsstore_core::store::catalog::Catalog::decode(&std::fs::read(&catalog_path)?)?;
+    assert!(catalog.closed.take().is_some(), "a clean close is recorded");
+    std::fs::write(&catalog_path, catalog.encode())?;
     let last_write: Vec<DiskRecord> = records.iter().filter(|r| r.body.starts_with(b"last")).cloned().collect();
     flip_byte(&path, last_write[0].offset + RECORD_HEADER_LEN + 3);
     for r in &last_write {

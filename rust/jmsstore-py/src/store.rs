@@ -412,6 +412,7 @@ pub fn recovery_dict<'py>(py: Python<'py>, r: &RecoveryReport) -> PyResult<Bound
         s.set_item("records_recovered", seg.records_recovered)?;
         s.set_item("live_records_kept", seg.live_objects_kept)?;
         s.set_item("bytes_lost", seg.bytes_lost)?;
+        s.set_item("missing_sequences", seg.missing_sequences)?;
         damaged.append(s)?;
     }
     d.set_item("damaged", damaged)?;

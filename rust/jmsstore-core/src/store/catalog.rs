@@ -21,9 +21,16 @@
 //!   catalog was last written (the process stopped between the two steps):
 //!   recovery reads it.
 //!
+//! It also carries what a clean close knew (see [`CleanClose`]): a cut
+//! that drops whole records at the end of the last segment leaves nothing
+//! in the segment itself to notice it by.
+//!
 //! Format (little-endian): magic `JMSCATL1` (8), store id (16), highest
 //! segment number covered (8), count (4), that many segment numbers (8
-//! each, ascending), CRC-32C of everything before it (4).
+//! each, ascending), CRC-32C of everything before it (4). Magic `JMSCATL2`
+//! (written only when there is a clean close to record; older builds refuse
+//! it) adds, before the CRC, the clean close's segment number, next
+//! sequence number and next handle (8 each).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -36,7 +43,9 @@ pub const CATALOG_FILE: &str = "segments.catalog";
 /// The scratch name it is written under before the rename.
 pub const CATALOG_SCRATCH_FILE: &str = "segments.catalog.tmp";
 const MAGIC: &[u8; 8] = b"JMSCATL1";
+const MAGIC_WITH_CLOSE: &[u8; 8] = b"JMSCATL2";
 const FIXED_LEN: usize = 8 + 16 + 8 + 4 + 4;
+const CLOSE_LEN: usize = 8 * 3;
 /// A sanity bound on the count, so a damaged count cannot allocate much.
 const MAX_SEGMENTS: usize = 1 << 24;
 
@@ -49,6 +58,23 @@ pub struct Catalog {
     pub highest: u64,
     /// The segments holding the store's data.
     pub segments: BTreeSet<u64>,
+    /// The last clean close, while its segment is listed.
+    pub closed: Option<CleanClose>,
+}
+
+/// What a clean close knew about the end of the journal: segment `segment`
+/// holds every record up to `next_sequence - 1` (everything was durable
+/// when this was written, and records are never removed from a listed
+/// segment). It stays true when the store goes on appending to the
+/// segment, so it is a lower bound, not the end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CleanClose {
+    /// The journal segment written last.
+    pub segment: u64,
+    /// The sequence number after its last record.
+    pub next_sequence: u64,
+    /// The next handle at the close: handles below it may be in use.
+    pub next_handle: u64,
 }
 
 /// What was found where the catalog should be.
@@ -65,18 +91,25 @@ pub enum Found {
 impl Catalog {
     /// An empty catalog for `store_id`.
     pub fn new(store_id: [u8; 16]) -> Catalog {
-        Catalog { store_id, highest: 0, segments: BTreeSet::new() }
+        Catalog { store_id, highest: 0, segments: BTreeSet::new(), closed: None }
     }
 
     /// Serializes the catalog.
     pub fn encode(&self) -> Vec<u8> {
-        let mut bytes = Vec::with_capacity(FIXED_LEN + 8 * self.segments.len());
-        bytes.extend_from_slice(MAGIC);
+        let mut bytes = Vec::with_capacity(FIXED_LEN + CLOSE_LEN + 8 * self.segments.len());
+        // The old format unless there is something to add: older builds
+        // still read the catalog of a store this build has not closed.
+        bytes.extend_from_slice(if self.closed.is_some() { MAGIC_WITH_CLOSE } else { MAGIC });
         bytes.extend_from_slice(&self.store_id);
         bytes.extend_from_slice(&self.highest.to_le_bytes());
         bytes.extend_from_slice(&(self.segments.len() as u32).to_le_bytes());
         for number in &self.segments {
             bytes.extend_from_slice(&number.to_le_bytes());
+        }
+        if let Some(c) = &self.closed {
+            for field in [c.segment, c.next_sequence, c.next_handle] {
+                bytes.extend_from_slice(&field.to_le_bytes());
+            }
         }
         let crc = crc32c::crc32c(&bytes);
         bytes.extend_from_slice(&crc.to_le_bytes());
@@ -85,11 +118,13 @@ impl Catalog {
 
     /// Parses and verifies a catalog; the error says what is wrong.
     pub fn decode(bytes: &[u8]) -> std::result::Result<Catalog, String> {
-        if bytes.len() < FIXED_LEN || &bytes[..8] != MAGIC {
+        let with_close = bytes.len() >= 8 && &bytes[..8] == MAGIC_WITH_CLOSE;
+        if bytes.len() < FIXED_LEN || (&bytes[..8] != MAGIC && !with_close) {
             return Err("not a segment catalog (bad magic or too short)".into());
         }
         let count = u32::from_le_bytes(bytes[32..36].try_into().expect("4 bytes")) as usize;
-        if count > MAX_SEGMENTS || bytes.len() != FIXED_LEN + 8 * count {
+        let extra = if with_close { CLOSE_LEN } else { 0 };
+        if count > MAX_SEGMENTS || bytes.len() != FIXED_LEN + extra + 8 * count {
             return Err(format!("catalog of {} bytes does not match its count of {count} segments", bytes.len()));
         }
         let (body, crc) = bytes.split_at(bytes.len() - 4);
@@ -102,7 +137,13 @@ impl Catalog {
         if segments.len() != count || segments.last().is_some_and(|&n| n > highest) {
             return Err("catalog lists a segment twice or above its highest number".into());
         }
-        Ok(Catalog { store_id: bytes[8..24].try_into().expect("16 bytes"), highest, segments })
+        let at = 36 + 8 * count;
+        let closed = with_close.then(|| CleanClose {
+            segment: u64_at(at),
+            next_sequence: u64_at(at + 8),
+            next_handle: u64_at(at + 16),
+        });
+        Ok(Catalog { store_id: bytes[8..24].try_into().expect("16 bytes"), highest, segments, closed })
     }
 
     /// Lists a segment whose file is durably in place.
@@ -114,6 +155,9 @@ impl Catalog {
     /// Unlists a segment (before its file is removed).
     pub fn remove(&mut self, number: u64) {
         self.segments.remove(&number);
+        if self.closed.is_some_and(|c| c.segment == number) {
+            self.closed = None;
+        }
     }
 }
 
@@ -173,22 +217,40 @@ mod tests {
         c
     }
 
+    fn closed_sample() -> Catalog {
+        Catalog { closed: Some(CleanClose { segment: 9, next_sequence: 700, next_handle: 300 }), ..sample() }
+    }
+
     #[test]
     fn a_catalog_survives_encoding() {
         let c = sample();
         assert_eq!(c.highest, 9);
+        assert_eq!(&c.encode()[..8], MAGIC, "without a clean close, older builds can read it");
+        assert_eq!(Catalog::decode(&c.encode()), Ok(c));
+        let c = closed_sample();
+        assert_eq!(&c.encode()[..8], MAGIC_WITH_CLOSE);
         assert_eq!(Catalog::decode(&c.encode()), Ok(c));
     }
 
     #[test]
+    fn unlisting_the_clean_close_segment_forgets_the_close() {
+        let mut c = closed_sample();
+        c.remove(1);
+        assert!(c.closed.is_some());
+        c.remove(9);
+        assert_eq!(c.closed, None);
+    }
+
+    #[test]
     fn every_damaged_byte_is_detected() {
-        let bytes = sample().encode();
-        for i in 0..bytes.len() {
-            let mut bad = bytes.clone();
-            bad[i] ^= 0x40;
-            assert!(Catalog::decode(&bad).is_err(), "flipped byte {i} went unnoticed");
+        for bytes in [sample().encode(), closed_sample().encode()] {
+            for i in 0..bytes.len() {
+                let mut bad = bytes.clone();
+                bad[i] ^= 0x40;
+                assert!(Catalog::decode(&bad).is_err(), "flipped byte {i} went unnoticed");
+            }
+            assert!(Catalog::decode(&bytes[..bytes.len() - 1]).is_err());
         }
-        assert!(Catalog::decode(&bytes[..bytes.len() - 1]).is_err());
         assert!(Catalog::decode(b"").is_err());
     }
 

@@ -49,10 +49,17 @@
 //! | 11 | 1 | collection name length |
 //! | 12 | 4 | stored body length |
 //! | 16 | 4 | uncompressed body length |
-//! | 20 | 8 | sequence number (strictly increasing within a journal segment) |
+//! | 20 | 8 | sequence number (strictly increasing within a journal segment; see below) |
 //! | 28 | 8 | handle |
 //! | 36 | 8 | transaction id (0 if none) |
 //! | 44 | 8 | sync epoch: how many group syncs had completed when it was written |
+//!
+//! The writer gives out sequence numbers without gaps (those of a write that
+//! failed are given out again) and starts each journal segment where the
+//! previous one ended, so a journal segment's records run up to the next
+//! journal segment's header's next sequence number; recovery checks this
+//! (see `recovery`). Compacted segments keep their records' numbers and
+//! have 0 there.
 //!
 //! Because the CRC covers the uncompressed body, a body compressed by another
 //! implementation of the same codec still verifies. The sync epoch lets

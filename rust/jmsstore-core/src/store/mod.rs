@@ -551,6 +551,19 @@ impl Shared {
         Ok(())
     }
 
+    /// Records a clean close in the catalog (see [`catalog::CleanClose`]),
+    /// unless it is already there.
+    fn record_clean_close(&self, closed: catalog::CleanClose) -> Result<()> {
+        let mut current = lock(&self.catalog);
+        if current.closed == Some(closed) || !current.segments.contains(&closed.segment) {
+            return Ok(());
+        }
+        let next = catalog::Catalog { closed: Some(closed), ..current.clone() };
+        catalog::write(&*self.fs, &self.dir, &next)?;
+        *current = next;
+        Ok(())
+    }
+
     fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);

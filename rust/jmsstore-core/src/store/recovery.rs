@@ -13,16 +13,23 @@
 //!   and offset (`Strict`), or (`Salvage`) every intact record is kept, the
 //!   live ones are rewritten into a new segment and the damaged file is
 //!   moved to `attic/`.
+//! - A journal segment must hold every record up to where the next one
+//!   begins (its header's next sequence number), if the next one is the
+//!   writer's next: no number between them is gone (a journal segment
+//!   compaction or salvage removed would have held records in between).
+//!   The segment written last must reach what the catalog recorded at the
+//!   last clean close. A segment cut short at a record boundary looks
+//!   complete otherwise; this is damage like any other.
 //! - Leftovers of an interrupted compaction are finished or removed first.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::catalog::{self, Catalog};
+use super::catalog::{self, Catalog, CleanClose};
 use super::format::{
     parse_segment_file_name, segment_file_name, HeaderError, RecordKind, SegmentHeader, SegmentKind, FLAG_GROUP_END,
     FLAG_TX, SEGMENT_HEADER_LEN,
@@ -97,6 +104,10 @@ pub struct DamagedSegment {
     pub live_objects_kept: u64,
     /// Bytes in damaged ranges.
     pub bytes_lost: u64,
+    /// Records missing at its end, as sequence numbers `[first, end)`: the
+    /// segment ends before the records that the next journal segment's
+    /// header (or the last clean close) says it holds.
+    pub missing_sequences: Option<(u64, u64)>,
 }
 
 /// A file named like a segment that recovery kept out of the store.
@@ -276,6 +287,8 @@ struct SegmentScan {
     ends_cleanly: bool,
     /// Highest sync epoch of its records.
     max_epoch: u64,
+    /// The sequence number after its last record (the header's if none).
+    reach: u64,
     /// The epoch a writer appending to this segment must use for its next
     /// write, so that the torn-tail rule reads it right: the header's if
     /// there are no records (see `prev_group_end` below), else one past the
@@ -330,6 +343,7 @@ fn scan_segment(
         continues_tx: false,
         ends_cleanly: true,
         max_epoch: 0,
+        reach: seg.header.as_ref().map_or(0, |h| h.next_sequence),
         resume_epoch: 0,
     };
     if seg.header.is_none() {
@@ -424,6 +438,9 @@ fn scan_segment(
         }
     }
     scan.used = used as u64;
+    if let Some(last) = scan.records.last() {
+        scan.reach = scan.reach.max(last.sequence + 1);
+    }
     scan.ends_cleanly = scan.records.is_empty() || prev_group_end;
     scan.resume_epoch = if scan.records.is_empty() { prev_epoch } else { prev_epoch + 1 };
     Ok(scan)
@@ -635,6 +652,13 @@ pub fn recover(
         next_sequence = next_sequence.max(h.next_sequence);
         epoch = epoch.max(h.epoch);
     }
+    let clean_close = found_catalog.as_ref().and_then(|c| c.closed);
+    if let Some(c) = clean_close {
+        // Records lost from the end may have used these.
+        next_handle = next_handle.max(c.next_handle);
+        next_sequence = next_sequence.max(c.next_sequence);
+    }
+    let must_reach = expected_ends(&opened, clean_close);
     let mut segments = BTreeMap::new();
     let mut damaged_ranges: BTreeMap<u64, DamagedRanges> = BTreeMap::new();
     let mut reusable_tail = None;
@@ -679,13 +703,34 @@ pub fn recover(
             while let Some((scan, reported)) = arrived.remove(&want) {
                 let seg = &opened[want];
                 want += 1;
-                let scan = scan?;
+                let mut scan = scan?;
                 let number = seg.number;
                 let kind = seg.header.as_ref().map_or(SegmentKind::Journal, |h| h.kind);
+                let missing = match must_reach.get(&number) {
+                    Some((end, why)) if scan.reach < *end => Some((scan.reach, *end, why)),
+                    _ => None,
+                };
+                if let Some((first, end, why)) = missing {
+                    if mode == RecoveryMode::Strict {
+                        return Err(Error::corruption(
+                            &seg.path,
+                            scan.used,
+                            format!(
+                                "the segment ends before its records do: sequence numbers {first} to {} are missing ({why})",
+                                end - 1
+                            ),
+                        ));
+                    }
+                    // Not a torn tail after all: what it cut was known to be durable.
+                    if let Some(torn) = scan.torn.take() {
+                        scan.ranges.push((torn.offset, torn.offset + torn.bytes));
+                    }
+                }
+                let missing = missing.map(|(first, end, _)| (first, end));
                 report.segments += 1;
                 report.bytes_scanned += scan.len;
                 report.records += scan.records.len() as u64;
-                let damaged = !scan.ranges.is_empty();
+                let damaged = !scan.ranges.is_empty() || missing.is_some();
                 if damaged {
                     // Salvage rewrites what was applied from this segment.
                     rebuild.applied_in_damaged.insert(number, Vec::new());
@@ -751,6 +796,7 @@ pub fn recover(
                         records_recovered: scan.records.len() as u64,
                         live_objects_kept: 0,
                         bytes_lost: lost,
+                        missing_sequences: missing,
                     });
                 } else if Some(number) == last_journal && scan.torn.is_none() && scan.ends_cleanly && !read_only {
                     let recycled = seg.header.as_ref().is_some_and(|h| h.recycled);
@@ -870,7 +916,13 @@ pub fn recover(
     if report.damaged.iter().any(|d| Some(d.segment) == reusable_tail.map(|t| t.segment)) {
         reusable_tail = None;
     }
-    let catalog = Catalog { store_id, highest: next_segment - 1, segments: segments.keys().copied().collect() };
+    let catalog = Catalog {
+        store_id,
+        highest: next_segment - 1,
+        segments: segments.keys().copied().collect(),
+        // Still true while its segment is there (records are never removed from one).
+        closed: clean_close.filter(|c| segments.contains_key(&c.segment)),
+    };
     if !read_only && found_catalog.as_ref() != Some(&catalog) {
         catalog::write(fs, dir, &catalog)?;
     }
@@ -887,6 +939,47 @@ pub fn recover(
         catalog,
         report,
     })
+}
+
+/// For each journal segment whose end is known from elsewhere: the
+/// sequence number after its last record, and who says so.
+///
+/// The writer starts a journal segment where the previous one ended, and
+/// sequence numbers run on without a gap (a write that failed gives its
+/// numbers out again), so the next journal segment's header says where
+/// this one ends, provided it is the writer's next: every number between
+/// the two is a compacted segment that is there. A number that is gone may
+/// have been a journal segment that compaction or salvage removed, whose
+/// records came between (compacted segments carry no sequence of their own).
+/// The segment the last clean close names holds at least what it had then.
+fn expected_ends(opened: &[Opened], clean_close: Option<CleanClose>) -> HashMap<u64, (u64, String)> {
+    let compacted: BTreeSet<u64> = opened
+        .iter()
+        .filter(|o| o.header.as_ref().is_some_and(|h| h.kind == SegmentKind::Compacted))
+        .map(|o| o.number)
+        .collect();
+    let journal: Vec<(u64, &SegmentHeader)> = opened
+        .iter()
+        .filter_map(|o| o.header.as_ref().filter(|h| h.kind == SegmentKind::Journal).map(|h| (o.number, h)))
+        .collect();
+    let mut ends = HashMap::new();
+    for pair in journal.windows(2) {
+        let ((n, _), (m, next)) = (pair[0], pair[1]);
+        if compacted.range(n + 1..m).count() as u64 == m - n - 1 {
+            let why = format!("segment {m} begins at sequence number {}", next.next_sequence);
+            ends.insert(n, (next.next_sequence, why));
+        }
+    }
+    if let Some(c) = clean_close {
+        if journal.iter().any(|(n, _)| *n == c.segment) {
+            let end = ends.get(&c.segment).map_or(0, |(end, _)| *end);
+            if c.next_sequence > end {
+                let why = format!("the last clean close recorded sequence numbers up to {}", c.next_sequence - 1);
+                ends.insert(c.segment, (c.next_sequence, why));
+            }
+        }
+    }
+    ends
 }
 
 /// Whether the file named after segment `number`, whose header names
@@ -959,4 +1052,189 @@ fn move_to_attic(fs: &dyn FileSystem, dir: &Path, path: &Path) -> Result<PathBuf
 /// The file name of a segment (re-exported for the store).
 pub fn segment_path(dir: &Path, number: u64) -> PathBuf {
     dir.join(segment_file_name(number))
+}
+
+#[cfg(test)]
+mod tests {
+    //! A segment cut exactly at a record boundary: nothing in it looks
+    //! damaged, only what other files say about its end shows the loss.
+
+    use std::collections::BTreeMap;
+    use std::path::Path;
+
+    use super::super::format::SEGMENT_HEADER_LEN;
+    use super::super::segment::{self, Step};
+    use super::super::{RecoveryMode, Store, StoreOptions};
+    use crate::error::Error;
+
+    fn options(recovery: RecoveryMode) -> StoreOptions {
+        StoreOptions { max_segment_bytes: 4096, compaction_threshold: 0.0, recovery, ..StoreOptions::default() }
+    }
+
+    /// Where each record of a segment file ends.
+    fn record_ends(path: &Path) -> Vec<u64> {
+        let data = std::fs::read(path).unwrap();
+        let mut at = SEGMENT_HEADER_LEN;
+        let mut ends = Vec::new();
+        while let Step::Record(rec) = segment::step(&data, at) {
+            at += rec.header.total_len();
+            ends.push(at as u64);
+        }
+        ends
+    }
+
+    fn truncate(path: &Path, len: u64) {
+        std::fs::OpenOptions::new().write(true).open(path).unwrap().set_len(len).unwrap();
+    }
+
+    fn segment(dir: &Path, number: u64) -> std::path::PathBuf {
+        super::segment_path(dir, number)
+    }
+
+    /// Three journal segments of puts, closed cleanly; what was acknowledged.
+    fn three_segments(dir: &Path) -> BTreeMap<u64, Vec<u8>> {
+        let store = Store::open(dir, options(RecoveryMode::Strict)).unwrap();
+        let mut acked = BTreeMap::new();
+        for i in 0..60 {
+            let body = format!("{i:03}").repeat(40).into_bytes();
+            acked.insert(store.put("c", &body).unwrap(), body);
+        }
+        store.close().unwrap();
+        assert!(segment(dir, 3).exists() && !segment(dir, 4).exists(), "three segments");
+        acked
+    }
+
+    fn expect_missing_records(dir: &Path, number: u64) {
+        match Store::open(dir, options(RecoveryMode::Strict)) {
+            Err(Error::Corruption { path, reason, .. }) => {
+                assert_eq!(path, segment(dir, number));
+                assert!(reason.contains("are missing"), "{reason}");
+            }
+            Err(other) => panic!("expected a corruption error, got {other}"),
+            Ok(_) => panic!("a segment cut short opened in strict mode"),
+        }
+    }
+
+    /// Strict refuses; salvage opens, reports the segment and what is
+    /// missing, keeps everything else and goes on.
+    fn assert_sealed_cut_is_damage(cut: impl Fn(&[u64]) -> u64) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let acked = three_segments(dir);
+        let ends = record_ends(&segment(dir, 1));
+        let kept = cut(&ends);
+        truncate(&segment(dir, 1), kept);
+        expect_missing_records(dir, 1);
+        assert!(segment(dir, 1).exists(), "strict changes nothing");
+
+        let store = Store::open(dir, options(RecoveryMode::Salvage)).unwrap();
+        let report = store.recovery_report().clone();
+        assert!(report.torn_tail.is_none());
+        assert_eq!(report.damaged.len(), 1, "{report:?}");
+        let damaged = &report.damaged[0];
+        assert_eq!(damaged.segment, 1);
+        let kept_records = ends.iter().filter(|&&e| e <= kept).count() as u64;
+        assert_eq!(damaged.records_recovered, kept_records);
+        let (first, end) = damaged.missing_sequences.expect("the missing records are named");
+        assert_eq!((first, end), (kept_records + 1, ends.len() as u64 + 1));
+        let lost = acked.keys().filter(|h| !store.contains(**h)).count() as u64;
+        assert_eq!(lost, end - first);
+        let h = store.put("c", b"after").unwrap();
+        assert!(!acked.contains_key(&h), "a handle of a lost record is not given out again");
+        store.close().unwrap();
+        let store = Store::open(dir, options(RecoveryMode::Strict)).unwrap();
+        assert!(store.recovery_report().damaged.is_empty());
+        assert!(store.contains(h));
+    }
+
+    #[test]
+    fn a_sealed_segment_cut_at_a_record_boundary_is_damage() {
+        assert_sealed_cut_is_damage(|ends| ends[1]);
+    }
+
+    #[test]
+    fn a_sealed_segment_cut_at_its_header_is_damage() {
+        assert_sealed_cut_is_damage(|_| SEGMENT_HEADER_LEN as u64);
+    }
+
+    /// put(1), delete(1), put(2), closed cleanly, then the only segment
+    /// cut after the first record.
+    fn closed_then_cut(dir: &Path) -> (u64, u64) {
+        let store = Store::open(dir, options(RecoveryMode::Strict)).unwrap();
+        let first = store.put("c", b"one").unwrap();
+        store.delete(first).unwrap();
+        let second = store.put("c", b"two").unwrap();
+        store.close().unwrap();
+        assert!(!segment(dir, 2).exists());
+        let ends = record_ends(&segment(dir, 1));
+        assert_eq!(ends.len(), 4, "three records and the close mark");
+        truncate(&segment(dir, 1), ends[0]);
+        (first, second)
+    }
+
+    #[test]
+    fn the_last_segment_cut_at_a_record_boundary_after_a_clean_close_is_damage() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let (first, second) = closed_then_cut(dir);
+        expect_missing_records(dir, 1);
+
+        let store = Store::open(dir, options(RecoveryMode::Salvage)).unwrap();
+        let report = store.recovery_report().clone();
+        assert!(report.torn_tail.is_none());
+        assert_eq!(report.damaged.len(), 1, "{report:?}");
+        // Up to the close mark, which holds no data.
+        assert_eq!(report.damaged[0].missing_sequences, Some((2, 4)));
+        // Salvage keeps what is intact, and says what it could not keep.
+        assert!(store.contains(first) && !store.contains(second));
+        let h = store.put("c", b"three").unwrap();
+        assert!(h > second, "handle {h} was given out before the cut");
+        store.close().unwrap();
+        assert!(Store::open(dir, options(RecoveryMode::Strict)).unwrap().contains(h));
+    }
+
+    #[test]
+    fn a_torn_tail_cut_into_what_a_clean_close_recorded_is_damage() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        closed_then_cut(dir);
+        // Garbage after the cut would look like an unsynced write.
+        let mut file = std::fs::OpenOptions::new().append(true).open(segment(dir, 1)).unwrap();
+        std::io::Write::write_all(&mut file, &[0x5a; 40]).unwrap();
+        drop(file);
+        expect_missing_records(dir, 1);
+        let store = Store::open(dir, options(RecoveryMode::Salvage)).unwrap();
+        assert!(store.recovery_report().torn_tail.is_none());
+        assert_eq!(store.recovery_report().damaged[0].ranges.len(), 1);
+    }
+
+    #[test]
+    fn a_store_goes_on_after_a_clean_close_and_after_a_crash() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let mut acked = three_segments(dir);
+        for round in 0..3 {
+            let store = Store::open(dir, options(RecoveryMode::Strict)).unwrap();
+            assert!(store.recovery_report().damaged.is_empty());
+            assert!(acked.keys().all(|h| store.contains(*h)), "round {round}");
+            for i in 0..25 {
+                let body = format!("{round}-{i}").repeat(50).into_bytes();
+                acked.insert(store.put("c", &body).unwrap(), body);
+            }
+            // From the middle: compaction then removes journal segments
+            // between ones that stay.
+            for h in acked.keys().skip(acked.len() / 2).take(10).copied().collect::<Vec<_>>() {
+                store.delete(h).unwrap();
+                acked.remove(&h);
+            }
+            store.compact(&mut |_, _| {}).unwrap();
+            if round == 1 {
+                store.abandon();
+            } else {
+                store.close().unwrap();
+            }
+        }
+        let store = Store::open(dir, options(RecoveryMode::Strict)).unwrap();
+        assert!(acked.keys().all(|h| store.contains(*h)));
+    }
 }

@@ -35,6 +35,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::catalog::CleanClose;
 use super::format::{
     append_record, end_word, recycle_file_name, segment_file_name, set_record_flags, spare_file_name, RecordFields,
     RecordKind, SegmentHeader, SegmentKind, END_WORD_LEN, FLAG_GROUP_END, FLAG_TX, RECORD_HEADER_LEN,
@@ -486,9 +487,32 @@ impl Writer {
             }
             advance_epoch(&mut self.epoch, &mut self.written_in_epoch);
         }
-        if self.wrote_in_active {
-            self.write_close_mark();
+        // The close mark holds no data: damage to it alone stays a torn
+        // tail (it is best effort), so the recorded end is before it.
+        let data_end = self.next_sequence;
+        if self.wrote_in_active && !self.write_close_mark() {
+            return;
         }
+        self.record_clean_close(data_end);
+    }
+
+    /// Records in the catalog how far the journal reached at this clean
+    /// close: a cut that drops whole records at the end of the last segment
+    /// leaves the segment looking complete (the close mark goes with them),
+    /// so recovery compares with this. Best effort, like the close mark:
+    /// without it recovery knows less, never something false.
+    fn record_clean_close(&mut self, next_sequence: u64) {
+        // Its records from before this session (a reused segment) may not
+        // all have been synced by the process that wrote them.
+        if self.active.file.sync_data().is_err() {
+            return;
+        }
+        let closed = CleanClose {
+            segment: self.active.number,
+            next_sequence,
+            next_handle: self.shared.next_handle.load(Ordering::Relaxed),
+        };
+        let _ = self.shared.record_clean_close(closed);
     }
 
     /// Ends a cleanly closed store's journal with a close mark: an empty
@@ -496,16 +520,15 @@ impl Writer {
     /// epoch is past that of every write before it. Recovery then knows
     /// the last data write was synced: damage in it is damage, not a torn
     /// tail (which only a crash leaves). Best effort: everything before it
-    /// is durable already, and a torn mark is cut as a torn tail.
-    fn write_close_mark(&mut self) {
+    /// is durable already, and a torn mark is cut as a torn tail. False if
+    /// the write failed (the journal's end is then not known for sure).
+    fn write_close_mark(&mut self) -> bool {
         if self.group_start + COMMIT_LEN > self.capacity() {
-            return;
+            return true;
         }
         let body = 0u32.to_le_bytes();
         self.append(RecordKind::Commit, CodecId::None, 0, 0, 0, "", &body, 4, crc32c::crc32c(&body));
-        if self.flush_group().is_ok() && self.shared.options.sync_policy == SyncPolicy::Disabled {
-            let _ = self.active.file.sync_data();
-        }
+        self.flush_group().is_ok()
     }
 
     /// Where records must end: the end word after them must fit too.
@@ -552,6 +575,14 @@ impl Writer {
         }
         for work in rest {
             fail(work, duplicate(&e));
+        }
+        if self.buf.len() >= RECORD_HEADER_LEN {
+            // None of the group is on disk (a full disk's write is cut off;
+            // any other failure poisons the store): its sequence numbers are
+            // given out again, so that each segment's records run on without
+            // a gap into the next segment's header (recovery checks that a
+            // sealed segment is whole by it).
+            self.next_sequence = u64::from_le_bytes(self.buf[20..28].try_into().expect("8 bytes"));
         }
         self.buf.clear();
         self.group_records = 0;
