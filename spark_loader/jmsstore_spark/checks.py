@@ -20,6 +20,7 @@ import glob
 import os
 import re
 import urllib.parse
+from collections.abc import Sequence
 
 from jmsstore import inspect
 from jmsstore.broker.layout import message_collection
@@ -27,6 +28,7 @@ from jmsstore.errors import JmsStoreError
 
 __all__ = [
     "StoreImportError",
+    "check_apart",
     "check_new_directory",
     "check_parquet",
     "check_target",
@@ -146,6 +148,28 @@ def check_new_directory(path: str, what: str) -> str:
     return target
 
 
+def check_apart(output: str, inputs: Sequence[str], what: str) -> None:
+    """Refuses a local ``output`` that is one of the local ``inputs``, is
+    inside one (a job would write into what it reads) or holds one.
+    Symbolic links are followed; globs among the inputs are expanded."""
+    out = local_path(output)
+    if out is None:
+        return
+    real_out = os.path.realpath(out)
+    for given in inputs:
+        local = local_path(given)
+        if local is None:
+            continue
+        for match in sorted(glob.glob(local)) if glob.has_magic(local) else [local]:
+            real_in = os.path.realpath(match)
+            if real_out == real_in:
+                raise ValueError(f"{output} is {match}: {what} cannot write where it reads")
+            if os.path.commonpath([real_out, real_in]) == real_in:
+                raise ValueError(f"{output} is inside {match}: {what} cannot write into what it reads")
+            if os.path.commonpath([real_out, real_in]) == real_out:
+                raise ValueError(f"{output} holds {match}: {what} cannot write over what it reads")
+
+
 def check_parquet(path: str) -> None:
     """Refuses a local Parquet input that does not exist or holds no data
     file (Spark skips names starting with ``_`` or ``.``, as here). A URI of
@@ -156,6 +180,9 @@ def check_parquet(path: str) -> None:
     matches = sorted(glob.glob(local)) if glob.has_magic(local) else [local]
     if not matches or not any(os.path.exists(m) for m in matches):
         raise ValueError(f"{path} does not exist" if matches == [local] else f"nothing matches {path!r}")
+    for match in matches:
+        if os.path.isdir(match) and is_store(match):
+            raise ValueError(f"{match} is a jmsstore store, not an export: export it first (jmsstore-spark export)")
     for match in matches:
         if os.path.isfile(match):
             return

@@ -1,6 +1,6 @@
 """``jmsstore-spark``: Spark jobs over store directories.
 
-    jmsstore-spark export STORE... --to DIR [--view messages|records]
+    jmsstore-spark export STORE... --to DIR [--view messages|records] [--skip-damaged]
     jmsstore-spark import PARQUET... --to STORE [--server NAME] [--codec C] [--overwrite]
     jmsstore-spark import PARQUET... --each-store --to DIR [...]
     jmsstore-spark report STORE... [--to DIR] [--redelivered N] [--rows N]
@@ -48,8 +48,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -64,6 +66,7 @@ from jmsstore.errors import JmsStoreError
 from jmsstore.jms.destination import check_name
 
 from jmsstore_spark.checks import (
+    check_apart,
     check_new_directory,
     check_parquet,
     check_target,
@@ -167,17 +170,23 @@ def _setting(spark: Any, key: str, value: str) -> Iterator[None]:
             spark.conf.set(key, previous)
 
 
-def export(spark: Any, stores: Sequence[str], to: str, view: str = "messages") -> dict[str, Any]:
+def export(
+    spark: Any, stores: Sequence[str], to: str, view: str = "messages", *, skip_damaged: bool = False
+) -> dict[str, Any]:
     """Writes ``view`` of ``stores`` as Parquet into ``to`` (a path or a URI
     Spark writes; it must not exist), all or nothing: the rows read back
     from the written files must be the rows read from the stores, else
     :class:`~jmsstore_spark.outputs.OutputError` and nothing at ``to``.
-    Returns rows written and seconds taken."""
+    Returns rows written and seconds taken, and ``damaged``: what the
+    messages view could not read (see :func:`jmsstore_spark.stores.damage_found`).
+    Damage fails the export (:class:`~jmsstore_spark.stores.DamageError`,
+    before anything is written) unless ``skip_damaged``: then it is
+    warned about on stderr and the rest exported."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     from jmsstore_spark.outputs import OutputError, Outputs, output_uri, shown
-    from jmsstore_spark.stores import read_view, resolve_stores
+    from jmsstore_spark.stores import DamageError, describe_damage, read_view, resolve_stores
 
     outputs = Outputs(spark)
     target = output_uri(to)
@@ -186,7 +195,14 @@ def export(spark: Any, stores: Sequence[str], to: str, view: str = "messages") -
     outputs.fs(target)  # a scheme without a file system is refused before anything is read
     if outputs.exists(target):
         raise FileExistsError(f"{shown(target)} exists: a job writes a new directory")
-    df, staging = read_view(spark, view, resolve_stores(spark, stores))
+    damaged: list[dict[str, Any]] = []
+    df, staging = read_view(spark, view, resolve_stores(spark, stores), damage=damaged)
+    if damaged:
+        # The messages in damaged ranges are not in the view: never lost silently.
+        what = describe_damage(damaged)
+        if not skip_damaged:
+            raise DamageError(f"{what}; their messages cannot be exported (--skip-damaged exports the rest)")
+        print(f"jmsstore-spark: warning: skipping {what}", file=sys.stderr)
     df = df.observe(read, F.count(F.lit(1)).alias("rows"))
     columns = ["store", "destination"] if view == "messages" else ["store"]
     with outputs.staged(target) as staging_dir:
@@ -198,10 +214,51 @@ def export(spark: Any, stores: Sequence[str], to: str, view: str = "messages") -
         if rows == 0:
             raise OutputError(f"nothing to export: the stores hold no {view}")
         outputs.check_parquet(staging_dir, rows, "export")
-    result = {"rows": rows, "seconds": time.monotonic() - started, "to": shown(target)}
+    result = {"rows": rows, "seconds": time.monotonic() - started, "to": shown(target), "damaged": damaged}
     if staging is not None:
         result["staged"] = staging.staged()
     return result
+
+
+def _read_exports(spark: Any, parquet: Sequence[str]) -> Any:
+    """The rows of the Parquet inputs, each read on its own and the frames
+    unioned: one read of several exports fails on their partition
+    directories (Spark's CONFLICTING_DIRECTORY_STRUCTURES). A local glob
+    counts as the inputs it matches."""
+    import glob
+
+    paths: list[str] = []
+    for given in parquet:
+        local = local_path(given)
+        paths.extend(sorted(glob.glob(local)) if local is not None and glob.has_magic(local) else [given])
+    frames = [spark.read.parquet(path) for path in paths]
+    df = frames[0]
+    for frame in frames[1:]:
+        df = df.unionByName(frame, allowMissingColumns=True)
+    return df
+
+
+def _check_ids_apart(df: Any, parquet: Sequence[str]) -> None:
+    """Refuses rows of several source stores whose message ids collide: one
+    store would deliver each such id twice. Stores whose ids are their own
+    (other server names) are merged."""
+    from pyspark.sql import functions as F
+
+    from jmsstore_spark.imports import StoreImportError
+
+    if "store" not in df.columns or "message_id" not in df.columns:
+        return
+    if len(df.select("store").distinct().limit(2).collect()) < 2:
+        return  # one source store: its ids are unique already
+    ids = df.where(F.col("message_id").isNotNull()).groupBy("message_id").agg(F.countDistinct("store").alias("n"))
+    shared = ids.where(F.col("n") > 1).select("message_id")
+    count = shared.count()
+    if count:
+        example = shared.orderBy("message_id").first()[0]
+        raise StoreImportError(
+            f"{count} message ids (such as {example}) are in more than one store of {', '.join(parquet)}: "
+            "one store would deliver each of them twice; --each-store imports each source store into a store of its own"
+        )
 
 
 def import_messages(
@@ -226,12 +283,16 @@ def import_messages(
         HadoopFiles(spark).fs(hadoop_uri(to))  # a scheme without a file system is refused before anything is read
 
         with _setting(spark, "spark.sql.sources.partitionColumnTypeInference.enabled", "false"):
-            result = import_to_uri(spark, spark.read.parquet(*parquet), to, server=server, codec=codec)
+            df = _read_exports(spark, parquet)
+            _check_ids_apart(df, parquet)
+            result = import_to_uri(spark, df, to, server=server, codec=codec)
         return {**result, "seconds": time.monotonic() - started}
     target = os.path.abspath(to)
+    check_apart(target, parquet, "import")
     # Partition directory values (store=..., destination=...) are names, not numbers.
     with _setting(spark, "spark.sql.sources.partitionColumnTypeInference.enabled", "false"):
-        df = spark.read.parquet(*parquet)
+        df = _read_exports(spark, parquet)
+        _check_ids_apart(df, parquet)
         writer = df.write.format("jmsstore").mode("overwrite" if overwrite else "append")
         writer.option("server", server).option("codec", codec).save(target)
     seconds = time.monotonic() - started
@@ -276,8 +337,10 @@ def import_each(
         if overwrite:
             raise ValueError(f"{to}: overwrite replaces stores on the local file system only")
         HadoopFiles(spark).fs(hadoop_uri(to))  # a scheme without a file system is refused before anything is read
+    else:
+        check_apart(os.path.abspath(to), parquet, "import")
     with _setting(spark, "spark.sql.sources.partitionColumnTypeInference.enabled", "false"):
-        df = spark.read.parquet(*parquet)
+        df = _read_exports(spark, parquet)
         if "store" not in df.columns:
             raise StoreImportError("--each-store needs the column 'store' (an export of several stores has it)")
         sources = sorted(r[0] for r in df.select("store").distinct().collect() if r[0] is not None)
@@ -332,6 +395,11 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("stores", nargs="+", help="store directories or globs")
     exp.add_argument("--to", required=True, help="the Parquet directory to create")
     exp.add_argument("--view", choices=["messages", "records"], default="messages")
+    exp.add_argument(
+        "--skip-damaged",
+        action="store_true",
+        help="export the messages of damaged stores that can be read, with a warning (else damage fails it)",
+    )
     _spark_options(exp)
     imp = commands.add_parser("import", help="load exported messages into a new store")
     imp.add_argument("parquet", nargs="+", help="Parquet directories written by export (or URIs Spark reads)")
@@ -373,6 +441,7 @@ def check_arguments(args: argparse.Namespace) -> None:
                 args.to = hadoop_uri(args.to)
             else:
                 args.to = check_new_directory(args.to, args.command)
+                check_apart(args.to, args.stores, args.command)
     else:
         for path in args.parquet:
             check_parquet(path)
@@ -384,6 +453,7 @@ def check_arguments(args: argparse.Namespace) -> None:
             target = local_path(args.to)
             assert target is not None
             args.to = os.path.abspath(target)
+            check_apart(args.to, args.parquet, "import")
             if not args.each_store:  # else each target is checked once the source stores are known
                 check_target(args.to, args.overwrite)
         check_name("server", args.server)
@@ -398,18 +468,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError, JmsStoreError) as e:
         print(f"jmsstore-spark: {e}", file=sys.stderr)
         return 2
+    if not args.verbose:
+        # Py4J logs its failures with tracebacks on the root logger (a Ctrl-C
+        # in a call is one); the one line below says what went wrong.
+        logging.getLogger().addHandler(logging.NullHandler())
     spark = None
+    interrupted = threading.Event()
     try:
         spark = session(args.master, args.conf, verbose=args.verbose)
+        _cancel_on_interrupt(spark, interrupted)
         if args.command == "export":
-            result = export(spark, args.stores, args.to, args.view)
+            result = export(spark, args.stores, args.to, args.view, skip_damaged=args.skip_damaged)
             staged = result.get("staged")
             through = (
                 f" (read through the Hadoop layer: {staged['segments']} segments, {staged['bytes']:,} bytes staged)"
                 if staged
                 else ""
             )
-            print(f"exported {result['rows']} rows to {result['to']} in {result['seconds']:.1f} s{through}")
+            ranges = sum(len(d.get("ranges", ())) for d in result["damaged"])
+            missing = sum("missing" in d for d in result["damaged"])
+            skipped = "".join(
+                f", skipped {n} {what}{'s' if n != 1 else ''}"
+                for n, what in ((ranges, "damaged range"), (missing, "missing segment"))
+                if n
+            )
+            print(f"exported {result['rows']} rows to {result['to']} in {result['seconds']:.1f} s{through}{skipped}")
         elif args.command == "import" and args.each_store:
             result = import_each(
                 spark, args.parquet, args.to, server=args.server, codec=args.codec, overwrite=args.overwrite
@@ -436,6 +519,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("jmsstore-spark: interrupted", file=sys.stderr)
         return 130
     except Exception as e:
+        if interrupted.is_set():  # the job failed because it was cancelled
+            if args.verbose:
+                traceback.print_exc()
+            print("jmsstore-spark: interrupted", file=sys.stderr)
+            return 130
         if args.verbose:
             traceback.print_exc()
         # The data source refuses input with these (Spark wraps them in its own errors).
@@ -448,7 +536,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if spark is not None:
             spark.stop()
+    if interrupted.is_set():
+        # Too late to cancel: the job had finished (an import's commit is not a job).
+        print("jmsstore-spark: interrupted after the job had finished; its output stands", file=sys.stderr)
     return 0
+
+
+def _cancel_on_interrupt(spark: Any, interrupted: threading.Event) -> None:
+    """Ctrl-C cancels Spark's jobs; a job that fails then is reported as
+    interrupted (exit 130), and its writer removes what it staged. PySpark's
+    own handler raises KeyboardInterrupt inside the main thread's Py4J call,
+    which breaks that connection: every later call (the cancel, stop) fails
+    with a traceback and the job's clean-up may never run. A second Ctrl-C
+    interrupts at once."""
+
+    def cancel() -> None:
+        with contextlib.suppress(Exception):
+            spark.sparkContext.cancelAllJobs()
+
+    def handler(signum: int, frame: Any) -> None:
+        if interrupted.is_set():
+            raise KeyboardInterrupt
+        interrupted.set()
+        # Not in the main thread: a signal handler runs inside whatever the
+        # main thread was doing, possibly a Py4J call on the same connection.
+        threading.Thread(target=cancel, name="cancel-jobs", daemon=True).start()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, handler)
 
 
 def _first_line(error: BaseException) -> str:

@@ -54,10 +54,48 @@ from jmsstore_spark.hadoop import (
     through_hadoop,
 )
 
-__all__ = ["Staging", "read_view", "resolve_stores", "store_segments"]
+__all__ = ["DamageError", "Staging", "damage_found", "describe_damage", "read_view", "resolve_stores", "store_segments"]
 
 _SEGMENT_NAME = re.compile(r"^[0-9]{10,}\.seg$")
 _VIEWS = ("records", "messages")
+
+
+class DamageError(ValueError):
+    """A store with damaged ranges or missing segments, whose messages the
+    ``messages`` view would leave out (nothing is written)."""
+
+
+def damage_found(store: str, report: dict[str, Any]) -> list[dict[str, Any]]:
+    """What a recovery report (:func:`jmsstore.inspect.live`) says the
+    ``messages`` view of ``store`` cannot read: per damaged segment its
+    byte ranges and bytes lost, and segments the catalog lists that are gone."""
+    found = [
+        {
+            "store": store,
+            "segment": int(d["segment"]),
+            "path": os.path.join(store, os.path.basename(str(d["path"]))),
+            "ranges": [(int(a), int(b)) for a, b in d["ranges"]],
+            "bytes_lost": int(d["bytes_lost"]),
+        }
+        for d in report.get("damaged") or []
+    ]
+    found += [{"store": store, "missing": str(m)} for m in report.get("missing_segments") or []]
+    return found
+
+
+def describe_damage(damage: Sequence[dict[str, Any]]) -> str:
+    """One line naming every damaged range (``SEGMENT [start, end)``) and
+    missing segment of :func:`damage_found`."""
+    ranges = sum(len(d.get("ranges", ())) for d in damage)
+    lost = sum(d.get("bytes_lost", 0) for d in damage)
+    missing = [d["missing"] for d in damage if "missing" in d]
+    places = [f"{d['path']} [{a}, {b})" for d in damage if "ranges" in d for a, b in d["ranges"]]
+    parts = []
+    if ranges:
+        parts.append(f"{ranges} damaged range{'s' if ranges != 1 else ''} ({lost:,} bytes): {', '.join(places)}")
+    if missing:
+        parts.append(f"{len(missing)} missing segment{'s' if len(missing) != 1 else ''}: {', '.join(missing)}")
+    return "; ".join(parts)
 
 
 def resolve_stores(spark: Any, specs: Sequence[str]) -> list[str]:
@@ -169,11 +207,18 @@ def _decode_staged(view: str, plan: dict[str, Any], batches: Iterator[Any]) -> I
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def read_view(spark: Any, view: str, stores: Sequence[str]) -> tuple[Any, Staging | None]:
+def read_view(
+    spark: Any, view: str, stores: Sequence[str], damage: list[dict[str, Any]] | None = None
+) -> tuple[Any, Staging | None]:
     """The ``view`` (``records`` or ``messages``) of ``stores`` (as
     :func:`resolve_stores` gives them) as one DataFrame, and what is staged
     on the executors for the stores read through the Hadoop layer (None if
-    there are none). Prints on stderr what is staged before the job runs."""
+    there are none). Prints on stderr what is staged before the job runs.
+
+    With ``damage`` (a list) and the ``messages`` view, the driver scans
+    every store as recovery does and appends what the view cannot read to
+    it (:func:`damage_found`): the records view has damage as rows, the
+    messages view would leave those messages out without a word."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
@@ -186,6 +231,9 @@ def read_view(spark: Any, view: str, stores: Sequence[str]) -> tuple[Any, Stagin
     local = [s for s in stores if not through_hadoop(s, shortcut)]
     remote = [s for s in stores if through_hadoop(s, shortcut)]
     frames = []
+    if damage is not None and view == "messages":
+        for store in local:
+            damage.extend(damage_found(store, inspect.live(store)[1]))
     if local:
         frames.append(spark.read.format("jmsstore").option("view", view).load(",".join(local)))
     staging = None
@@ -204,6 +252,13 @@ def read_view(spark: Any, view: str, stores: Sequence[str]) -> tuple[Any, Stagin
             print(f"jmsstore-spark: copying {store} to the driver to find its live messages", file=sys.stderr)
             with files.local_copy(store) as copy:
                 by_segment, targets, counts, _ = targets_and_counts(copy)
+                if damage is not None:
+                    found = damage_found(copy, inspect.live(copy)[1])
+                    for d in found:  # named as the user named the store, not as the copy
+                        d["store"] = store
+                        if "path" in d:
+                            d["path"] = f"{store}/{os.path.basename(d['path'])}"
+                    damage.extend(found)
             for number, entries in by_segment.items():
                 live = {offset: (handle, collection) for handle, offset, collection in entries}
                 handles = {handle for handle, _, _ in entries}
