@@ -8,6 +8,7 @@ import argparse
 import hashlib
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -237,3 +238,34 @@ def test_an_address_in_use_changes_nothing(
         options = ["--listen", address] if option == "--listen" else ["--listen", "127.0.0.1:0", "--metrics", address]
         line = _refused_without_change(cli, served_home, *options)
     assert address in line and "in use" in line
+
+
+def test_a_client_that_connects_while_the_store_opens_is_refused_not_reset(tmp_path: Path) -> None:
+    """The address is held (bound) while the store opens, not listened on: a
+    client that comes early is refused and tries again, and every connection
+    that is accepted is the server's own and answers CONNECT."""
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jmsstore", "serve", str(tmp_path / "home"), "--listen", f"127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + WAIT
+        while True:
+            assert time.monotonic() < deadline, "the server never accepted a connection"
+            try:
+                client = socket.create_connection(("127.0.0.1", port), timeout=WAIT)
+            except ConnectionRefusedError:
+                time.sleep(0.001)
+                continue
+            break
+        with client:
+            client.sendall(b"CONNECT\naccept-version:1.2\n\n\x00")
+            assert client.recv(9) == b"CONNECTED"
+    finally:
+        proc.terminate()
+        proc.wait(WAIT)

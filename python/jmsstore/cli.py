@@ -717,11 +717,24 @@ def _open_served(target: str, name: str | None) -> JMSServer:
 
 
 def _reserve(host: str, port: int) -> socket.socket:
-    """A socket listening on ``host:port`` as a STOMP endpoint will (its
-    ``socket.create_server``): an address in use, or not this machine's, is
-    refused before the JMS server opens. Closed just before the endpoint binds."""
+    """A socket bound to ``host:port`` as a STOMP endpoint will be: an
+    address in use, or not this machine's, is refused before the JMS server
+    opens. Bound, not listening: a client that connects while the store
+    opens is refused (and tries again) rather than accepted by a socket that
+    is about to close. Closed just before the endpoint binds."""
     try:
-        return socket.create_server((host, port), backlog=1)
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            # As the endpoint's socket.create_server: a port in TIME_WAIT is free, one listened on is not.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
     except OSError as e:
         raise CommandError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
