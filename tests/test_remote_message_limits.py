@@ -56,6 +56,12 @@ def with_property(value: str) -> Message:
     return message
 
 
+def with_typed_property(name: str, value: object) -> Message:
+    message = TextMessage("bad")
+    message.set_property(name, value)  # type: ignore[arg-type]
+    return message
+
+
 def with_correlation_id(value: str) -> Message:
     message = TextMessage("bad")
     message.correlation_id = value
@@ -68,8 +74,19 @@ UNSENDABLE: list[tuple[Callable[[], Message], type[Exception], str]] = [
     (lambda: with_property("\ud800"), MessageFormatError, "property 'p' is not valid UTF-8"),
     (lambda: BytesMessage(b"x" * 3000), MessageTooLargeError, "at most 2048 bytes"),
     (lambda: with_property("y" * 2100), MessageTooLargeError, "at most 2048 bytes"),
+    # As embedded (README, Unit-of-order): a unit of order that names none raises and sends nothing.
+    (lambda: with_typed_property("JMS_BEA_UnitOfOrder", 5), TypeError, "JMS_BEA_UnitOfOrder is a str"),
+    (lambda: with_typed_property("JMSXGroupID", "g\udcff"), InvalidArgumentError, "JMSXGroupID"),
 ]
-IDS = ["nul-property", "nul-correlation-id", "surrogate-property", "large-body", "large-header"]
+IDS = [
+    "nul-property",
+    "nul-correlation-id",
+    "surrogate-property",
+    "large-body",
+    "large-header",
+    "long-unit-of-order",
+    "surrogate-group",
+]
 
 
 @pytest.mark.parametrize(("make", "error", "says"), UNSENDABLE, ids=IDS)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Container
 
 from jmsstore.errors import JmsStoreError, MessageFormatError
 from jmsstore.jms.destination import Destination, TemporaryQueue
-from jmsstore.jms.message import BytesMessage, DeliveryMode, Message, TextMessage, delivered
+from jmsstore.jms.message import BytesMessage, DeliveryMode, Message, TextMessage, delivered, unit_of_order
 from jmsstore.net.remote.errors import StompServerError, UnsupportedOverStompError
 from jmsstore.net.stomp.frames import Command, Frame
 from jmsstore.net.stomp.mapping import REMOTE_TEMP_QUEUE, destination_name, outgoing_message
@@ -78,7 +78,10 @@ def send_frame(
     A header value STOMP cannot carry (a type, correlation id or property
     holding a NUL) raises :class:`UnsupportedOverStompError`, one that is
     not valid Unicode text (a lone surrogate) ``MessageFormatError``.
-    ``expiration`` (absolute ms) stands for ``ttl`` when given."""
+    ``expiration`` (absolute ms) stands for ``ttl`` when given. A unit of
+    order that names none raises as an embedded send does (``TypeError`` for
+    a ``JMS_BEA_UnitOfOrder`` that is not a str), before anything is sent."""
+    unit_of_order(message)
     headers = [
         ("destination", stomp_destination(destination, own_temporary)),
         ("persistent", "true" if mode == DeliveryMode.PERSISTENT else "false"),
