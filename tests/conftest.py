@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jmsstore import FileStore
+from jmsstore import FileStore, JMSServer
+from jmsstore.net import StompServer, serve
 
 # When a hypothesis test fails, hypothesis' pytest plugin imports its patch writer (and
 # with it libcst, which subclasses the deprecated mypy_extensions.TypedDict) inside the
@@ -188,3 +189,14 @@ def spark() -> Iterator[Any]:
     register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[StompServer]:
+    """A STOMP endpoint on a loopback port, over a fresh JMS server (both closed at the end)."""
+    jms = JMSServer(tmp_path / "home")
+    try:
+        with serve(jms, port=0) as server:
+            yield server
+    finally:
+        jms.close()

@@ -8,24 +8,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
-from jmsstore import JMSServer
-from jmsstore.net import StompServer, serve
+from jmsstore.net import StompServer
 from jmsstore.net.stomp import connection as stomp_connection
 from jmsstore.net.stomp.mapping import ProtocolError, outgoing_message
 from stomp_helpers import WAIT, RawClient
-
-
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[StompServer]:
-    jms = JMSServer(tmp_path / "home")
-    try:
-        with serve(jms, port=0) as server:
-            yield server
-    finally:
-        jms.close()
 
 
 @pytest.fixture

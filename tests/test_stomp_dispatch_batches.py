@@ -6,26 +6,14 @@ and still thousands of small messages a batch. No timing assertions."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from jmsstore import JMSServer
 from jmsstore.broker.port import ConsumerLink
 from jmsstore.client.port import Delivery
-from jmsstore.net import StompServer, serve
+from jmsstore.net import StompServer
 from stomp_helpers import WAIT, RawClient
 
 _MiB = 1024 * 1024
-
-
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[StompServer]:
-    jms = JMSServer(tmp_path / "home")
-    try:
-        with serve(jms, port=0) as server:
-            yield server
-    finally:
-        jms.close()
 
 
 @pytest.fixture

@@ -8,22 +8,10 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from jmsstore import JMSServer
-from jmsstore.net import StompServer, serve
+from jmsstore.net import StompServer
 from stomp_helpers import WAIT, RawClient
-
-
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[StompServer]:
-    jms = JMSServer(tmp_path / "home")
-    try:
-        with serve(jms, port=0) as server:
-            yield server
-    finally:
-        jms.close()
 
 
 @pytest.fixture
