@@ -13,7 +13,6 @@ policy says and go again admitted.
 
 from __future__ import annotations
 
-import itertools
 import queue
 import threading
 import time
@@ -22,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jmsstore._args import utf8
-from jmsstore._native import NativeBroker, NativeRoutes, Signal
+from jmsstore._native import NativeBroker, NativeDestination, NativeRoutes, NativeSendLane, Signal
 from jmsstore.broker.layout import message_id, numeric_id
 from jmsstore.broker.limits import FlowControl, QuotaUsage, ServerLimits
 from jmsstore.broker.pause import PauseControl
@@ -76,9 +75,9 @@ class PostOffice:
     ) -> None:
         self._name = server_name
         self._boot = boot
-        self._sequence = itertools.count(1)
-        self._id_base = numeric_id(boot, 0)
-        self._id_prefix = message_id(server_name, boot, 0)[:-1]  # "ID:<server>-<boot>-"
+        # The sequence is the core's: the STOMP server's native sends draw from it too.
+        self.id_base = numeric_id(boot, 0)
+        self.id_prefix = message_id(server_name, boot, 0)[:-1]  # "ID:<server>-<boot>-"
         self.native = native
         self.registry = registry
         self.limits = limits
@@ -113,11 +112,11 @@ class PostOffice:
             _check_text("JMSType", message_type)
         if message.reply_to is not None:
             destination_text(message.reply_to)
-        seq = next(self._sequence)
+        seq = self.native.next_sequence()
         now = time.time_ns() // 1_000_000
         # numeric_id and message_id of the layout, inline: this runs per send.
-        message.id = ident = self._id_base | seq
-        message.message_id = f"{self._id_prefix}{seq}"
+        message.id = ident = self.id_base | seq
+        message.message_id = f"{self.id_prefix}{seq}"
         message.timestamp = now
         if expiration is None:
             expiration = now + ttl if ttl > 0 else 0
@@ -305,6 +304,30 @@ class ProducerLink:
             gauge, server_gauge = state.gauge, post.limits.gauge
             flow.before_send(lambda: server_gauge.armed or gauge.armed)
         return state, data, header
+
+    def send_lane(self) -> NativeSendLane | None:
+        """A lane for the STOMP server's SEND frames sent without Python
+        (``jmsstore_core::stomp_send``), as this producer's sends."""
+        post = self._post
+        return self._native.send_lane(
+            self._connection, self._client_id, post.id_prefix, post.id_base, post.maximum_message_size
+        )
+
+    def lane_destination(self, destination: Destination) -> NativeDestination | None:
+        """``destination``'s native handle while a send there needs nothing
+        of this module's: not deleted, production not paused, no default
+        unit of order, and no flow control armed for this producer."""
+        post = self._post
+        state = post.registry.state_of(destination)
+        if state.native.deleted or state.settings.default_unit_of_order:
+            return None
+        pause = post.pause
+        if (pause.server or state.paused) and pause.production_paused(state):
+            return None
+        flow = self._flow
+        if flow is not None and (flow.limit is not None or state.gauge.armed or post.limits.gauge.armed):
+            return None
+        return state.native
 
     def send(self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int) -> None:
         state, data, header = self._prepare(message, destination, mode, priority, ttl, delay)

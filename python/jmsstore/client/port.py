@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from jmsstore._native import AckBacklog, Doorbell, Signal
+from jmsstore._native import AckBacklog, Doorbell, NativeDestination, NativeSendLane, Signal
 from jmsstore.jms.destination import Destination, Queue, TemporaryQueue, Topic
 from jmsstore.jms.message import Message
 from jmsstore.selector import Selector
@@ -91,6 +91,14 @@ class ProducerPort(Protocol):
     @property
     def flow_limit(self) -> float | None:
         """Messages per second the producer is held to now (None: unlimited)."""
+
+    def send_lane(self) -> NativeSendLane | None:
+        """A lane for SEND frames the STOMP server sends without Python, as
+        this producer's sends (None: the producer has none)."""
+
+    def lane_destination(self, destination: Destination) -> NativeDestination | None:
+        """The native handle of ``destination`` while a send there may go
+        by the lane (None: it goes by :meth:`send_async`)."""
 
     def send(self, message: Message, destination: Destination, mode: int, priority: int, ttl: int, delay: int) -> None:
         """Stamps, encodes and sends a message outside a transaction:

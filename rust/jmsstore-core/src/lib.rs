@@ -31,6 +31,7 @@ pub mod nowait;
 pub mod pager;
 pub mod stomp_head;
 pub mod stomp_message;
+pub mod stomp_send;
 pub mod store;
 
 pub use error::{Error, ErrorKind, Result};

@@ -30,6 +30,7 @@ mod pager;
 mod progress;
 mod stomp_head;
 mod stomp_message;
+mod stomp_send;
 mod store;
 
 #[pymodule]
@@ -58,6 +59,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(nowait::write_nowait, m)?)?;
     m.add_function(wrap_pyfunction!(stomp_head::scan_head, m)?)?;
     m.add_class::<stomp_head::WholeFrameScanner>()?;
+    m.add_class::<stomp_send::NativeSendLane>()?;
+    m.add_function(wrap_pyfunction!(stomp_send::map_stomp_send, m)?)?;
     m.add_function(wrap_pyfunction!(stomp_message::encode_message_frames, m)?)?;
     m.add_function(wrap_pyfunction!(stomp_head::encode_plain, m)?)?;
     m.add_function(wrap_pyfunction!(message::write_message, m)?)?;

@@ -5,11 +5,15 @@ use jmsstore_core::stomp_head::{scan, scan_frames, write_plain, FrameLimits, Hea
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyString};
 
+use crate::stomp_send::{LaneOutcome, NativeSendLane};
+
 /// A parser's commands and limits, kept for its calls to
 /// [`WholeFrameScanner::scan`].
 #[pyclass(frozen, module = "jmsstore._native")]
 pub struct WholeFrameScanner {
     commands: Vec<String>,
+    /// Which of `commands` is SEND (what a send lane takes).
+    send_command: Option<usize>,
     body_commands: Vec<String>,
     limits: FrameLimits,
 }
@@ -29,35 +33,52 @@ impl WholeFrameScanner {
         max_body_bytes: usize,
     ) -> Self {
         let head = HeadLimits { max_frame_bytes, max_line_bytes, max_headers };
-        WholeFrameScanner { commands, body_commands, limits: FrameLimits { head, max_body_bytes } }
+        let send_command = commands.iter().position(|c| c == "SEND");
+        WholeFrameScanner { commands, send_command, body_commands, limits: FrameLimits { head, max_body_bytes } }
     }
 
-    /// `(heartbeats, end, [(command index, headers, body), ...])`: the
-    /// frames from `start` in `buffer` that are there whole and plain, up to
-    /// the first that is not (which starts at `end`).
+    /// `(heartbeats, end, [(command index, headers, body), ...], sent)`:
+    /// the frames from `start` in `buffer` that are there whole and plain,
+    /// up to the first that is not (which starts at `end`). With a `lane`,
+    /// the SEND frames at their head that it takes are sent and not
+    /// returned (`sent` counts them); if one of those sends fails, the
+    /// failure is the lane's and nothing after it is returned.
+    #[pyo3(signature = (buffer, start, lane=None))]
     fn scan<'py>(
         &self,
         py: Python<'py>,
         buffer: &Bound<'py, PyByteArray>,
         start: usize,
-    ) -> (usize, usize, Vec<FrameTuple<'py>>) {
+        lane: Option<&NativeSendLane>,
+    ) -> (usize, usize, Vec<FrameTuple<'py>>, usize) {
         let commands: Vec<&str> = self.commands.iter().map(String::as_str).collect();
         let body_commands: Vec<&str> = self.body_commands.iter().map(String::as_str).collect();
         // SAFETY: no Python code runs while the bytes are borrowed: the scan
-        // keeps ranges and Rust strings, and making a `bytes` object runs
-        // none (it is not tracked by the cyclic collector, so allocating it
-        // never starts a collection and its finalizers).
+        // keeps ranges and Rust strings, the lane's sends run none (nor do
+        // the threads they may let run touch this connection's buffer, which
+        // only its reader uses), and making a `bytes` object runs none (it is
+        // not tracked by the cyclic collector, so allocating it never starts
+        // a collection and its finalizers).
         let bytes = unsafe { buffer.as_bytes() };
         let read = scan_frames(bytes, start, self.limits, &commands, &body_commands);
+        let mut sent = 0;
+        if let (Some(lane), Some(send)) = (lane, self.send_command) {
+            let sends = read.frames.iter().take_while(|f| f.command == send);
+            match lane.send_leading(py, sends.map(|f| (f.headers.as_slice(), &bytes[f.body.clone()]))) {
+                LaneOutcome::Sent(n) => sent = n,
+                LaneOutcome::Failed(n) => return (read.heartbeats, read.end, Vec::new(), n),
+            }
+        }
         let frames = read
             .frames
             .into_iter()
+            .skip(sent)
             .map(|frame| {
                 let body = PyBytes::new(py, &bytes[frame.body.clone()]);
                 (frame.command, frame.headers, body)
             })
             .collect();
-        (read.heartbeats, read.end, frames)
+        (read.heartbeats, read.end, frames, sent)
     }
 }
 

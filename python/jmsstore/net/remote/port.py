@@ -100,6 +100,12 @@ class RemoteProducer:
     def flow_limit(self) -> float | None:
         return None  # the server applies its own flow control
 
+    def send_lane(self) -> None:
+        return None  # a native lane sends into a broker in this process
+
+    def lane_destination(self, destination: Destination) -> None:
+        return None
+
     def _frame(
         self,
         message: Message,

@@ -49,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from jmsstore._native import __version__, write_nowait
+from jmsstore._native import NativeDestination, NativeSendLane, __version__, write_nowait
 from jmsstore.client.port import BrokerPort, Delivery, ProducerPort, SendOptions
 from jmsstore.errors import InvalidArgumentError, InvalidDestinationError, JmsStoreError
 from jmsstore.jms.destination import Destination, Queue, TemporaryQueue, Topic, check_name
@@ -88,6 +88,11 @@ __all__ = ["FRAME_LIMITS_HEADER", "StompConnection", "frame_limits_text", "parse
 log = logging.getLogger("jmsstore.net.stomp")
 
 _READ_SIZE = 64 * 1024
+
+# The most destinations one connection's SENDs take the native lane to: each
+# is looked at once per read (a pause or a deletion since sends it back to
+# the Python path), so that work stays small; sends to others take the Python path.
+_LANE_DESTINATIONS = 8
 
 # A jmsstore extension in CONNECTED: the server's frame limits
 # (``frame=BYTES,body=BYTES,header-line=BYTES,headers=COUNT``), so that jmsstore's
@@ -228,6 +233,12 @@ class StompConnection:
         self.client_id: str | None = None
         self.user: User | None = None
         self._producer: ProducerPort | None = None
+        # SENDs sent without Python (StompSettings.native_sends): the lane, and the
+        # destinations it may take, by the destination header's text, with the
+        # native handle given to the lane (None: not now; see _lane_for_reading).
+        self._lane: NativeSendLane | None = None
+        self._lane_destinations: dict[str, tuple[Destination, NativeDestination | None]] = {}
+        self._lane_sends_counted = 0
         self._subscriptions: dict[str, Subscription] = {}
         self._by_serial: dict[int, Subscription] = {}
         self._subscription_serials = itertools.count(1)
@@ -411,15 +422,23 @@ class StompConnection:
             if not data:
                 continue  # part of a TLS record
             self._last_read = time.monotonic()
+            lane = self._lane_for_reading()
             try:
-                frames = self._parser.feed(data)
+                frames = self._parser.feed(data, lane)
             except FrameError as e:
+                self._count_lane_sends()
                 for frame in e.frames:
                     if not self._handle(frame):
                         return "closed after an error"
                 self._wait_for_receipts(self._settings.write_timeout)
                 self._error(str(e))
                 return "malformed frame"
+            if lane is not None:
+                self._count_lane_sends()
+                failed = lane.take_failure()
+                if failed is not None:  # none of the frames after the one that failed is handled
+                    self._error(f"a send failed: {failed}")
+                    return "a send failed"
             for frame in frames:
                 if frame.command == Command.SEND and not self._room_for_a_receipt():
                     return "a send failed"
@@ -596,7 +615,45 @@ class StompConnection:
     def _take_send_failure(self) -> BaseException | None:
         with self._pending:
             failure, self._send_failure = self._send_failure, None
-            return failure
+        if failure is None and self._lane is not None:
+            failure = self._lane.take_failure()
+        return failure
+
+    def _lane_for_reading(self) -> NativeSendLane | None:
+        """The lane, its destinations brought up to date (a destination
+        paused, deleted or flow-controlled since goes the Python path until
+        it is not), or None if it takes none."""
+        lane, producer = self._lane, self._producer
+        if lane is None or producer is None or not self._lane_destinations:
+            return None
+        usable = False
+        for text, (destination, allowed) in self._lane_destinations.items():
+            try:
+                native = producer.lane_destination(destination)
+            except JmsStoreError:
+                native = None  # deleted: the Python path says so
+            if native is not allowed:
+                if native is None:
+                    lane.forget(text)
+                else:
+                    lane.allow(text, native)
+                self._lane_destinations[text] = (destination, native)
+            usable = usable or native is not None
+        return lane if usable else None
+
+    def _count_lane_sends(self) -> None:
+        sent = self._parser.lane_sends - self._lane_sends_counted
+        if sent:
+            self._frames.frame_in(Command.SEND, sent)
+            self._frames.native_sends += sent
+            self._lane_sends_counted = self._parser.lane_sends
+
+    def _lane_may_take(self, text: str, destination: Destination) -> None:
+        """A SEND to ``destination`` (named ``text``) went the Python path
+        and was sent: later ones may take the lane."""
+        known = self._lane_destinations
+        if self._lane is not None and text not in known and len(known) < _LANE_DESTINATIONS:
+            known[text] = (destination, None)
 
     # ------------------------------------------------------------ frames
 
@@ -684,6 +741,8 @@ class StompConnection:
         self.client_id = client_id
         self._connected = True
         self._producer = self._port.open_producer(None, self._server.send_options, self._connection_id, client_id)
+        if self._settings.native_sends:
+            self._lane = self._producer.send_lane()
         self._send_interval = send_ms / 1000
         self._receive_interval = receive_ms / 1000
         self._write(
@@ -845,6 +904,8 @@ class StompConnection:
                 raise
             if not accepted:
                 self._sent(None, None)  # dropped (non-persistent, over the broker-wide limits)
+        if transaction is None and not isinstance(outgoing.destination, TemporaryQueue):
+            self._lane_may_take(headers["destination"], outgoing.destination)
         return True
 
     def _sent(self, _handle: int | None, error: BaseException | None) -> None:
@@ -856,8 +917,11 @@ class StompConnection:
             self._pending.notify_all()
 
     def _wait_for_sends(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
         with self._pending:
             self._pending.wait_for(lambda: self._pending_sends <= 0, timeout)
+        if self._lane is not None:
+            self._lane.wait_idle(max(0.0, deadline - time.monotonic()))
 
     def _on_subscribe(self, frame: Frame, headers: dict[str, str]) -> bool:
         subscription_id = headers.get("id")
@@ -1095,6 +1159,8 @@ class StompConnection:
             # The frame being handled finishes first (bounded: a send blocked on a full quota waits).
             locked = self._frame_lock.acquire(timeout=self._settings.write_timeout)
             try:
+                if self._lane is not None:
+                    self._lane.close()  # a send it is making finishes; none starts
                 with self._charge_lock:
                     self._closed = True
                     self._buffers.charge(self._charged, 0)

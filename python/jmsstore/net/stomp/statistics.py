@@ -15,14 +15,15 @@ class FrameCounts:
     its write lock. (One server-wide lock taken for every frame was
     contended by every connection's threads.)"""
 
-    __slots__ = ("incoming", "outgoing")
+    __slots__ = ("incoming", "native_sends", "outgoing")
 
     def __init__(self) -> None:
         self.incoming: dict[str, int] = {}
         self.outgoing: dict[str, int] = {}
+        self.native_sends = 0  # SEND frames (counted in incoming too) sent without Python
 
-    def frame_in(self, command: str) -> None:
-        self.incoming[command] = self.incoming.get(command, 0) + 1
+    def frame_in(self, command: str, count: int = 1) -> None:
+        self.incoming[command] = self.incoming.get(command, 0) + count
 
     def frame_out(self, command: str, count: int = 1) -> None:
         self.outgoing[command] = self.outgoing.get(command, 0) + count
@@ -43,6 +44,7 @@ class StompStatistics:
         self.logins_failed = 0
         self._frames_in: Counter[str] = Counter()
         self._frames_out: Counter[str] = Counter()
+        self._native_sends = 0
         self._live: set[FrameCounts] = set()
 
     def frame_counts(self) -> FrameCounts:
@@ -59,6 +61,7 @@ class StompStatistics:
                 self._live.discard(counts)
                 self._frames_in.update(counts.incoming)
                 self._frames_out.update(counts.outgoing)
+                self._native_sends += counts.native_sends
 
     def opened(self) -> None:
         with self._lock:
@@ -89,6 +92,7 @@ class StompStatistics:
         with self._lock:
             frames_in = Counter(self._frames_in)
             frames_out = Counter(self._frames_out)
+            native_sends = self._native_sends + sum(counts.native_sends for counts in self._live)
             for counts in self._live:
                 # Copied first (in one step): the connection's threads may be counting.
                 frames_in.update(dict(counts.incoming))
@@ -105,4 +109,5 @@ class StompStatistics:
                 "buffered_bytes": buffered_bytes,
                 "frames_in": {str(command): n for command, n in frames_in.items()},
                 "frames_out": {str(command): n for command, n in frames_out.items()},
+                "native_sends": native_sends,
             }

@@ -100,6 +100,9 @@ pub struct Broker {
     pub counters: Counters,
     pub(crate) expiry: crate::broker::expiry::ExpiryLock,
     pub(crate) recovery_counts: crate::broker::recovery::RecoveryCounts,
+    /// The last message sequence number given out (the Python client's
+    /// sends and the STOMP server's native ones draw from it alike).
+    sequence: AtomicU64,
 }
 
 /// What the pager knows of a message handed to a consumer.
@@ -127,7 +130,14 @@ impl Broker {
             counters: Counters::default(),
             expiry: Default::default(),
             recovery_counts: Default::default(),
+            sequence: AtomicU64::new(0),
         }
+    }
+
+    /// The next message sequence number of this server's boot (from 1):
+    /// with the boot, what a message's ids are made of.
+    pub fn next_sequence(&self) -> u64 {
+        self.sequence.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// The store.

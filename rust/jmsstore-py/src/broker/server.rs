@@ -11,6 +11,7 @@ use jmsstore_core::broker::target::{self, Route, Sender};
 use jmsstore_core::broker::transaction::StagedSend;
 use jmsstore_core::broker::Broker;
 use jmsstore_core::pager::Taken;
+use jmsstore_core::stomp_send::{LaneOptions, SendLane};
 use jmsstore_core::Error;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
@@ -24,6 +25,7 @@ use super::wake::Signal;
 use crate::completion::{self, Outstanding};
 use crate::errors::{PyResult2, PyStoreError};
 use crate::pager::NativePager;
+use crate::stomp_send::NativeSendLane;
 use crate::store::{NativeStore, DETACH_ABOVE};
 
 /// A message's header argument: the pager fields of a message as Python
@@ -225,6 +227,28 @@ impl NativeBroker {
     fn new(store: &NativeStore, pager: &NativePager, deliveries: String, server: &Account) -> Self {
         let broker = Broker::new(store.shared(), pager.shared(), deliveries, server.account.clone());
         NativeBroker { broker: Arc::new(broker), outstanding: store.outstanding() }
+    }
+
+    /// The next message sequence number (from 1): the stamp's, shared with
+    /// the STOMP server's native sends.
+    fn next_sequence(&self) -> u64 {
+        self.broker.next_sequence()
+    }
+
+    /// A STOMP connection's lane for SENDs without Python (see
+    /// `jmsstore_core::stomp_send`): sent as from `connection` (with
+    /// `client_id`), stamped `id_prefix` + sequence and `id_base` |
+    /// sequence, refused above `max_message_size` bytes encoded.
+    fn send_lane(
+        &self,
+        connection: u64,
+        client_id: Option<String>,
+        id_prefix: String,
+        id_base: u64,
+        max_message_size: usize,
+    ) -> NativeSendLane {
+        let options = LaneOptions { connection, client_id, id_prefix, id_base, max_message_size };
+        NativeSendLane { lane: Arc::new(SendLane::new(self.broker.clone(), options)) }
     }
 
     /// The broker-wide limits (-1: none).

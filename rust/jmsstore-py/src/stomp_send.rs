@@ -1,0 +1,156 @@
+//! `jmsstore_core::stomp_send`: a STOMP connection's SENDs sent without
+//! Python (`NativeSendLane`, filled by `WholeFrameScanner.scan`), and the
+//! SEND mapping alone for tests (`map_stomp_send`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jmsstore_core::stomp_send::{plan_send, Preparation, SendLane, Stamp};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyTuple};
+
+use crate::broker::target::NativeDestination;
+use crate::errors::{to_pyerr, PyResult2};
+use crate::store::DETACH_ABOVE;
+
+/// One connection's lane (see `jmsstore_core::stomp_send::SendLane`),
+/// made by `NativeBroker.send_lane`.
+#[pyclass(frozen, module = "jmsstore._native")]
+pub struct NativeSendLane {
+    pub lane: Arc<SendLane>,
+}
+
+/// What a lane did with the SEND frames at the head of a scan.
+pub enum LaneOutcome {
+    /// It sent this many and declined the next (or there was none).
+    Sent(usize),
+    /// It sent this many, then one failed: the failure is kept, the rest is not read.
+    Failed(usize),
+}
+
+impl NativeSendLane {
+    /// Sends the frames `frames` yields while they are SENDs the lane takes;
+    /// how many, and whether one failed (kept for `take_failure`).
+    pub fn send_leading<'f>(
+        &self,
+        py: Python<'_>,
+        frames: impl Iterator<Item = (&'f [(String, String)], &'f [u8])>,
+    ) -> LaneOutcome {
+        let mut sent = 0;
+        for (headers, body) in frames {
+            let prepared = match self.lane.prepare(headers, body) {
+                Ok(Preparation::Ready(prepared)) => prepared,
+                Ok(Preparation::Dropped) => {
+                    sent += 1;
+                    continue;
+                }
+                Ok(Preparation::Declined) => break,
+                Err(e) => {
+                    self.lane.fail(e);
+                    return LaneOutcome::Failed(sent);
+                }
+            };
+            // As `NativeBroker.send_async`: a big copy, or a wait for room, without the GIL.
+            let submitted = if prepared.size() >= DETACH_ABOVE || prepared.may_wait() {
+                py.detach(|| self.lane.submit(prepared))
+            } else {
+                self.lane.submit(prepared)
+            };
+            if let Err(e) = submitted {
+                self.lane.fail(e);
+                return LaneOutcome::Failed(sent);
+            }
+            sent += 1;
+        }
+        LaneOutcome::Sent(sent)
+    }
+}
+
+#[pymethods]
+impl NativeSendLane {
+    /// Sends one SEND frame (as the Python reader read it) if the lane
+    /// takes it: True if it did (or failed at it: see `take_failure`).
+    fn send(&self, py: Python<'_>, headers: Vec<(String, String)>, body: &[u8]) -> bool {
+        match self.send_leading(py, std::iter::once((headers.as_slice(), body))) {
+            LaneOutcome::Sent(n) => n == 1,
+            LaneOutcome::Failed(_) => true,
+        }
+    }
+
+    /// Sends whose `destination` header is `text` go this way, to `destination`.
+    fn allow(&self, text: &str, destination: &NativeDestination) {
+        self.lane.allow(text, destination.destination.clone());
+    }
+
+    /// Sends to `text` go the Python way again.
+    fn forget(&self, text: &str) {
+        self.lane.forget(text);
+    }
+
+    /// Whether sends to `text` go this way.
+    fn allows(&self, text: &str) -> bool {
+        self.lane.allows(text)
+    }
+
+    /// No more sends this way.
+    fn close(&self) {
+        self.lane.close();
+    }
+
+    /// The first send that failed (an exception), once; None.
+    fn take_failure(&self) -> Option<PyErr> {
+        self.lane.take_failure().map(|e| to_pyerr(&e))
+    }
+
+    /// Sends not yet durable.
+    #[getter]
+    fn pending(&self) -> u64 {
+        self.lane.pending()
+    }
+
+    /// SEND frames sent this way.
+    #[getter]
+    fn sent(&self) -> u64 {
+        self.lane.sent()
+    }
+
+    /// Waits (without the GIL) until every send is durable or failed, at
+    /// most `timeout` seconds; whether they all are.
+    fn wait_idle(&self, py: Python<'_>, timeout: f64) -> bool {
+        let timeout = Duration::try_from_secs_f64(timeout.max(0.0)).unwrap_or(Duration::MAX);
+        py.detach(|| self.lane.wait_idle(timeout))
+    }
+}
+
+/// What `map_stomp_send` returns for a frame the lane takes.
+type MappedSend<'py> = (String, bool, Bound<'py, PyBytes>, Bound<'py, PyTuple>);
+
+/// `(destination, persistent, encoded message, (id, priority, timestamp,
+/// expiration, delivery_time, correlation_id, type))`: the message the
+/// native lane would send for a SEND frame of `headers` and `body`,
+/// stamped with `id`, `message_id` and `now_ms`; None where the server's
+/// Python path maps the frame.
+#[pyfunction]
+pub fn map_stomp_send<'py>(
+    py: Python<'py>,
+    headers: Vec<(String, String)>,
+    body: &[u8],
+    id: u64,
+    message_id: &str,
+    now_ms: i64,
+) -> PyResult2<Option<MappedSend<'py>>> {
+    let Some(plan) = plan_send(&headers, body) else { return Ok(None) };
+    let (data, envelope) = plan.encode(Stamp { id, message_id, now_ms })?;
+    let header = (
+        envelope.id,
+        envelope.priority,
+        envelope.timestamp,
+        envelope.expiration,
+        envelope.delivery_time,
+        envelope.correlation_id,
+        envelope.message_type,
+    )
+        .into_pyobject(py)
+        .map_err(|e| jmsstore_core::Error::invalid(e.to_string()))?;
+    Ok(Some((plan.destination.to_owned(), plan.persistent, PyBytes::new(py, &data), header)))
+}
