@@ -6,6 +6,7 @@ a deletion); DISCONNECT's receipt still means every send is durable."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -299,3 +300,57 @@ def test_native_sends_can_be_switched_off(tmp_path: Path) -> None:
             assert jms.message_count(Queue("N")) == 50
     finally:
         jms.close()
+
+
+def test_a_client_streaming_sends_the_lane_takes_is_not_cut_off_as_a_stalled_frame(tmp_path: Path) -> None:
+    # Every write ends inside a frame and completes the one before it: the
+    # client makes steady progress, though no read leaves a frame for Python.
+    jms = JMSServer(tmp_path / "home")
+    try:
+        with serve(jms, port=0, frame_timeout=0.5) as server:
+            client = RawClient(server.address, timeout=WAIT)
+            try:
+                client.connect()
+                client.send(_send("/queue/F", "first", "persistent:true\nreceipt:r\n"))
+                assert client.next_frame().header("receipt-id") == "r"
+                frame = _send("/queue/F", "x" * 50, "persistent:true\n")
+                size = len(frame)
+                stream = frame * 40
+                client.send(stream[: size // 2])
+                for start in range(size // 2, len(stream) - size, size):
+                    time.sleep(0.04)  # 40 writes: 1.6 s, three times the frame timeout
+                    client.send(stream[start : start + size])
+                client.send(stream[len(stream) - size // 2 - size % 2 :] + b"DISCONNECT\nreceipt:bye\n\n\x00")
+                assert client.next_frame().header("receipt-id") == "bye"
+            finally:
+                client.close()
+            stats = server.statistics()
+            assert stats["timeouts"] == 0
+            assert stats["native_sends"] >= 30
+    finally:
+        jms.close()
+    again = JMSServer(tmp_path / "home")
+    try:
+        assert again.message_count(Queue("F")) == 41
+    finally:
+        again.close()
+
+
+def test_a_server_wide_pause_and_its_end_hold_for_the_lane(
+    endpoint: tuple[JMSServer, StompServer], client: RawClient
+) -> None:
+    jms, server = endpoint
+    client.send(_send("/queue/W", "first", "receipt:r1\n"))
+    assert client.next_frame().header("receipt-id") == "r1"
+    jms.pause_production()
+    jms.resume_production()
+    client.send(_send("/queue/W", "native") + _send("/queue/W", "sync", "receipt:r2\n"))
+    assert client.next_frame().header("receipt-id") == "r2"
+    assert server.statistics()["native_sends"] == 1
+    jms.pause_production()
+    client.send(_send("/queue/W", "paused"))
+    error = client.next_frame()
+    assert error.command == "ERROR"
+    assert "paused" in (error.header("message") or "")
+    assert server.statistics()["native_sends"] == 1
+    assert jms.message_count(Queue("W")) == 3

@@ -61,8 +61,14 @@ class PauseControl:
                 if what == "insertion":
                     for s in states:
                         s.native.pause_insertion()
+                if what == "production":
+                    for s in states:  # for sends that do not come through here (the STOMP server's native ones)
+                        s.native.set_production_paused(True)
                 return
             scope.discard(what)
+            if what == "production":
+                for s in states:
+                    s.native.set_production_paused(self.production_paused(s))
             if what == "insertion":
                 for s in states:
                     if not self.insertion_paused(s):
@@ -73,9 +79,11 @@ class PauseControl:
                 self._resumed.notify_all()
 
     def added(self, state: _Pausable) -> None:
-        """A new destination: a server-wide insertion pause holds it too."""
+        """A new destination: a server-wide insertion or production pause holds it too."""
         if "insertion" in self.server:
             state.native.pause_insertion()
+        if "production" in self.server:
+            state.native.set_production_paused(True)
 
     def wait_resumed(self, state: _Pausable, timeout: float) -> None:
         """Waits up to ``timeout`` s for consumption to resume on ``state``."""

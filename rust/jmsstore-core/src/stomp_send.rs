@@ -384,10 +384,13 @@ impl SendLane {
             return Ok(Preparation::Declined);
         }
         let Some(plan) = plan_send(headers, body) else { return Ok(Preparation::Declined) };
+        // Checked per frame: a pause or deletion since the connection last looked counts.
         let destination = match self.destinations().get(plan.destination) {
-            Some(d) if !d.is_deleted() => d.clone(),
+            Some(d) if !d.is_deleted() && !d.production_paused() => d.clone(),
             _ => return Ok(Preparation::Declined),
         };
+        // (A frame declined below has drawn a sequence number the Python path
+        // does not reuse: ids stay unique and rising, with a gap.)
         let sequence = self.broker.next_sequence();
         let message_id = format!("{}{sequence}", self.options.id_prefix);
         let stamp = Stamp { id: self.options.id_base | sequence, message_id: &message_id, now_ms: now_ms() };
@@ -656,6 +659,9 @@ mod tests {
         assert!(!send(&lane, &[("destination", "/queue/A"), ("content-length", "5000")], &big).unwrap());
         assert!(!send(&lane, &[("destination", "/queue/Full")], b"no room").unwrap());
         assert_eq!((full.quota.messages(), full.destination.gauge.messages()), (0, 0), "nothing charged");
+        q.destination.set_production_paused(true);
+        assert!(!send(&lane, &[("destination", "/queue/A")], b"paused").unwrap());
+        q.destination.set_production_paused(false);
         q.destination.mark_deleted();
         assert!(!send(&lane, &[("destination", "/queue/A")], b"deleted").unwrap());
         let other = f.queue("B");

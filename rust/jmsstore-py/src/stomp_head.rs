@@ -41,8 +41,8 @@ impl WholeFrameScanner {
     /// the frames from `start` in `buffer` that are there whole and plain,
     /// up to the first that is not (which starts at `end`). With a `lane`,
     /// the SEND frames at their head that it takes are sent and not
-    /// returned (`sent` counts them); if one of those sends fails, the
-    /// failure is the lane's and nothing after it is returned.
+    /// returned (`sent` counts them); if one of those sends fails (it is
+    /// counted), the failure is the lane's and nothing after it is returned.
     #[pyo3(signature = (buffer, start, lane=None))]
     fn scan<'py>(
         &self,

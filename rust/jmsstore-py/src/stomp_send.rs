@@ -24,7 +24,7 @@ pub struct NativeSendLane {
 pub enum LaneOutcome {
     /// It sent this many and declined the next (or there was none).
     Sent(usize),
-    /// It sent this many, then one failed: the failure is kept, the rest is not read.
+    /// It took this many, the last of which failed: the failure is kept, the rest is not read.
     Failed(usize),
 }
 
@@ -47,7 +47,7 @@ impl NativeSendLane {
                 Ok(Preparation::Declined) => break,
                 Err(e) => {
                     self.lane.fail(e);
-                    return LaneOutcome::Failed(sent);
+                    return LaneOutcome::Failed(sent + 1);
                 }
             };
             // As `NativeBroker.send_async`: a big copy, or a wait for room, without the GIL.
@@ -58,7 +58,7 @@ impl NativeSendLane {
             };
             if let Err(e) = submitted {
                 self.lane.fail(e);
-                return LaneOutcome::Failed(sent);
+                return LaneOutcome::Failed(sent + 1);
             }
             sent += 1;
         }

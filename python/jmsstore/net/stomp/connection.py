@@ -433,10 +433,12 @@ class StompConnection:
                 self._wait_for_receipts(self._settings.write_timeout)
                 self._error(str(e))
                 return "malformed frame"
+            lane_took = False
             if lane is not None:
-                self._count_lane_sends()
+                lane_took = self._count_lane_sends()
                 failed = lane.take_failure()
                 if failed is not None:  # none of the frames after the one that failed is handled
+                    self._wait_for_receipts(self._settings.write_timeout)  # those of the frames before it
                     self._error(f"a send failed: {failed}")
                     return "a send failed"
             for frame in frames:
@@ -444,7 +446,7 @@ class StompConnection:
                     return "a send failed"
                 if not self._handle(frame):
                     return "disconnected" if frame.command == Command.DISCONNECT else "closed after an error"
-            if not self._hold_incomplete_frame(bool(frames)):
+            if not self._hold_incomplete_frame(bool(frames) or lane_took):
                 return "too many bytes of incomplete frames in the server"
         return "closed by the server"
 
@@ -641,12 +643,14 @@ class StompConnection:
             usable = usable or native is not None
         return lane if usable else None
 
-    def _count_lane_sends(self) -> None:
+    def _count_lane_sends(self) -> bool:
+        """Counts the SEND frames the lane took since; whether it took any."""
         sent = self._parser.lane_sends - self._lane_sends_counted
         if sent:
             self._frames.frame_in(Command.SEND, sent)
             self._frames.native_sends += sent
             self._lane_sends_counted = self._parser.lane_sends
+        return sent > 0
 
     def _lane_may_take(self, text: str, destination: Destination) -> None:
         """A SEND to ``destination`` (named ``text``) went the Python path

@@ -73,6 +73,10 @@ pub struct Destination {
     settings: RwLock<DeliverySettings>,
     targets: RwLock<Vec<Arc<Target>>>,
     insertion_paused: AtomicBool,
+    /// Production paused, here or server-wide (the Python broker sets the
+    /// effective state): what its Python producers check, for the STOMP
+    /// server's native sends.
+    production_paused: AtomicBool,
     deleted: AtomicBool,
     /// Messages that expired here.
     pub messages_expired: AtomicU64,
@@ -92,6 +96,7 @@ impl Destination {
             settings: RwLock::new(DeliverySettings::default()),
             targets: RwLock::new(Vec::new()),
             insertion_paused: AtomicBool::new(false),
+            production_paused: AtomicBool::new(false),
             deleted: AtomicBool::new(false),
             messages_expired: AtomicU64::new(0),
             held: Mutex::new(Vec::new()),
@@ -154,6 +159,16 @@ impl Destination {
     /// caller, see [`Broker::resume_insertion`](super::server::Broker::resume_insertion)).
     pub fn set_insertion_paused(&self, paused: bool) {
         self.insertion_paused.store(paused, Ordering::Release);
+    }
+
+    /// Whether production is paused here (or server-wide).
+    pub fn production_paused(&self) -> bool {
+        self.production_paused.load(Ordering::Acquire)
+    }
+
+    /// Pauses or resumes production.
+    pub fn set_production_paused(&self, paused: bool) {
+        self.production_paused.store(paused, Ordering::Release);
     }
 
     /// True once deleted.

@@ -81,6 +81,17 @@ impl NativeDestination {
         self.destination.set_insertion_paused(true);
     }
 
+    /// Whether production is paused (here or server-wide), as the Python broker set it.
+    #[getter]
+    fn production_paused(&self) -> bool {
+        self.destination.production_paused()
+    }
+
+    /// Sets whether production is paused (the effective state: here or server-wide).
+    fn set_production_paused(&self, paused: bool) {
+        self.destination.set_production_paused(paused);
+    }
+
     /// True once deleted (a destination of the same name made later is another).
     #[getter]
     fn deleted(&self) -> bool {
