@@ -441,11 +441,21 @@ class StompConnection:
                     self._wait_for_receipts(self._settings.write_timeout)  # those of the frames before it
                     self._error(f"a send failed: {failed}")
                     return "a send failed"
-            for frame in frames:
-                if frame.command == Command.SEND and not self._room_for_a_receipt():
+            index = 0
+            while index < len(frames):
+                frame = frames[index]
+                if frame.command == Command.ACK:
+                    acks = self._handle_plain_acks(frames, index)
+                    if acks < 0:
+                        return "closed after an error"
+                    if acks:
+                        index += acks
+                        continue
+                elif frame.command == Command.SEND and not self._room_for_a_receipt():
                     return "a send failed"
                 if not self._handle(frame):
                     return "disconnected" if frame.command == Command.DISCONNECT else "closed after an error"
+                index += 1
             if not self._hold_incomplete_frame(bool(frames) or lane_took):
                 return "too many bytes of incomplete frames in the server"
         return "closed by the server"
@@ -1045,8 +1055,47 @@ class StompConnection:
                 f"(client id {self.client_id!r}), so it may not {action} it"
             )
 
+    def _handle_plain_acks(self, frames: list[Frame], start: int) -> int:
+        """Handles the run of ACK frames from ``start`` that have neither a
+        receipt nor a transaction (a client acknowledging message by
+        message, as most do) as their handler would one by one, with one
+        acknowledgement per subscription; how many it handled (0: fewer than
+        two such, for the handler), or -1 when one was refused (an ERROR
+        frame was sent, as the handler would, after those before it)."""
+        end = start
+        while end < len(frames) and frames[end].command == Command.ACK and _plain_ack(frames[end]):
+            end += 1
+        if end - start < 2 or not self._connected:
+            return 0
+        settled: dict[Subscription, list[Delivery]] = {}
+        refused: tuple[Exception, Frame] | None = None
+        with self._frame_lock:
+            if self._closed:
+                return -1
+            for frame in frames[start:end]:
+                self._frames.frame_in(Command.ACK)
+                try:
+                    subscription, deliveries = self._settled_by_id(frame.header("id"))
+                except ProtocolError as e:
+                    refused = (e, frame)
+                    break
+                settled.setdefault(subscription, []).extend(deliveries)
+            try:
+                for subscription, deliveries in settled.items():
+                    subscription.acknowledge(deliveries, durable=False)
+            except JmsStoreError as e:
+                refused = refused or (e, frames[start])
+        if refused is None:
+            return end - start
+        error, frame = refused
+        self._wait_for_receipts(self._settings.write_timeout)
+        self._error(str(error) if isinstance(error, ProtocolError) else f"{type(error).__name__}: {error}", frame)
+        return -1
+
     def _settled(self, headers: dict[str, str]) -> tuple[Subscription, list[Delivery]]:
-        ack = headers.get("id")
+        return self._settled_by_id(headers.get("id"))
+
+    def _settled_by_id(self, ack: str | None) -> tuple[Subscription, list[Delivery]]:
         if ack is None:
             raise ProtocolError("ACK and NACK need an id header (the ack header of the MESSAGE)")
         serial, _, _ = ack.partition(".")
@@ -1224,6 +1273,11 @@ class StompConnection:
 
     def describe(self) -> dict[str, Any]:
         return {"peer": self.peer, "session": self.session, "client_id": self.client_id}
+
+
+def _plain_ack(frame: Frame) -> bool:
+    """An ACK without a receipt or a transaction."""
+    return all(name != "receipt" and name != "transaction" for name, _ in frame.headers)
 
 
 # The handler of each command a client may send (the parser lets no other through).

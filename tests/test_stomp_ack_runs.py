@@ -1,0 +1,86 @@
+"""ACK frames that arrive together, without a receipt or a transaction, are
+handled as a run (one acknowledgement per subscription): with the same
+effect, counts and errors as one by one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jmsstore import JMSServer
+from jmsstore.net import StompServer, serve
+from jmsstore.net.stomp.frames import Frame
+from stomp_helpers import WAIT, RawClient
+
+
+def _fill(server: StompServer, queue: str, count: int) -> None:
+    producer = RawClient(server.address, timeout=WAIT)
+    try:
+        producer.connect()
+        producer.send(b"".join(f"SEND\ndestination:/queue/{queue}\n\n{i}\x00".encode() for i in range(count)))
+        producer.send(b"DISCONNECT\nreceipt:bye\n\n\x00")
+        assert producer.next_frame().header("receipt-id") == "bye"
+    finally:
+        producer.close()
+
+
+def _subscribe(client: RawClient, queue: str, mode: str, count: int) -> list[Frame]:
+    client.send(f"SUBSCRIBE\nid:s\ndestination:/queue/{queue}\nack:{mode}\n\n\x00".encode())
+    messages = [client.next_frame() for _ in range(count)]
+    assert all(m.command == "MESSAGE" for m in messages)
+    return messages
+
+
+def _ack(message: Frame) -> bytes:
+    return f"ACK\nid:{message.header('ack')}\n\n\x00".encode()
+
+
+def _remaining(server: StompServer, queue: str, count: int) -> list[tuple[bytes, str | None]]:
+    client = RawClient(server.address, timeout=WAIT)
+    try:
+        client.connect()
+        return [(m.body, m.header("redelivered")) for m in _subscribe(client, queue, "auto", count)]
+    finally:
+        client.close()
+
+
+def test_a_run_of_acks_settles_each_and_one_refused_ends_it_after_those_before(tmp_path: Path) -> None:
+    jms = JMSServer(tmp_path / "home")
+    try:
+        with serve(jms, port=0) as server:
+            _fill(server, "I", 6)
+            client = RawClient(server.address, timeout=WAIT)
+            try:
+                client.connect()
+                messages = _subscribe(client, "I", "client-individual", 6)
+                bad = b"ACK\nid:999.1\n\n\x00"
+                client.send(_ack(messages[0]) + _ack(messages[2]) + _ack(messages[1]) + bad + _ack(messages[3]))
+                error = client.next_frame()
+                assert error.command == "ERROR"
+                assert "no message awaits acknowledgement" in (error.header("message") or "")
+                assert client.closed_by_server()
+            finally:
+                client.close()
+            assert server.statistics()["frames_in"]["ACK"] == 4  # the one after the refused one was not handled
+            # 0-2 acknowledged; 3-5 back, flagged redelivered, when the connection closed.
+            assert _remaining(server, "I", 3) == [(b"3", "true"), (b"4", "true"), (b"5", "true")]
+    finally:
+        jms.close()
+
+
+def test_a_run_of_cumulative_acks_settles_up_to_the_last(tmp_path: Path) -> None:
+    jms = JMSServer(tmp_path / "home")
+    try:
+        with serve(jms, port=0) as server:
+            _fill(server, "C", 6)
+            client = RawClient(server.address, timeout=WAIT)
+            try:
+                client.connect()
+                messages = _subscribe(client, "C", "client", 6)
+                client.send(_ack(messages[1]) + _ack(messages[4]) + b"DISCONNECT\nreceipt:bye\n\n\x00")
+                assert client.next_frame().header("receipt-id") == "bye"
+            finally:
+                client.close()
+            assert server.statistics()["frames_in"]["ACK"] == 2
+            assert _remaining(server, "C", 1) == [(b"5", "true")]
+    finally:
+        jms.close()
