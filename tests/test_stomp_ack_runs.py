@@ -4,10 +4,7 @@ effect, counts and errors as one by one."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from jmsstore import JMSServer
-from jmsstore.net import StompServer, serve
+from jmsstore.net import StompServer
 from jmsstore.net.stomp.frames import Frame
 from stomp_helpers import WAIT, RawClient
 
@@ -43,44 +40,34 @@ def _remaining(server: StompServer, queue: str, count: int) -> list[tuple[bytes,
         client.close()
 
 
-def test_a_run_of_acks_settles_each_and_one_refused_ends_it_after_those_before(tmp_path: Path) -> None:
-    jms = JMSServer(tmp_path / "home")
+def test_a_run_of_acks_settles_each_and_one_refused_ends_it_after_those_before(served: StompServer) -> None:
+    _fill(served, "I", 6)
+    client = RawClient(served.address, timeout=WAIT)
     try:
-        with serve(jms, port=0) as server:
-            _fill(server, "I", 6)
-            client = RawClient(server.address, timeout=WAIT)
-            try:
-                client.connect()
-                messages = _subscribe(client, "I", "client-individual", 6)
-                bad = b"ACK\nid:999.1\n\n\x00"
-                client.send(_ack(messages[0]) + _ack(messages[2]) + _ack(messages[1]) + bad + _ack(messages[3]))
-                error = client.next_frame()
-                assert error.command == "ERROR"
-                assert "no message awaits acknowledgement" in (error.header("message") or "")
-                assert client.closed_by_server()
-            finally:
-                client.close()
-            assert server.statistics()["frames_in"]["ACK"] == 4  # the one after the refused one was not handled
-            # 0-2 acknowledged; 3-5 back, flagged redelivered, when the connection closed.
-            assert _remaining(server, "I", 3) == [(b"3", "true"), (b"4", "true"), (b"5", "true")]
+        client.connect()
+        messages = _subscribe(client, "I", "client-individual", 6)
+        bad = b"ACK\nid:999.1\n\n\x00"
+        client.send(_ack(messages[0]) + _ack(messages[2]) + _ack(messages[1]) + bad + _ack(messages[3]))
+        error = client.next_frame()
+        assert error.command == "ERROR"
+        assert "no message awaits acknowledgement" in (error.header("message") or "")
+        assert client.closed_by_server()
     finally:
-        jms.close()
+        client.close()
+    assert served.statistics()["frames_in"]["ACK"] == 4  # the one after the refused one was not handled
+    # 0-2 acknowledged; 3-5 back, flagged redelivered, when the connection closed.
+    assert _remaining(served, "I", 3) == [(b"3", "true"), (b"4", "true"), (b"5", "true")]
 
 
-def test_a_run_of_cumulative_acks_settles_up_to_the_last(tmp_path: Path) -> None:
-    jms = JMSServer(tmp_path / "home")
+def test_a_run_of_cumulative_acks_settles_up_to_the_last(served: StompServer) -> None:
+    _fill(served, "C", 6)
+    client = RawClient(served.address, timeout=WAIT)
     try:
-        with serve(jms, port=0) as server:
-            _fill(server, "C", 6)
-            client = RawClient(server.address, timeout=WAIT)
-            try:
-                client.connect()
-                messages = _subscribe(client, "C", "client", 6)
-                client.send(_ack(messages[1]) + _ack(messages[4]) + b"DISCONNECT\nreceipt:bye\n\n\x00")
-                assert client.next_frame().header("receipt-id") == "bye"
-            finally:
-                client.close()
-            assert server.statistics()["frames_in"]["ACK"] == 2
-            assert _remaining(server, "C", 1) == [(b"5", "true")]
+        client.connect()
+        messages = _subscribe(client, "C", "client", 6)
+        client.send(_ack(messages[1]) + _ack(messages[4]) + b"DISCONNECT\nreceipt:bye\n\n\x00")
+        assert client.next_frame().header("receipt-id") == "bye"
     finally:
-        jms.close()
+        client.close()
+    assert served.statistics()["frames_in"]["ACK"] == 2
+    assert _remaining(served, "C", 1) == [(b"5", "true")]

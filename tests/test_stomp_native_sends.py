@@ -6,9 +6,11 @@ a deletion); DISCONNECT's receipt still means every send is durable."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,6 +22,8 @@ from jmsstore.net import StompServer, serve
 from jmsstore.net.stomp.frames import Frame
 from jmsstore.net.stomp.mapping import ProtocolError, outgoing_message
 from stomp_helpers import WAIT, RawClient
+
+Endpoint = tuple[JMSServer, StompServer, RawClient]
 
 NOW = 1_700_000_000_123
 ID = (7 << 40) | 42
@@ -236,104 +240,83 @@ def test_a_send_to_a_deleted_destination_is_refused_not_lost(
     assert server.statistics()["native_sends"] == 1
 
 
-def test_disconnects_receipt_waits_until_the_native_sends_are_durable(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    jms = JMSServer(home)
+@contextlib.contextmanager
+def _connected(home: Path, jms_options: dict[str, Any] | None = None, **options: Any) -> Iterator[Endpoint]:
+    """A JMS server on ``home`` (made with ``jms_options``) served with
+    ``options``, and a client connected to it."""
+    jms = JMSServer(home, **(jms_options or {}))
     try:
-        with serve(jms, port=0) as server:
+        with serve(jms, port=0, **options) as server:
             client = RawClient(server.address, timeout=WAIT)
             try:
                 client.connect()
-                client.send(_send("/queue/S", "0", "persistent:true\nreceipt:r\n"))
-                assert client.next_frame().header("receipt-id") == "r"
-                client.send(b"".join(_send("/queue/S", str(i), "persistent:true\n") for i in range(1, 500)))
-                client.send(b"DISCONNECT\nreceipt:bye\n\n\x00")
-                assert client.next_frame().header("receipt-id") == "bye"
+                yield jms, server, client
             finally:
                 client.close()
-            native = server.statistics()["native_sends"]
     finally:
         jms.close()
-    assert native > 0
+
+
+def _stored_after_restart(home: Path, queue: str) -> int:
     again = JMSServer(home)
     try:
-        assert again.message_count(Queue("S")) == 500
+        return again.message_count(Queue(queue))
     finally:
         again.close()
 
 
+def test_disconnects_receipt_waits_until_the_native_sends_are_durable(tmp_path: Path) -> None:
+    with _connected(tmp_path / "home") as (_, server, client):
+        client.send(_send("/queue/S", "0", "persistent:true\nreceipt:r\n"))
+        assert client.next_frame().header("receipt-id") == "r"
+        client.send(b"".join(_send("/queue/S", str(i), "persistent:true\n") for i in range(1, 500)))
+        client.send(b"DISCONNECT\nreceipt:bye\n\n\x00")
+        assert client.next_frame().header("receipt-id") == "bye"
+        assert server.statistics()["native_sends"] > 0
+    assert _stored_after_restart(tmp_path / "home", "S") == 500
+
+
 def test_a_message_too_large_is_refused_by_the_python_path(tmp_path: Path) -> None:
-    jms = JMSServer(tmp_path / "home", maximum_message_size=4096)
-    try:
-        with serve(jms, port=0) as server:
-            client = RawClient(server.address, timeout=WAIT)
-            try:
-                client.connect()
-                client.send(_send("/queue/L", "small", "receipt:r\n"))
-                assert client.next_frame().header("receipt-id") == "r"
-                client.send(_send("/queue/L", "x" * 4090))  # the body fits the frame, the message not
-                error = client.next_frame()
-                assert error.command == "ERROR"
-                assert "maximum message size" in (error.header("message") or "")
-            finally:
-                client.close()
-            assert server.statistics()["native_sends"] == 0
-            assert jms.message_count(Queue("L")) == 1
-    finally:
-        jms.close()
+    with _connected(tmp_path / "home", {"maximum_message_size": 4096}) as (jms, server, client):
+        client.send(_send("/queue/L", "small", "receipt:r\n"))
+        assert client.next_frame().header("receipt-id") == "r"
+        client.send(_send("/queue/L", "x" * 4090))  # the body fits the frame, the message not
+        error = client.next_frame()
+        assert error.command == "ERROR"
+        assert "maximum message size" in (error.header("message") or "")
+        assert server.statistics()["native_sends"] == 0
+        assert jms.message_count(Queue("L")) == 1
 
 
 def test_native_sends_can_be_switched_off(tmp_path: Path) -> None:
-    jms = JMSServer(tmp_path / "home")
-    try:
-        with serve(jms, port=0, native_sends=False) as server:
-            client = RawClient(server.address, timeout=WAIT)
-            try:
-                client.connect()
-                client.send(b"".join(_send("/queue/N", str(i)) for i in range(50)))
-                client.send(b"DISCONNECT\nreceipt:bye\n\n\x00")
-                assert client.next_frame().header("receipt-id") == "bye"
-            finally:
-                client.close()
-            stats = server.statistics()
-            assert (stats["native_sends"], stats["frames_in"]["SEND"]) == (0, 50)
-            assert jms.message_count(Queue("N")) == 50
-    finally:
-        jms.close()
+    with _connected(tmp_path / "home", native_sends=False) as (jms, server, client):
+        client.send(b"".join(_send("/queue/N", str(i)) for i in range(50)))
+        client.send(b"DISCONNECT\nreceipt:bye\n\n\x00")
+        assert client.next_frame().header("receipt-id") == "bye"
+        stats = server.statistics()
+        assert (stats["native_sends"], stats["frames_in"]["SEND"]) == (0, 50)
+        assert jms.message_count(Queue("N")) == 50
 
 
 def test_a_client_streaming_sends_the_lane_takes_is_not_cut_off_as_a_stalled_frame(tmp_path: Path) -> None:
     # Every write ends inside a frame and completes the one before it: the
     # client makes steady progress, though no read leaves a frame for Python.
-    jms = JMSServer(tmp_path / "home")
-    try:
-        with serve(jms, port=0, frame_timeout=0.5) as server:
-            client = RawClient(server.address, timeout=WAIT)
-            try:
-                client.connect()
-                client.send(_send("/queue/F", "first", "persistent:true\nreceipt:r\n"))
-                assert client.next_frame().header("receipt-id") == "r"
-                frame = _send("/queue/F", "x" * 50, "persistent:true\n")
-                size = len(frame)
-                stream = frame * 40
-                client.send(stream[: size // 2])
-                for start in range(size // 2, len(stream) - size, size):
-                    time.sleep(0.04)  # 40 writes: 1.6 s, three times the frame timeout
-                    client.send(stream[start : start + size])
-                client.send(stream[len(stream) - size // 2 - size % 2 :] + b"DISCONNECT\nreceipt:bye\n\n\x00")
-                assert client.next_frame().header("receipt-id") == "bye"
-            finally:
-                client.close()
-            stats = server.statistics()
-            assert stats["timeouts"] == 0
-            assert stats["native_sends"] >= 30
-    finally:
-        jms.close()
-    again = JMSServer(tmp_path / "home")
-    try:
-        assert again.message_count(Queue("F")) == 41
-    finally:
-        again.close()
+    with _connected(tmp_path / "home", frame_timeout=0.5) as (_, server, client):
+        client.send(_send("/queue/F", "first", "persistent:true\nreceipt:r\n"))
+        assert client.next_frame().header("receipt-id") == "r"
+        frame = _send("/queue/F", "x" * 50, "persistent:true\n")
+        size = len(frame)
+        stream = frame * 40
+        client.send(stream[: size // 2])
+        for start in range(size // 2, len(stream) - size, size):
+            time.sleep(0.04)  # 40 writes: 1.6 s, three times the frame timeout
+            client.send(stream[start : start + size])
+        client.send(stream[len(stream) - size // 2 - size % 2 :] + b"DISCONNECT\nreceipt:bye\n\n\x00")
+        assert client.next_frame().header("receipt-id") == "bye"
+        stats = server.statistics()
+        assert stats["timeouts"] == 0
+        assert stats["native_sends"] >= 30
+    assert _stored_after_restart(tmp_path / "home", "F") == 41
 
 
 def test_a_server_wide_pause_and_its_end_hold_for_the_lane(

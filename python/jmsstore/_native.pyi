@@ -5,6 +5,7 @@ from os import PathLike
 from typing import Any, TypeAlias, final
 
 __version__: str
+STOMP_NOT_PROPERTIES: list[str]
 
 class JmsStoreError(Exception): ...
 class StoreError(JmsStoreError): ...
@@ -19,6 +20,7 @@ class UnknownHandleError(InvalidArgumentError): ...
 class UnsupportedFormatError(StoreError): ...
 
 __all__ = [
+    "STOMP_NOT_PROPERTIES",
     "Account",
     "AckBacklog",
     "CorruptionError",

@@ -39,8 +39,9 @@ use crate::error::{Error, Result};
 /// each name counts, found by a scan of those before it).
 pub const MAX_PLAIN_HEADERS: usize = 32;
 
-/// Headers that are STOMP's or the JMS headers', never properties.
-const NOT_PROPERTIES: [&str; 16] = [
+/// SEND headers that are STOMP's or the JMS headers', never properties
+/// (the server's Python mapping reads this list too).
+pub const NOT_PROPERTIES: [&str; 16] = [
     "destination",
     "content-length",
     "content-type",

@@ -69,6 +69,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(codec::decompress, m)?)?;
     m.add_function(wrap_pyfunction!(codec::codecs, m)?)?;
     m.add_function(wrap_pyfunction!(codec::raw_write_limit, m)?)?;
+    m.add("STOMP_NOT_PROPERTIES", jmsstore_core::stomp_send::NOT_PROPERTIES.to_vec())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -54,6 +54,7 @@ import contextlib
 import re
 from dataclasses import dataclass
 
+from jmsstore._native import STOMP_NOT_PROPERTIES
 from jmsstore.errors import InvalidArgumentError, JmsStoreError
 from jmsstore.jms.destination import Destination, Queue, TemporaryQueue, Topic
 from jmsstore.jms.message import (
@@ -131,27 +132,9 @@ _PREFIXES: dict[str, type[Destination]] = {
     REMOTE_TEMP_QUEUE: TemporaryQueue,
 }
 
-# SEND headers that are STOMP's or JMS headers, never properties.
-_NOT_PROPERTIES = frozenset(
-    {
-        "destination",
-        "content-length",
-        "content-type",
-        "receipt",
-        "transaction",
-        "persistent",
-        "priority",
-        "expires",
-        "type",
-        "correlation-id",
-        "reply-to",
-        "message-id",
-        "timestamp",
-        "redelivered",
-        "subscription",
-        "ack",
-    }
-)
+# SEND headers that are STOMP's or JMS headers, never properties (one list,
+# the core's: its native sends map a SEND as this module does).
+_NOT_PROPERTIES = frozenset(STOMP_NOT_PROPERTIES)
 
 
 def parse_destination(text: str | None, *, temporary: bool = False) -> Destination:
