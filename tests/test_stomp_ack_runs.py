@@ -4,6 +4,11 @@ effect, counts and errors as one by one."""
 
 from __future__ import annotations
 
+import pytest
+from jmsstore._native import AckBacklog
+from jmsstore.broker.port import ServerPort
+from jmsstore.client.port import Delivery
+from jmsstore.errors import JmsStoreError
 from jmsstore.net import StompServer
 from jmsstore.net.stomp.frames import Frame
 from stomp_helpers import WAIT, RawClient
@@ -71,3 +76,38 @@ def test_a_run_of_cumulative_acks_settles_up_to_the_last(served: StompServer) ->
         client.close()
     assert served.statistics()["frames_in"]["ACK"] == 2
     assert _remaining(served, "C", 1) == [(b"5", "true")]
+
+
+def test_a_stretch_whose_acknowledgement_fails_leaves_the_frames_after_it_unhandled(
+    served: StompServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The store refuses the acknowledgements of queue X (as a failed lazy flush would).
+    acknowledge = ServerPort.acknowledge_lazily
+
+    def refusing(self: ServerPort, deliveries: list[Delivery], backlog: AckBacklog, flush_at: int) -> None:
+        if any(d.port.destination.name == "X" for d in deliveries):
+            raise JmsStoreError("the store refused")
+        acknowledge(self, deliveries, backlog, flush_at)
+
+    monkeypatch.setattr(ServerPort, "acknowledge_lazily", refusing)
+    _fill(served, "X", 2)
+    _fill(served, "B", 3)
+    client = RawClient(served.address, timeout=WAIT)
+    try:
+        client.connect()
+        client.send(b"SUBSCRIBE\nid:x\ndestination:/queue/X\nack:client-individual\n\n\x00")
+        xs = [client.next_frame() for _ in range(2)]
+        client.send(b"SUBSCRIBE\nid:b\ndestination:/queue/B\nack:client-individual\n\n\x00")
+        bs = [client.next_frame() for _ in range(3)]
+        assert [m.body for m in xs + bs] == [b"0", b"1", b"0", b"1", b"2"]
+        client.send(_ack(bs[0]) + _ack(xs[0]) + _ack(bs[1]))
+        frames = [client.next_frame()]
+        while frames[-1].command != "ERROR":
+            frames.append(client.next_frame())  # X's message may come back first
+        assert frames[-1].header("message") == "JmsStoreError: the store refused"
+        assert client.closed_by_server()
+    finally:
+        client.close()
+    assert served.statistics()["frames_in"]["ACK"] == 2  # B's first, and X's refused; not B's second
+    # B's first acknowledged; its second and third back, flagged redelivered, with the connection.
+    assert _remaining(served, "B", 2) == [(b"1", "true"), (b"2", "true")]

@@ -1059,43 +1059,82 @@ class StompConnection:
         """Handles the run of ACK frames from ``start`` that have neither a
         receipt nor a transaction (a client acknowledging message by
         message, as most do) as their handler would one by one, with one
-        acknowledgement per subscription; how many it handled (0: fewer than
-        two such, for the handler), or -1 when one was refused (an ERROR
-        frame was sent, as the handler would, after those before it)."""
+        acknowledgement per stretch of frames for one subscription; how
+        many it handled (0: fewer than two such, for the handler), or -1
+        when one was refused (an ERROR frame was sent, as the handler would,
+        after those before it took effect). A stretch whose
+        acknowledgement fails is refused at its first frame, and its
+        messages are back, flagged redelivered."""
         end = start
         while end < len(frames) and frames[end].command == Command.ACK and _plain_ack(frames[end]):
             end += 1
         if end - start < 2 or not self._connected:
             return 0
-        settled: dict[Subscription, list[Delivery]] = {}
-        refused: tuple[Exception, Frame] | None = None
+        # Counted before the lock, as the handler counts a frame: if the
+        # connection closes meanwhile, its counts are retired with this one in.
+        self._frames.frame_in(Command.ACK)
+        counted = 1  # frames of the run counted so far
         with self._frame_lock:
             if self._closed:
                 return -1
+            stretch: _AckStretch | None = None
+            refused: tuple[Exception, Frame] | None = None
+            handled = 0  # frames of the run handled (acknowledged, or refused)
+            stretch_failed = False
             for frame in frames[start:end]:
-                self._frames.frame_in(Command.ACK)
                 try:
-                    subscription, deliveries = self._settled_by_id(frame.header("id"))
+                    subscription, ack = self._subscription_of(frame.header("id"))
+                    # The stretch before ends first: if it fails, this frame is not handled.
+                    if stretch is not None and stretch.subscription is not subscription:
+                        failure = self._acknowledge_stretch(stretch)
+                        if failure is not None:
+                            handled, refused, stretch, stretch_failed = handled + 1, failure, None, True
+                            break
+                        handled, stretch = handled + stretch.frames, None
+                    deliveries = subscription.take(ack)
                 except ProtocolError as e:
                     refused = (e, frame)
                     break
-                settled.setdefault(subscription, []).extend(deliveries)
-            try:
-                for subscription, deliveries in settled.items():
-                    subscription.acknowledge(deliveries, durable=False)
-            except JmsStoreError as e:
-                refused = refused or (e, frames[start])
-        if refused is None:
-            return end - start
-        error, frame = refused
-        self._wait_for_receipts(self._settings.write_timeout)
-        self._error(str(error) if isinstance(error, ProtocolError) else f"{type(error).__name__}: {error}", frame)
-        return -1
+                if stretch is None:
+                    stretch = _AckStretch(subscription, frame)
+                stretch.deliveries.extend(deliveries)
+                stretch.frames += 1
+            if stretch is not None:  # the last stretch, or the one before the refused frame
+                failure = self._acknowledge_stretch(stretch)
+                if failure is not None:
+                    handled, refused, stretch_failed = handled + 1, failure, True  # it came first
+                else:
+                    handled += stretch.frames
+            if refused is not None and not stretch_failed:
+                handled += 1  # the frame whose id was refused
+            if handled > counted:
+                self._frames.frame_in(Command.ACK, handled - counted)
+            if refused is None:
+                return end - start
+            error, frame = refused
+            self._wait_for_receipts(self._settings.write_timeout)
+            self._error(str(error) if isinstance(error, ProtocolError) else f"{type(error).__name__}: {error}", frame)
+            return -1
+
+    def _acknowledge_stretch(self, stretch: _AckStretch) -> tuple[Exception, Frame] | None:
+        """Acknowledges what a stretch of ACK frames settled; if that fails,
+        the error with the stretch's first frame, where the handler would
+        have stopped (its messages are back, flagged redelivered)."""
+        try:
+            stretch.subscription.acknowledge(stretch.deliveries, durable=False)
+        except JmsStoreError as e:
+            return (e, stretch.first)
+        return None
 
     def _settled(self, headers: dict[str, str]) -> tuple[Subscription, list[Delivery]]:
         return self._settled_by_id(headers.get("id"))
 
     def _settled_by_id(self, ack: str | None) -> tuple[Subscription, list[Delivery]]:
+        subscription, ack_id = self._subscription_of(ack)
+        return subscription, subscription.take(ack_id)
+
+    def _subscription_of(self, ack: str | None) -> tuple[Subscription, str]:
+        """The subscription whose MESSAGE frame had ack id ``ack``, and the id."""
         if ack is None:
             raise ProtocolError("ACK and NACK need an id header (the ack header of the MESSAGE)")
         serial, _, _ = ack.partition(".")
@@ -1104,7 +1143,7 @@ class StompConnection:
         subscription = self._by_serial.get(int(serial)) if known else None
         if subscription is None:
             raise ProtocolError(f"no message awaits acknowledgement with id {ack[:60]!r}")
-        return subscription, subscription.take(ack)
+        return subscription, ack
 
     def _on_ack(self, frame: Frame, headers: dict[str, str]) -> bool:
         # As ActiveMQ's KahaDB: an ACK is forced to disk before the server goes
@@ -1273,6 +1312,16 @@ class StompConnection:
 
     def describe(self) -> dict[str, Any]:
         return {"peer": self.peer, "session": self.session, "client_id": self.client_id}
+
+
+@dataclass(slots=True)
+class _AckStretch:
+    """Consecutive plain ACK frames for one subscription: what they settled."""
+
+    subscription: Subscription
+    first: Frame
+    deliveries: list[Delivery] = field(default_factory=list)
+    frames: int = 0
 
 
 def _plain_ack(frame: Frame) -> bool:
