@@ -277,7 +277,9 @@ class StompServer:
         ``connect_timeout``, ``frame_timeout`` or ``idle_timeout``),
         ``logins_failed``,
         ``subscriptions`` (open now), ``buffered_bytes`` (of incomplete
-        frames, now), and ``frames_in`` / ``frames_out`` by command."""
+        frames, now), ``frames_in`` / ``frames_out`` by command, and
+        ``native_sends`` (the SEND frames among ``frames_in`` that the broker
+        core took without Python: see ``StompSettings.native_sends``)."""
         return self.stats.snapshot(self.subscription_slots.used, self.buffers.used)
 
 
