@@ -4,6 +4,9 @@ effect, counts and errors as one by one."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import pytest
 from jmsstore._native import AckBacklog
 from jmsstore.broker.port import ServerPort
@@ -14,15 +17,21 @@ from jmsstore.net.stomp.frames import Frame
 from stomp_helpers import WAIT, RawClient
 
 
-def _fill(server: StompServer, queue: str, count: int) -> None:
-    producer = RawClient(server.address, timeout=WAIT)
+@contextlib.contextmanager
+def _connected(server: StompServer) -> Iterator[RawClient]:
+    client = RawClient(server.address, timeout=WAIT)
     try:
-        producer.connect()
+        client.connect()
+        yield client
+    finally:
+        client.close()
+
+
+def _fill(server: StompServer, queue: str, count: int) -> None:
+    with _connected(server) as producer:
         producer.send(b"".join(f"SEND\ndestination:/queue/{queue}\n\n{i}\x00".encode() for i in range(count)))
         producer.send(b"DISCONNECT\nreceipt:bye\n\n\x00")
         assert producer.next_frame().header("receipt-id") == "bye"
-    finally:
-        producer.close()
 
 
 def _subscribe(client: RawClient, queue: str, mode: str, count: int) -> list[Frame]:
@@ -37,19 +46,13 @@ def _ack(message: Frame) -> bytes:
 
 
 def _remaining(server: StompServer, queue: str, count: int) -> list[tuple[bytes, str | None]]:
-    client = RawClient(server.address, timeout=WAIT)
-    try:
-        client.connect()
+    with _connected(server) as client:
         return [(m.body, m.header("redelivered")) for m in _subscribe(client, queue, "auto", count)]
-    finally:
-        client.close()
 
 
 def test_a_run_of_acks_settles_each_and_one_refused_ends_it_after_those_before(served: StompServer) -> None:
     _fill(served, "I", 6)
-    client = RawClient(served.address, timeout=WAIT)
-    try:
-        client.connect()
+    with _connected(served) as client:
         messages = _subscribe(client, "I", "client-individual", 6)
         bad = b"ACK\nid:999.1\n\n\x00"
         client.send(_ack(messages[0]) + _ack(messages[2]) + _ack(messages[1]) + bad + _ack(messages[3]))
@@ -57,8 +60,6 @@ def test_a_run_of_acks_settles_each_and_one_refused_ends_it_after_those_before(s
         assert error.command == "ERROR"
         assert "no message awaits acknowledgement" in (error.header("message") or "")
         assert client.closed_by_server()
-    finally:
-        client.close()
     assert served.statistics()["frames_in"]["ACK"] == 4  # the one after the refused one was not handled
     # 0-2 acknowledged; 3-5 back, flagged redelivered, when the connection closed.
     assert _remaining(served, "I", 3) == [(b"3", "true"), (b"4", "true"), (b"5", "true")]
@@ -66,14 +67,10 @@ def test_a_run_of_acks_settles_each_and_one_refused_ends_it_after_those_before(s
 
 def test_a_run_of_cumulative_acks_settles_up_to_the_last(served: StompServer) -> None:
     _fill(served, "C", 6)
-    client = RawClient(served.address, timeout=WAIT)
-    try:
-        client.connect()
+    with _connected(served) as client:
         messages = _subscribe(client, "C", "client", 6)
         client.send(_ack(messages[1]) + _ack(messages[4]) + b"DISCONNECT\nreceipt:bye\n\n\x00")
         assert client.next_frame().header("receipt-id") == "bye"
-    finally:
-        client.close()
     assert served.statistics()["frames_in"]["ACK"] == 2
     assert _remaining(served, "C", 1) == [(b"5", "true")]
 
@@ -92,9 +89,7 @@ def test_a_stretch_whose_acknowledgement_fails_leaves_the_frames_after_it_unhand
     monkeypatch.setattr(ServerPort, "acknowledge_lazily", refusing)
     _fill(served, "X", 2)
     _fill(served, "B", 3)
-    client = RawClient(served.address, timeout=WAIT)
-    try:
-        client.connect()
+    with _connected(served) as client:
         client.send(b"SUBSCRIBE\nid:x\ndestination:/queue/X\nack:client-individual\n\n\x00")
         xs = [client.next_frame() for _ in range(2)]
         client.send(b"SUBSCRIBE\nid:b\ndestination:/queue/B\nack:client-individual\n\n\x00")
@@ -106,8 +101,6 @@ def test_a_stretch_whose_acknowledgement_fails_leaves_the_frames_after_it_unhand
             frames.append(client.next_frame())  # X's message may come back first
         assert frames[-1].header("message") == "JmsStoreError: the store refused"
         assert client.closed_by_server()
-    finally:
-        client.close()
     assert served.statistics()["frames_in"]["ACK"] == 2  # B's first, and X's refused; not B's second
     # B's first acknowledged; its second and third back, flagged redelivered, with the connection.
     assert _remaining(served, "B", 2) == [(b"1", "true"), (b"2", "true")]

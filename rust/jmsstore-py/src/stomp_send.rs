@@ -87,11 +87,6 @@ impl NativeSendLane {
         self.lane.forget(text);
     }
 
-    /// Whether sends to `text` go this way.
-    fn allows(&self, text: &str) -> bool {
-        self.lane.allows(text)
-    }
-
     /// No more sends this way.
     fn close(&self) {
         self.lane.close();
@@ -100,18 +95,6 @@ impl NativeSendLane {
     /// The first send that failed (an exception), once; None.
     fn take_failure(&self) -> Option<PyErr> {
         self.lane.take_failure().map(|e| to_pyerr(&e))
-    }
-
-    /// Sends not yet durable.
-    #[getter]
-    fn pending(&self) -> u64 {
-        self.lane.pending()
-    }
-
-    /// SEND frames sent this way.
-    #[getter]
-    fn sent(&self) -> u64 {
-        self.lane.sent()
     }
 
     /// Waits (without the GIL) until every send is durable or failed, at

@@ -1127,11 +1127,8 @@ class StompConnection:
         return None
 
     def _settled(self, headers: dict[str, str]) -> tuple[Subscription, list[Delivery]]:
-        return self._settled_by_id(headers.get("id"))
-
-    def _settled_by_id(self, ack: str | None) -> tuple[Subscription, list[Delivery]]:
-        subscription, ack_id = self._subscription_of(ack)
-        return subscription, subscription.take(ack_id)
+        subscription, ack = self._subscription_of(headers.get("id"))
+        return subscription, subscription.take(ack)
 
     def _subscription_of(self, ack: str | None) -> tuple[Subscription, str]:
         """The subscription whose MESSAGE frame had ack id ``ack``, and the id."""
