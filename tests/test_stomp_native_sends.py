@@ -221,9 +221,12 @@ def test_a_pause_sends_the_frames_back_to_the_python_path(
     assert jms.message_count(Queue("P")) == 0
 
 
-def test_a_send_to_a_deleted_destination_is_refused_not_lost(
+def test_a_destination_deleted_while_sent_to_is_made_again_by_the_next_send(
     endpoint: tuple[JMSServer, StompServer], client: RawClient
 ) -> None:
+    """ActiveMQ's auto-creation: a queue an administrator deletes while a
+    client sends to it comes back with the client's next send, whichever
+    path that send would have taken."""
     jms, server = endpoint
     client.send(_send("/queue/D", "one", "receipt:r1\n"))  # the Python path: then the lane may take the queue
     assert client.next_frame().header("receipt-id") == "r1"
@@ -233,11 +236,36 @@ def test_a_send_to_a_deleted_destination_is_refused_not_lost(
     assert server.statistics()["native_sends"] == 1
     assert jms.message_count(Queue("D")) == 3
     jms.delete_destination(Queue("D"))
-    client.send(_send("/queue/D", "after"))
-    error = client.next_frame()
-    assert error.command == "ERROR"
-    assert "deleted" in (error.header("message") or "")
-    assert server.statistics()["native_sends"] == 1
+    client.send(_send("/queue/D", "after"))  # declined by the lane (deleted), made again by the Python path
+    client.send(_send("/queue/D", "later"))  # the lane's again, to the new queue
+    client.send(_send("/queue/D", "last", "receipt:r3\n"))
+    assert client.next_frame().header("receipt-id") == "r3"
+    assert jms.message_count(Queue("D")) == 3
+    assert server.statistics()["native_sends"] == 2
+    client.send(b"SUBSCRIBE\nid:s\ndestination:/queue/D\n\n\x00")
+    assert [f.body for f in _messages(client, 3)] == [b"after", b"later", b"last"]
+
+
+def test_a_deleted_destination_is_refused_without_auto_create(tmp_path: Path) -> None:
+    jms = JMSServer(tmp_path / "home")
+    try:
+        jms.create_queue("D")
+        with serve(jms, port=0, auto_create=False) as server:
+            client = RawClient(server.address, timeout=WAIT)
+            try:
+                client.connect()
+                client.send(_send("/queue/D", "one", "receipt:r1\n"))
+                assert client.next_frame().header("receipt-id") == "r1"
+                jms.delete_destination(Queue("D"))
+                client.send(_send("/queue/D", "two"))
+                error = client.next_frame()
+                assert error.command == "ERROR"
+                assert "/queue/D does not exist" in (error.header("message") or "")
+                assert Queue("D") not in jms.destinations()
+            finally:
+                client.close()
+    finally:
+        jms.close()
 
 
 @contextlib.contextmanager

@@ -120,7 +120,6 @@ class StompServer:
         self._accepting: threading.Thread | None = None
         self._lock = threading.Lock()
         self._connections: set[StompConnection] = set()
-        self._known: set[Destination] = set()
         self._create_lock = threading.Lock()  # checking and creating a destination a client names
         self._auto_created = 0  # destinations created because a client named them
         self._closed = False
@@ -241,32 +240,32 @@ class StompServer:
     def ensure_destination(self, destination: Destination) -> None:
         """Creates ``destination`` on first use when ``auto_create`` is on
         (ActiveMQ's behaviour), up to ``max_auto_created_destinations``; else
-        ``ProtocolError`` unless it exists."""
-        if destination in self._known:
+        ``ProtocolError`` unless it exists. Looked up every time (a
+        dictionary lookup): a destination deleted while clients use it is
+        made again by the next one naming it, as ActiveMQ does."""
+        try:
+            self.port.check_destination(destination)
             return
-        if self.settings.auto_create:
-            with self._create_lock:
-                try:
-                    self.port.check_destination(destination)
-                except InvalidDestinationError:
-                    limit = self.settings.max_auto_created_destinations
-                    if self._auto_created >= limit:
-                        raise ProtocolError(
-                            f"destination {destination_name(destination)} does not exist, and the server's clients "
-                            f"have created max_auto_created_destinations ({limit}) destinations already"
-                        ) from None
-                    if isinstance(destination, Topic):
-                        self._broker.create_topic(destination.name)
-                    else:
-                        self._broker.create_queue(destination.name)
-                    self._auto_created += 1
-        else:
+        except InvalidDestinationError:
+            if not self.settings.auto_create:
+                raise ProtocolError(f"destination {destination_name(destination)} does not exist") from None
+        with self._create_lock:
             try:
                 self.port.check_destination(destination)
+                return  # made by another connection meanwhile
             except InvalidDestinationError:
-                raise ProtocolError(f"destination {destination_name(destination)} does not exist") from None
-        with self._lock:
-            self._known.add(destination)
+                pass
+            limit = self.settings.max_auto_created_destinations
+            if self._auto_created >= limit:
+                raise ProtocolError(
+                    f"destination {destination_name(destination)} does not exist, and the server's clients "
+                    f"have created max_auto_created_destinations ({limit}) destinations already"
+                ) from None
+            if isinstance(destination, Topic):
+                self._broker.create_topic(destination.name)
+            else:
+                self._broker.create_queue(destination.name)
+            self._auto_created += 1
 
     # ------------------------------------------------------------ statistics
 
