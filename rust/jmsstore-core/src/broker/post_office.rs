@@ -388,6 +388,16 @@ impl Broker {
         let mut first_error = None;
         let mut visible = 0usize;
         for (r, handle) in routes.iter().zip(handles) {
+            if r.target.is_deleted() {
+                // Deleted since this copy was stored: the deletion's sweep of
+                // the store may have missed it (it began before the copy was
+                // durable), so it goes here, or a queue of that name would
+                // find it after a restart.
+                if let Some(handle) = handle {
+                    self.forget_stored(*handle);
+                }
+                continue;
+            }
             match self.pager.add_shared(r.target.pager_id(), &header.new_message(*handle), body.clone()) {
                 Ok(_) => {
                     visible += 1;
@@ -414,6 +424,15 @@ impl Broker {
             Some(e) if visible == 0 => Err(e),
             _ => Ok(()),
         }
+    }
+
+    /// Deletes a stored copy that will never be delivered, with the
+    /// delivery record its send wrote for it, if any.
+    pub(crate) fn forget_stored(&self, handle: u64) {
+        if let Some(record) = self.deliveries.forget_birth(handle) {
+            self.delete_lazily(record);
+        }
+        self.delete_lazily(handle);
     }
 
     /// Deletes `handle` in a lazy batch of its own, if it is still there
@@ -693,6 +712,36 @@ mod tests {
         assert!(f.stored(&kept).is_empty());
         assert!(f.records().is_empty());
         assert_eq!(counts(f.server()), (0, 0));
+    }
+
+    #[test]
+    fn sends_racing_the_deletion_of_their_queue_leave_nothing_stored() {
+        // The deletion sweeps the store once; a copy made durable after the
+        // sweep began is the send's to delete (else a queue of that name
+        // would find it after a restart).
+        let f = Fixture::new();
+        for round in 0..40 {
+            let name = format!("q{round}");
+            let q = f.queue(&name);
+            let started = Flag::new();
+            std::thread::scope(|scope| {
+                let sender = scope.spawn(|| {
+                    for id in 1..=200 {
+                        let (routes, body, header) = f.admitted(&q.destination, &Message::new(id));
+                        let _ = f.broker.send(&q.destination, &routes, body, &header, id % 2 == 0);
+                        if id == 20 {
+                            started.set();
+                        }
+                    }
+                });
+                started.wait(None);
+                f.broker.remove_destination(&name);
+                f.broker.drop_target(&q.target).unwrap();
+                sender.join().unwrap();
+            });
+            f.store().flush().unwrap();
+            assert!(f.stored(&q.target).is_empty(), "round {round}: a message of the deleted queue stayed stored");
+        }
     }
 
     #[test]

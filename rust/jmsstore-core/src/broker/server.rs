@@ -299,7 +299,12 @@ impl Broker {
                 if handles.is_empty() {
                     break;
                 }
-                self.delete_stored(&handles)?;
+                match self.delete_stored(&handles) {
+                    // A send that stored a copy as the deletion began deletes
+                    // it itself (see `deliver`): look again.
+                    Ok(()) | Err(Error::UnknownHandle(_)) => {}
+                    Err(e) => return Err(e),
+                }
             }
         }
         match self.pager.delete_destination(target.pager_id()) {

@@ -108,6 +108,12 @@ impl Broker {
         let mut first_error = None;
         for (s, handles) in sends.iter().zip(&written) {
             s.unpend();
+            // Copies of targets deleted since they were written: see `deliver`.
+            for (r, handle) in s.routes.iter().zip(handles) {
+                if let (true, Some(handle)) = (r.target.is_deleted(), handle) {
+                    self.forget_stored(*handle);
+                }
+            }
             let live: Vec<Route> = s.routes.iter().filter(|r| !r.target.is_deleted()).cloned().collect();
             let handles: Vec<Option<u64>> =
                 s.routes.iter().zip(handles).filter(|(r, _)| !r.target.is_deleted()).map(|(_, h)| *h).collect();
@@ -195,6 +201,28 @@ mod tests {
         f.broker.release(&acks, true, NOW).unwrap();
         assert_eq!(f.headers(&source.target)[0].redelivery_count, 1);
         assert_eq!(source.target.pending.messages(), 0);
+    }
+
+    #[test]
+    fn a_commit_racing_the_deletion_of_its_destination_leaves_nothing_stored() {
+        // Whichever comes first, a deleted queue keeps no message in the
+        // store: one left there would come back in a queue of that name.
+        let f = Fixture::new();
+        for round in 0..300 {
+            let name = format!("q{round}");
+            let q = f.queue(&name);
+            let sends = [staged(&f, &q.destination, &Message::new(round + 1))];
+            std::thread::scope(|scope| {
+                let deleter = scope.spawn(|| {
+                    f.broker.remove_destination(&name);
+                    f.broker.drop_target(&q.target).unwrap();
+                });
+                let _ = f.broker.commit(&sends, &[]);
+                deleter.join().unwrap();
+            });
+            f.store().flush().unwrap();
+            assert!(f.stored(&q.target).is_empty(), "round {round}: a message of the deleted queue stayed stored");
+        }
     }
 
     #[test]
