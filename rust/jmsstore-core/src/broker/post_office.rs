@@ -76,16 +76,16 @@ impl Broker {
     /// made is charged nothing: a dropped target's counts went with it
     /// (see [`Broker::uncharge`]), and nothing would count this copy out.
     pub fn admit(&self, destination: &Destination, routes: &[Route], size: i64, persistent: bool) -> Admission {
-        let live = routes.iter().filter(|r| !r.target.is_deleted());
-        let copies = live.clone().count() as i64;
+        // Looked at once: a target deleted meanwhile must not change the count half way.
+        let live: Vec<&Arc<Target>> = routes.iter().map(|r| &r.target).filter(|t| !t.is_deleted()).collect();
+        let copies = live.len() as i64;
         if copies == 0 {
             return Admission::Admitted;
         }
         let (quota, preemptive) = destination.quota();
         let total = copies * size;
         if !self.system_limited() {
-            if copies == 1 {
-                let target = &live.clone().next().expect("one live route").target;
+            if let [target] = live.as_slice() {
                 return match ledger::charge(&quota, &destination.gauge, &self.server, &target.held, 1, size, preemptive)
                 {
                     true => Admission::Admitted,
@@ -110,8 +110,8 @@ impl Broker {
             }
         }
         destination.gauge.add(copies, total);
-        for r in live {
-            r.target.held.add(1, size);
+        for target in live {
+            target.held.add(1, size);
         }
         Admission::Admitted
     }
@@ -122,8 +122,8 @@ impl Broker {
     /// every route's counts. The room taken for a route whose target was
     /// deleted meanwhile goes back (see [`Broker::admit`]).
     pub fn admitted_after_wait(&self, destination: &Destination, routes: &[Route], size: i64, server_counted: bool) {
-        let live = routes.iter().filter(|r| !r.target.is_deleted());
-        let copies = live.clone().count() as i64;
+        let live: Vec<&Arc<Target>> = routes.iter().map(|r| &r.target).filter(|t| !t.is_deleted()).collect();
+        let copies = live.len() as i64;
         let gone = routes.len() as i64 - copies;
         if gone > 0 {
             destination.quota().0.sub(gone, gone * size);
@@ -136,8 +136,8 @@ impl Broker {
             self.server.add(copies, total);
         }
         destination.gauge.add(copies, total);
-        for r in live {
-            r.target.held.add(1, size);
+        for target in live {
+            target.held.add(1, size);
         }
     }
 

@@ -23,16 +23,23 @@
 //!
 //! It also carries what a clean close knew (see [`CleanClose`]): a cut
 //! that drops whole records at the end of the last segment leaves nothing
-//! in the segment itself to notice it by.
+//! in the segment itself to notice it by. And where each sealed journal
+//! segment ends (`ends`), recorded in the rewrite that lists the next one:
+//! that segment's header says so too, but compaction may remove it, and
+//! then a cut at a record boundary of the sealed one would pass for its end.
 //!
 //! Format (little-endian): magic `JMSCATL1` (8), store id (16), highest
 //! segment number covered (8), count (4), that many segment numbers (8
 //! each, ascending), CRC-32C of everything before it (4). Magic `JMSCATL2`
 //! (written only when there is a clean close to record; older builds refuse
 //! it) adds, before the CRC, the clean close's segment number, next
-//! sequence number and next handle (8 each).
+//! sequence number and next handle (8 each). Magic `JMSCATL3` (written only
+//! when there are segment ends to record; older builds refuse it) has,
+//! after the segment numbers: the count of clean closes (4, 0 or 1), that
+//! close (24), the count of segment ends (4), each a segment number and the
+//! sequence number after its last record (8 + 8), ascending.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
@@ -44,6 +51,7 @@ pub const CATALOG_FILE: &str = "segments.catalog";
 pub const CATALOG_SCRATCH_FILE: &str = "segments.catalog.tmp";
 const MAGIC: &[u8; 8] = b"JMSCATL1";
 const MAGIC_WITH_CLOSE: &[u8; 8] = b"JMSCATL2";
+const MAGIC_WITH_ENDS: &[u8; 8] = b"JMSCATL3";
 const FIXED_LEN: usize = 8 + 16 + 8 + 4 + 4;
 const CLOSE_LEN: usize = 8 * 3;
 /// A sanity bound on the count, so a damaged count cannot allocate much.
@@ -60,6 +68,9 @@ pub struct Catalog {
     pub segments: BTreeSet<u64>,
     /// The last clean close, while its segment is listed.
     pub closed: Option<CleanClose>,
+    /// Sealed journal segments (listed): the sequence number after the last
+    /// record of each, as the writer knew it when it began the next one.
+    pub ends: BTreeMap<u64, u64>,
 }
 
 /// What a clean close knew about the end of the journal: segment `segment`
@@ -91,24 +102,39 @@ pub enum Found {
 impl Catalog {
     /// An empty catalog for `store_id`.
     pub fn new(store_id: [u8; 16]) -> Catalog {
-        Catalog { store_id, highest: 0, segments: BTreeSet::new(), closed: None }
+        Catalog { store_id, highest: 0, segments: BTreeSet::new(), closed: None, ends: BTreeMap::new() }
     }
 
     /// Serializes the catalog.
     pub fn encode(&self) -> Vec<u8> {
-        let mut bytes = Vec::with_capacity(FIXED_LEN + CLOSE_LEN + 8 * self.segments.len());
-        // The old format unless there is something to add: older builds
-        // still read the catalog of a store this build has not closed.
-        bytes.extend_from_slice(if self.closed.is_some() { MAGIC_WITH_CLOSE } else { MAGIC });
+        let mut bytes = Vec::with_capacity(FIXED_LEN + CLOSE_LEN + 8 * self.segments.len() + 16 * self.ends.len() + 8);
+        // The oldest format that holds it all: older builds still read the
+        // catalog of a store this build has not closed, or not rolled over.
+        let magic = match (self.ends.is_empty(), self.closed.is_some()) {
+            (false, _) => MAGIC_WITH_ENDS,
+            (true, true) => MAGIC_WITH_CLOSE,
+            (true, false) => MAGIC,
+        };
+        bytes.extend_from_slice(magic);
         bytes.extend_from_slice(&self.store_id);
         bytes.extend_from_slice(&self.highest.to_le_bytes());
         bytes.extend_from_slice(&(self.segments.len() as u32).to_le_bytes());
         for number in &self.segments {
             bytes.extend_from_slice(&number.to_le_bytes());
         }
+        if magic == MAGIC_WITH_ENDS {
+            bytes.extend_from_slice(&u32::from(self.closed.is_some()).to_le_bytes());
+        }
         if let Some(c) = &self.closed {
             for field in [c.segment, c.next_sequence, c.next_handle] {
                 bytes.extend_from_slice(&field.to_le_bytes());
+            }
+        }
+        if magic == MAGIC_WITH_ENDS {
+            bytes.extend_from_slice(&(self.ends.len() as u32).to_le_bytes());
+            for (number, end) in &self.ends {
+                bytes.extend_from_slice(&number.to_le_bytes());
+                bytes.extend_from_slice(&end.to_le_bytes());
             }
         }
         let crc = crc32c::crc32c(&bytes);
@@ -118,32 +144,69 @@ impl Catalog {
 
     /// Parses and verifies a catalog; the error says what is wrong.
     pub fn decode(bytes: &[u8]) -> std::result::Result<Catalog, String> {
-        let with_close = bytes.len() >= 8 && &bytes[..8] == MAGIC_WITH_CLOSE;
-        if bytes.len() < FIXED_LEN || (&bytes[..8] != MAGIC && !with_close) {
+        let magic = bytes.get(..8).unwrap_or_default();
+        let (with_close, with_ends) = (magic == MAGIC_WITH_CLOSE, magic == MAGIC_WITH_ENDS);
+        if bytes.len() < FIXED_LEN || (magic != MAGIC && !with_close && !with_ends) {
             return Err("not a segment catalog (bad magic or too short)".into());
-        }
-        let count = u32::from_le_bytes(bytes[32..36].try_into().expect("4 bytes")) as usize;
-        let extra = if with_close { CLOSE_LEN } else { 0 };
-        if count > MAX_SEGMENTS || bytes.len() != FIXED_LEN + extra + 8 * count {
-            return Err(format!("catalog of {} bytes does not match its count of {count} segments", bytes.len()));
         }
         let (body, crc) = bytes.split_at(bytes.len() - 4);
         if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().expect("4 bytes")) {
             return Err("catalog checksum mismatch".into());
         }
-        let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().expect("8 bytes"));
-        let segments: BTreeSet<u64> = (0..count).map(|i| u64_at(36 + 8 * i)).collect();
-        let highest = u64_at(24);
+        // From here the bytes are what a writer wrote; the lengths are still checked.
+        let u64_at = |o: usize| bytes.get(o..o + 8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+        let u32_at =
+            |o: usize| bytes.get(o..o + 4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize);
+        let short = || format!("catalog of {} bytes is shorter than its counts say", bytes.len());
+        let count = u32_at(32).ok_or_else(short)?;
+        if count > MAX_SEGMENTS {
+            return Err(format!("catalog counts {count} segments, more than a store has"));
+        }
+        let segments: BTreeSet<u64> =
+            (0..count).map(|i| u64_at(36 + 8 * i)).collect::<Option<_>>().ok_or_else(short)?;
+        let highest = u64_at(24).ok_or_else(short)?;
         if segments.len() != count || segments.last().is_some_and(|&n| n > highest) {
             return Err("catalog lists a segment twice or above its highest number".into());
         }
-        let at = 36 + 8 * count;
-        let closed = with_close.then(|| CleanClose {
-            segment: u64_at(at),
-            next_sequence: u64_at(at + 8),
-            next_handle: u64_at(at + 16),
-        });
-        Ok(Catalog { store_id: bytes[8..24].try_into().expect("16 bytes"), highest, segments, closed })
+        let mut at = 36 + 8 * count;
+        let closes = if with_ends {
+            let closes = u32_at(at).ok_or_else(short)?;
+            at += 4;
+            closes
+        } else {
+            usize::from(with_close)
+        };
+        if closes > 1 {
+            return Err(format!("catalog records {closes} clean closes"));
+        }
+        let closed = if closes == 1 {
+            let field = |i: usize| u64_at(at + 8 * i).ok_or_else(short);
+            let close = CleanClose { segment: field(0)?, next_sequence: field(1)?, next_handle: field(2)? };
+            at += CLOSE_LEN;
+            Some(close)
+        } else {
+            None
+        };
+        let mut ends = BTreeMap::new();
+        if with_ends {
+            let count = u32_at(at).ok_or_else(short)?;
+            at += 4;
+            if count > MAX_SEGMENTS {
+                return Err(format!("catalog counts {count} segment ends, more than a store has"));
+            }
+            for i in 0..count {
+                let (number, end) =
+                    (u64_at(at + 16 * i).ok_or_else(short)?, u64_at(at + 16 * i + 8).ok_or_else(short)?);
+                if !segments.contains(&number) || ends.insert(number, end).is_some() {
+                    return Err(format!("catalog records the end of segment {number}, which it does not list once"));
+                }
+            }
+            at += 16 * count;
+        }
+        if at + 4 != bytes.len() {
+            return Err(format!("catalog of {} bytes does not match its counts", bytes.len()));
+        }
+        Ok(Catalog { store_id: bytes[8..24].try_into().expect("16 bytes"), highest, segments, closed, ends })
     }
 
     /// Lists a segment whose file is durably in place.
@@ -155,6 +218,7 @@ impl Catalog {
     /// Unlists a segment (before its file is removed).
     pub fn remove(&mut self, number: u64) {
         self.segments.remove(&number);
+        self.ends.remove(&number);
         if self.closed.is_some_and(|c| c.segment == number) {
             self.closed = None;
         }
@@ -221,6 +285,11 @@ mod tests {
         Catalog { closed: Some(CleanClose { segment: 9, next_sequence: 700, next_handle: 300 }), ..sample() }
     }
 
+    fn ended_sample(closed: bool) -> Catalog {
+        let base = if closed { closed_sample() } else { sample() };
+        Catalog { ends: BTreeMap::from([(1, 40)]), ..base }
+    }
+
     #[test]
     fn a_catalog_survives_encoding() {
         let c = sample();
@@ -230,6 +299,27 @@ mod tests {
         let c = closed_sample();
         assert_eq!(&c.encode()[..8], MAGIC_WITH_CLOSE);
         assert_eq!(Catalog::decode(&c.encode()), Ok(c));
+        for closed in [false, true] {
+            let c = ended_sample(closed);
+            assert_eq!(&c.encode()[..8], MAGIC_WITH_ENDS);
+            assert_eq!(Catalog::decode(&c.encode()), Ok(c));
+        }
+    }
+
+    #[test]
+    fn unlisting_a_segment_forgets_its_end() {
+        let mut c = ended_sample(false);
+        c.remove(1);
+        assert!(c.ends.is_empty());
+        assert_eq!(&c.encode()[..8], MAGIC, "back to the oldest format");
+    }
+
+    #[test]
+    fn an_end_recorded_for_a_segment_not_listed_is_damage() {
+        let mut c = ended_sample(false);
+        c.ends.insert(4, 50); // 4 is not listed
+        let why = Catalog::decode(&c.encode()).unwrap_err();
+        assert!(why.contains("segment 4"), "{why}");
     }
 
     #[test]
@@ -243,7 +333,9 @@ mod tests {
 
     #[test]
     fn every_damaged_byte_is_detected() {
-        for bytes in [sample().encode(), closed_sample().encode()] {
+        for bytes in
+            [sample().encode(), closed_sample().encode(), ended_sample(false).encode(), ended_sample(true).encode()]
+        {
             for i in 0..bytes.len() {
                 let mut bad = bytes.clone();
                 bad[i] ^= 0x40;

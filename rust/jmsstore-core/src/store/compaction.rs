@@ -540,7 +540,7 @@ fn compact_step(
     // The switch: one catalog write lists the copies and unlists the inputs.
     let input_numbers: Vec<u64> = inputs.iter().map(|i| i.number).collect();
     let output_numbers: Vec<u64> = parts.iter().map(|p| p.number).collect();
-    shared.update_catalog(&output_numbers, &input_numbers)?;
+    shared.update_catalog(&output_numbers, &input_numbers, None)?;
     if stop_after == Some(Step::Catalogued) {
         return Ok(false);
     }

@@ -533,13 +533,18 @@ impl Shared {
     }
 
     /// Lists the segments `added` (their files durably in place) and unlists
-    /// `removed` (before their files go), rewriting the catalog. On failure
-    /// the catalog in memory is left as it was on disk.
-    fn update_catalog(&self, added: &[u64], removed: &[u64]) -> Result<()> {
+    /// `removed` (before their files go), rewriting the catalog; `sealed`:
+    /// a journal segment that ends where an added one begins, and the
+    /// sequence number after its last record. On failure the catalog in
+    /// memory is left as it was on disk.
+    fn update_catalog(&self, added: &[u64], removed: &[u64], sealed: Option<(u64, u64)>) -> Result<()> {
         let mut current = lock(&self.catalog);
         let mut next = current.clone();
         for &number in added {
             next.add(number);
+        }
+        if let Some((number, end)) = sealed.filter(|(number, _)| next.segments.contains(number)) {
+            next.ends.insert(number, end);
         }
         for &number in removed {
             next.remove(number);

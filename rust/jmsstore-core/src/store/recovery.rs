@@ -18,8 +18,10 @@
 //!   writer's next: no number between them is gone (a journal segment
 //!   compaction or salvage removed would have held records in between).
 //!   The segment written last must reach what the catalog recorded at the
-//!   last clean close. A segment cut short at a record boundary looks
-//!   complete otherwise; this is damage like any other.
+//!   last clean close, and a sealed one what the catalog recorded when it
+//!   was sealed (which stays when compaction removes the next one). A
+//!   segment cut short at a record boundary looks complete otherwise; this
+//!   is damage like any other.
 //! - Leftovers of an interrupted compaction are finished or removed first.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -658,7 +660,9 @@ pub fn recover(
         next_handle = next_handle.max(c.next_handle);
         next_sequence = next_sequence.max(c.next_sequence);
     }
-    let must_reach = expected_ends(&opened, clean_close);
+    let recorded_ends = found_catalog.as_ref().map(|c| c.ends.clone()).unwrap_or_default();
+    let must_reach = expected_ends(&opened, clean_close, &recorded_ends);
+    let mut reached: HashMap<u64, u64> = HashMap::new(); // per segment scanned: the sequence after its last record
     let mut segments = BTreeMap::new();
     let mut damaged_ranges: BTreeMap<u64, DamagedRanges> = BTreeMap::new();
     let mut reusable_tail = None;
@@ -727,6 +731,7 @@ pub fn recover(
                     }
                 }
                 let missing = missing.map(|(first, end, _)| (first, end));
+                reached.insert(number, scan.reach);
                 report.segments += 1;
                 report.bytes_scanned += scan.len;
                 report.records += scan.records.len() as u64;
@@ -922,6 +927,18 @@ pub fn recover(
         segments: segments.keys().copied().collect(),
         // Still true while its segment is there (records are never removed from one).
         closed: clean_close.filter(|c| segments.contains_key(&c.segment)),
+        // Kept while their segments reach them (salvage reported any that
+        // did not, and what was cut then is gone for good) and stay sealed:
+        // the writer goes on in a reused tail, after its last whole write.
+        ends: recorded_ends
+            .iter()
+            .filter(|(n, end)| {
+                segments.contains_key(n)
+                    && reached.get(n).is_some_and(|r| r >= end)
+                    && reusable_tail.is_none_or(|t| t.segment != **n)
+            })
+            .map(|(&n, &end)| (n, end))
+            .collect(),
     };
     if !read_only && found_catalog.as_ref() != Some(&catalog) {
         catalog::write(fs, dir, &catalog)?;
@@ -952,7 +969,13 @@ pub fn recover(
 /// have been a journal segment that compaction or salvage removed, whose
 /// records came between (compacted segments carry no sequence of their own).
 /// The segment the last clean close names holds at least what it had then.
-fn expected_ends(opened: &[Opened], clean_close: Option<CleanClose>) -> HashMap<u64, (u64, String)> {
+/// The catalog records each sealed journal segment's end as well
+/// (`recorded`), which stays when compaction removes the segment after it.
+fn expected_ends(
+    opened: &[Opened],
+    clean_close: Option<CleanClose>,
+    recorded: &BTreeMap<u64, u64>,
+) -> HashMap<u64, (u64, String)> {
     let compacted: BTreeSet<u64> = opened
         .iter()
         .filter(|o| o.header.as_ref().is_some_and(|h| h.kind == SegmentKind::Compacted))
@@ -968,6 +991,14 @@ fn expected_ends(opened: &[Opened], clean_close: Option<CleanClose>) -> HashMap<
         if compacted.range(n + 1..m).count() as u64 == m - n - 1 {
             let why = format!("segment {m} begins at sequence number {}", next.next_sequence);
             ends.insert(n, (next.next_sequence, why));
+        }
+    }
+    for (n, _) in &journal {
+        if let Some(&end) = recorded.get(n) {
+            if ends.get(n).is_none_or(|(known, _)| end > *known) {
+                let why = format!("the catalog recorded its end at sequence number {end} when segment {n} was sealed");
+                ends.insert(*n, (end, why));
+            }
         }
     }
     if let Some(c) = clean_close {
@@ -1150,6 +1181,39 @@ mod tests {
     #[test]
     fn a_sealed_segment_cut_at_a_record_boundary_is_damage() {
         assert_sealed_cut_is_damage(|ends| ends[1]);
+    }
+
+    #[test]
+    fn a_sealed_segment_cut_after_compaction_removed_the_next_is_damage() {
+        // Segment 2 said where segment 1 ends; compaction removes it once
+        // everything in it is deleted. The catalog still knows.
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let acked = three_segments(dir);
+        let (first, second) = (record_ends(&segment(dir, 1)).len(), record_ends(&segment(dir, 2)).len());
+        let store = Store::open(dir, options(RecoveryMode::Strict)).unwrap();
+        for handle in acked.keys().skip(first).take(second) {
+            store.delete(*handle).unwrap();
+        }
+        store.compact(&mut |_, _| {}).unwrap();
+        store.close().unwrap();
+        assert!(segment(dir, 1).exists() && !segment(dir, 2).exists(), "segment 2 compacted away, 1 kept");
+
+        let ends = record_ends(&segment(dir, 1));
+        truncate(&segment(dir, 1), ends[1]);
+        match Store::open(dir, options(RecoveryMode::Strict)) {
+            Err(Error::Corruption { path, reason, .. }) => {
+                assert_eq!(path, segment(dir, 1));
+                assert!(reason.contains("are missing") && reason.contains("catalog"), "{reason}");
+            }
+            Err(other) => panic!("expected a corruption error, got {other}"),
+            Ok(_) => panic!("a sealed segment cut short opened in strict mode"),
+        }
+        let store = Store::open(dir, options(RecoveryMode::Salvage)).unwrap();
+        let damaged = &store.recovery_report().damaged;
+        assert_eq!(damaged.len(), 1, "{damaged:?}");
+        assert_eq!(damaged[0].missing_sequences.map(|(a, b)| b - a), Some(ends.len() as u64 - 2));
+        store.close().unwrap();
     }
 
     #[test]

@@ -202,7 +202,7 @@ pub(crate) fn start(
 ) -> Result<Threads> {
     let (active, epoch) = match reuse.and_then(|tail| reopen_active(shared, tail).transpose()) {
         Some(active) => (active?, reuse.map_or(epoch, |tail| tail.epoch)),
-        None => (activate(shared, prepare_spare(shared)?, next_sequence, epoch, false)?, epoch),
+        None => (activate(shared, prepare_spare(shared)?, next_sequence, epoch, false, None)?, epoch),
     };
     let group_start = active.offset;
     let writer = Writer {
@@ -344,7 +344,16 @@ fn prepare_spare(shared: &Shared) -> Result<Spare> {
 
 /// Turns a prepared file into the active journal segment. `continues_tx`:
 /// its first record will continue a transaction begun in the current one.
-fn activate(shared: &Shared, spare: Spare, next_sequence: u64, epoch: u64, continues_tx: bool) -> Result<Active> {
+/// `sealing`: the active segment this one follows, whose records this
+/// writer wrote up to `next_sequence` (None when the writer starts).
+fn activate(
+    shared: &Shared,
+    spare: Spare,
+    next_sequence: u64,
+    epoch: u64,
+    continues_tx: bool,
+    sealing: Option<u64>,
+) -> Result<Active> {
     let Spare { path: prep_path, file, recycled } = spare;
     let number = shared.next_segment.fetch_add(1, Ordering::Relaxed);
     let header = SegmentHeader {
@@ -380,8 +389,12 @@ fn activate(shared: &Shared, spare: Spare, next_sequence: u64, epoch: u64, conti
             return Err(e);
         }
     };
-    // Listed before anything is written to it: from here on its absence is a loss.
-    shared.update_catalog(&[number], &[])?;
+    // Listed before anything is written to it: from here on its absence is
+    // a loss. The segment sealed ends where this one begins: the catalog
+    // keeps that, as this header does, in case compaction removes this one.
+    // (Not when the writer starts: recovery's next sequence number may lie
+    // past the last segment's records.)
+    shared.update_catalog(&[number], &[], sealing.map(|sealed| (sealed, next_sequence)))?;
     let mut state = shared.state();
     for seg in state.segments.values_mut() {
         seg.active = false;
@@ -870,10 +883,11 @@ impl Writer {
         };
         let recycled = spare.recycled;
         let active =
-            activate(&self.shared, spare, self.next_sequence, self.epoch, continues_tx).map_err(|e| match e {
-                Error::Full(why) => Error::Full(why),
-                other => Error::Poisoned(other.to_string()),
-            })?;
+            activate(&self.shared, spare, self.next_sequence, self.epoch, continues_tx, Some(self.active.number))
+                .map_err(|e| match e {
+                    Error::Full(why) => Error::Full(why),
+                    other => Error::Poisoned(other.to_string()),
+                })?;
         bump(&self.shared.counters.rollovers, 1);
         if recycled {
             bump(&self.shared.counters.segments_recycled, 1);
