@@ -354,10 +354,7 @@ impl Broker {
         let mut held = destination.held.lock().unwrap_or_else(|p| p.into_inner());
         let mut first_error = None;
         for h in std::mem::take(&mut *held) {
-            // A target deleted meanwhile took its stored copy with it: its
-            // route and its handle go together (the others keep their own).
-            let (live, handles): (Vec<Route>, Vec<Option<u64>>) =
-                h.routes.into_iter().zip(h.handles).filter(|(r, _)| !r.target.is_deleted()).unzip();
+            let (live, handles) = self.live_copies(h.routes.into_iter().zip(h.handles));
             if let Err(e) = self.make_room(&live).and_then(|()| self.deliver(&live, &handles, &h.body, &h.header)) {
                 first_error.get_or_insert(e);
             }
@@ -424,6 +421,27 @@ impl Broker {
             Some(e) if visible == 0 => Err(e),
             _ => Ok(()),
         }
+    }
+
+    /// The routes whose targets are not deleted, each with its stored copy
+    /// (looked at once per route, so the two stay paired); the copies of
+    /// the deleted ones are deleted here (see `deliver`).
+    pub(crate) fn live_copies(
+        &self,
+        copies: impl IntoIterator<Item = (Route, Option<u64>)>,
+    ) -> (Vec<Route>, Vec<Option<u64>>) {
+        let (mut live, mut handles) = (Vec::new(), Vec::new());
+        for (route, handle) in copies {
+            if route.target.is_deleted() {
+                if let Some(handle) = handle {
+                    self.forget_stored(handle);
+                }
+            } else {
+                live.push(route);
+                handles.push(handle);
+            }
+        }
+        (live, handles)
     }
 
     /// Deletes a stored copy that will never be delivered, with the
@@ -712,6 +730,29 @@ mod tests {
         assert!(f.stored(&kept).is_empty());
         assert!(f.records().is_empty());
         assert_eq!(counts(f.server()), (0, 0));
+    }
+
+    #[test]
+    fn live_copies_keep_each_route_with_its_own_copy_and_delete_those_of_deleted_targets() {
+        let f = Fixture::new();
+        let t = f.topic("T");
+        let a = f.subscription(&t, "A", true, Routing::default());
+        let b = f.subscription(&t, "B", true, Routing::default());
+        f.send(&t.destination, &Message::new(1)).unwrap();
+        let (handle_a, handle_b) = (f.handle_of(&a, 1), f.handle_of(&b, 1));
+        let (body, _) = Message::new(1).parts();
+        let routes = target::routes(&t.destination, Sender::default(), &body, true);
+        let handle_of = |r: &Route| if Arc::ptr_eq(&r.target, &a) { handle_a } else { handle_b };
+        let copies: Vec<(Route, Option<u64>)> = routes.iter().map(|r| (r.clone(), Some(handle_of(r)))).collect();
+        a.mark_deleted(); // as a deletion does first, before its sweep of the store
+
+        let (live, handles) = f.broker.live_copies(copies);
+        assert_eq!(live.len(), 1);
+        assert!(Arc::ptr_eq(&live[0].target, &b));
+        assert_eq!(handles, [Some(handle_b)], "B keeps its own copy");
+        f.store().flush().unwrap();
+        assert!(f.stored(&a).is_empty(), "the deleted subscription's copy is deleted");
+        assert_eq!(f.stored_ids(&b), [1]);
     }
 
     #[test]

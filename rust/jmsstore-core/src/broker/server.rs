@@ -300,9 +300,10 @@ impl Broker {
                     break;
                 }
                 match self.delete_stored(&handles) {
+                    Ok(()) => {}
                     // A send that stored a copy as the deletion began deletes
-                    // it itself (see `deliver`): look again.
-                    Ok(()) | Err(Error::UnknownHandle(_)) => {}
+                    // it itself (see `deliver`): look again once that is written.
+                    Err(Error::UnknownHandle(_)) => self.store.flush()?,
                     Err(e) => return Err(e),
                 }
             }

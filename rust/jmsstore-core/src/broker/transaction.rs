@@ -108,15 +108,7 @@ impl Broker {
         let mut first_error = None;
         for (s, handles) in sends.iter().zip(&written) {
             s.unpend();
-            // Copies of targets deleted since they were written: see `deliver`.
-            for (r, handle) in s.routes.iter().zip(handles) {
-                if let (true, Some(handle)) = (r.target.is_deleted(), handle) {
-                    self.forget_stored(*handle);
-                }
-            }
-            let live: Vec<Route> = s.routes.iter().filter(|r| !r.target.is_deleted()).cloned().collect();
-            let handles: Vec<Option<u64>> =
-                s.routes.iter().zip(handles).filter(|(r, _)| !r.target.is_deleted()).map(|(_, h)| *h).collect();
+            let (live, handles) = self.live_copies(s.routes.iter().cloned().zip(handles.iter().copied()));
             if let Err(e) = self.publish(&s.destination, &live, &handles, s.body.clone(), &s.header, true) {
                 first_error.get_or_insert(e);
             }

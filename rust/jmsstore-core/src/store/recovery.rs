@@ -1216,6 +1216,40 @@ mod tests {
         store.close().unwrap();
     }
 
+    /// Segment 1 sealed by a compaction's rollover, segment 2 written on and
+    /// closed cleanly, then lost: salvage takes segment 1 back as the
+    /// writer's tail with the next sequence number of segment 2's close.
+    fn salvaged_after_losing_the_last_segment(dir: &Path, roll_before_closing: bool) {
+        let store = Store::open(dir, options(RecoveryMode::Strict)).unwrap();
+        for i in 0..3 {
+            store.put("c", format!("first {i}").as_bytes()).unwrap();
+        }
+        store.compact(&mut |_, _| {}).unwrap(); // rolls over to segment 2
+        for i in 0..3 {
+            store.put("c", format!("second {i}").as_bytes()).unwrap();
+        }
+        store.close().unwrap();
+        assert!(segment(dir, 2).exists() && !segment(dir, 3).exists());
+        std::fs::remove_file(segment(dir, 2)).unwrap();
+        let store = Store::open(dir, options(RecoveryMode::Salvage)).unwrap();
+        assert_eq!(store.recovery_report().missing_segments, vec![2]);
+        if roll_before_closing {
+            store.compact(&mut |_, _| {}).unwrap(); // seals segment 1 without writing to it
+        }
+        store.close().unwrap();
+    }
+
+    #[test]
+    fn a_tail_taken_back_by_salvage_and_sealed_unwritten_is_not_damage() {
+        for roll_before_closing in [true, false] {
+            let tmp = tempfile::tempdir().unwrap();
+            salvaged_after_losing_the_last_segment(tmp.path(), roll_before_closing);
+            let store = Store::open(tmp.path(), options(RecoveryMode::Strict))
+                .unwrap_or_else(|e| panic!("rolled over: {roll_before_closing}: {e}"));
+            assert_eq!(store.stats().live_objects, 3);
+        }
+    }
+
     #[test]
     fn a_sealed_segment_cut_at_its_header_is_damage() {
         assert_sealed_cut_is_damage(|_| SEGMENT_HEADER_LEN as u64);

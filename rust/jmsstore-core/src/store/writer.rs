@@ -132,14 +132,25 @@ struct Active {
     offset: u64,
     /// A recycled file: its end words are end markers.
     recycled: bool,
+    /// The last journal segment of the store as recovery found it, written
+    /// on: until this writer writes to it, where its records end is not the
+    /// writer's next sequence number (recovery may have set that past them).
+    reopened: bool,
 }
 
 impl Active {
     /// The segment written to: its descriptor is not closed between writes
     /// (see `fs::pool`), until it is replaced.
-    fn new(number: u64, file: Arc<dyn StorageFile>, path: PathBuf, offset: u64, recycled: bool) -> Active {
+    fn new(
+        number: u64,
+        file: Arc<dyn StorageFile>,
+        path: PathBuf,
+        offset: u64,
+        recycled: bool,
+        reopened: bool,
+    ) -> Active {
         file.keep_open(true);
-        Active { number, file, path, offset, recycled }
+        Active { number, file, path, offset, recycled, reopened }
     }
 }
 
@@ -253,7 +264,7 @@ fn reopen_active(shared: &Shared, tail: ReusableTail) -> Result<Option<Active>> 
     };
     seg.file = file.clone();
     seg.active = true;
-    Ok(Some(Active::new(number, file, seg.path.clone(), seg.used, tail.recycled)))
+    Ok(Some(Active::new(number, file, seg.path.clone(), seg.used, tail.recycled, true)))
 }
 
 /// Stops the threads after the flusher has written everything queued.
@@ -411,7 +422,7 @@ fn activate(
             continues_tx,
         },
     );
-    Ok(Active::new(number, file, path, SEGMENT_HEADER_LEN as u64, recycled))
+    Ok(Active::new(number, file, path, SEGMENT_HEADER_LEN as u64, recycled, false))
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
@@ -506,7 +517,17 @@ impl Writer {
         if self.wrote_in_active && !self.write_close_mark() {
             return;
         }
-        self.record_clean_close(data_end);
+        if self.active_ends_at_next_sequence() {
+            self.record_clean_close(data_end);
+        }
+    }
+
+    /// Whether the active segment's records end where the next record's
+    /// sequence number begins: always, once this writer has written to it
+    /// or made it; not in a segment reopened from recovery and not written
+    /// to (recovery's next sequence number may lie past its records).
+    fn active_ends_at_next_sequence(&self) -> bool {
+        self.wrote_in_active || !self.active.reopened
     }
 
     /// Records in the catalog how far the journal reached at this clean
@@ -882,12 +903,13 @@ impl Writer {
             _ => prepare_spare(&self.shared)?,
         };
         let recycled = spare.recycled;
-        let active =
-            activate(&self.shared, spare, self.next_sequence, self.epoch, continues_tx, Some(self.active.number))
-                .map_err(|e| match e {
-                    Error::Full(why) => Error::Full(why),
-                    other => Error::Poisoned(other.to_string()),
-                })?;
+        let sealing = Some(self.active.number).filter(|_| self.active_ends_at_next_sequence());
+        let active = activate(&self.shared, spare, self.next_sequence, self.epoch, continues_tx, sealing).map_err(
+            |e| match e {
+                Error::Full(why) => Error::Full(why),
+                other => Error::Poisoned(other.to_string()),
+            },
+        )?;
         bump(&self.shared.counters.rollovers, 1);
         if recycled {
             bump(&self.shared.counters.segments_recycled, 1);
