@@ -76,8 +76,20 @@ impl Broker {
     /// made is charged nothing: a dropped target's counts went with it
     /// (see [`Broker::uncharge`]), and nothing would count this copy out.
     pub fn admit(&self, destination: &Destination, routes: &[Route], size: i64, persistent: bool) -> Admission {
-        // Looked at once: a target deleted meanwhile must not change the count half way.
-        let live: Vec<&Arc<Target>> = routes.iter().map(|r| &r.target).filter(|t| !t.is_deleted()).collect();
+        // Looked at once: a target deleted meanwhile must not change the count
+        // half way. (No allocation for the usual single route: this runs per send.)
+        let (single, many): ([&Arc<Target>; 1], Vec<&Arc<Target>>);
+        let live: &[&Arc<Target>] = match routes {
+            [route] if route.target.is_deleted() => &[],
+            [route] => {
+                single = [&route.target];
+                &single
+            }
+            _ => {
+                many = routes.iter().map(|r| &r.target).filter(|t| !t.is_deleted()).collect();
+                &many
+            }
+        };
         let copies = live.len() as i64;
         if copies == 0 {
             return Admission::Admitted;
@@ -85,7 +97,7 @@ impl Broker {
         let (quota, preemptive) = destination.quota();
         let total = copies * size;
         if !self.system_limited() {
-            if let [target] = live.as_slice() {
+            if let [target] = live {
                 return match ledger::charge(&quota, &destination.gauge, &self.server, &target.held, 1, size, preemptive)
                 {
                     true => Admission::Admitted,
