@@ -29,6 +29,7 @@ pub mod fs;
 pub mod inspect;
 pub mod nowait;
 pub mod pager;
+mod prefault;
 pub mod stomp_head;
 pub mod stomp_message;
 pub mod stomp_send;

@@ -21,6 +21,7 @@
 //! destination loaded after the move would load the moved copy twice).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::broker::format::{self, Envelope};
@@ -122,12 +123,33 @@ pub struct HeaderIndex {
     prefixes: Vec<String>,
     /// Per collection, what each segment's visitor found of it.
     found: Mutex<Found>,
+    /// Segment bytes read and records indexed in them so far: what a
+    /// segment's list is sized by (grown one by one, a million entries
+    /// are copied again and again, into memory faulted in afresh).
+    bytes_seen: AtomicU64,
+    records_seen: AtomicU64,
 }
 
 impl HeaderIndex {
     /// An index of the records in collections starting with one of `prefixes`.
     pub fn new(prefixes: Vec<String>) -> HeaderIndex {
-        HeaderIndex { prefixes, found: Mutex::default() }
+        HeaderIndex {
+            prefixes,
+            found: Mutex::default(),
+            bytes_seen: AtomicU64::new(0),
+            records_seen: AtomicU64::new(0),
+        }
+    }
+
+    /// About how many records a segment of `bytes` holds for the index:
+    /// as many per byte as the segments read so far, or one per KiB before
+    /// any was read.
+    fn expected_records(&self, bytes: u64) -> usize {
+        let (seen, records) = (self.bytes_seen.load(Ordering::Relaxed), self.records_seen.load(Ordering::Relaxed));
+        let expected =
+            if seen == 0 { bytes / 1024 } else { (u128::from(bytes) * u128::from(records) / u128::from(seen)) as u64 };
+        // A little over, so that a segment a little fuller than the average is not copied.
+        usize::try_from(expected + expected / 16).unwrap_or(usize::MAX)
     }
 
     fn found(&self) -> MutexGuard<'_, Found> {
@@ -185,6 +207,9 @@ struct SegmentIndex<'a> {
     index: &'a HeaderIndex,
     /// By collection (a segment holds few): what was read of it, in order.
     found: Vec<(String, Vec<(u64, Indexed)>)>,
+    /// The segment's length, and the records it is expected to hold.
+    bytes: u64,
+    expected: usize,
 }
 
 impl SegmentVisitor for SegmentIndex<'_> {
@@ -195,13 +220,23 @@ impl SegmentVisitor for SegmentIndex<'_> {
         let indexed = Indexed::new(sequence, body.len(), format::validate(body));
         match self.found.iter_mut().rev().find(|(name, _)| name == collection) {
             Some((_, list)) => list.push((handle, indexed)),
-            None => self.found.push((collection.to_string(), vec![(handle, indexed)])),
+            None => {
+                // The first collection of a segment usually has all of it.
+                let capacity = if self.found.is_empty() { self.expected } else { 0 };
+                let mut list = Vec::with_capacity(capacity.max(1));
+                crate::prefault::fault_in(crate::prefault::spare(&list));
+                list.push((handle, indexed));
+                self.found.push((collection.to_string(), list));
+            }
         }
     }
 }
 
 impl Drop for SegmentIndex<'_> {
     fn drop(&mut self) {
+        let records = self.found.iter().map(|(_, list)| list.len() as u64).sum();
+        self.index.bytes_seen.fetch_add(self.bytes, Ordering::Relaxed);
+        self.index.records_seen.fetch_add(records, Ordering::Relaxed);
         if self.found.is_empty() {
             return;
         }
@@ -213,8 +248,8 @@ impl Drop for SegmentIndex<'_> {
 }
 
 impl RecoveryVisitor for HeaderIndex {
-    fn segment(&self) -> Box<dyn SegmentVisitor + '_> {
-        Box::new(SegmentIndex { index: self, found: Vec::new() })
+    fn segment(&self, bytes: u64) -> Box<dyn SegmentVisitor + '_> {
+        Box::new(SegmentIndex { index: self, found: Vec::new(), bytes, expected: self.expected_records(bytes) })
     }
 }
 
@@ -641,11 +676,25 @@ mod tests {
     /// Feeds the index segments of (handle, sequence, message id) records, as recovery workers would.
     fn index_segments(index: &HeaderIndex, segments: &[&[(u64, u64, u64)]]) {
         for records in segments {
-            let mut segment = index.segment();
+            let mut segment = index.segment(1 << 20);
             for &(handle, sequence, id) in *records {
                 segment.visit("q/Q", handle, sequence, &Message::new(id).encode());
             }
         }
+    }
+
+    #[test]
+    fn the_index_sizes_a_segment_s_list_by_the_records_per_byte_of_the_segments_read_before() {
+        let index = HeaderIndex::new(vec!["q/".into()]);
+        assert_eq!(index.expected_records(64 << 20), 65_536 + 4096, "one per KiB before any segment was read");
+        let mut segment = index.segment(1 << 20);
+        for handle in 1..=100 {
+            segment.visit("q/Q", handle, handle, &Message::new(handle).encode());
+        }
+        segment.visit("other/X", 101, 101, &Message::new(101).encode()); // not the index's: not counted
+        drop(segment);
+        assert_eq!(index.expected_records(2 << 20), 200 + 12, "100 per MiB, and a sixteenth over");
+        assert_eq!(index.len(), 100);
     }
 
     #[test]

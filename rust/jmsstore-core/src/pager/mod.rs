@@ -147,7 +147,7 @@ pub use crate::body::BodyBytes;
 use crate::codec::{Codec, CodecId};
 use crate::error::{Error, Result};
 use crate::store::Store;
-use order::{Order, OrderFields, OrderIndex, OrderKey};
+use order::{Order, OrderFields, OrderIndex, OrderKey, OrderKeys};
 use paging::{PagedRef, PagingFiles};
 pub use units::Owner;
 use units::Units;
@@ -580,7 +580,7 @@ impl Counters {
 pub struct Backlog<'a> {
     st: &'a mut DestState,
     /// The delivery-order key and slot of each message pushed.
-    keys: Vec<(OrderKey, u32)>,
+    keys: OrderKeys,
 }
 
 impl Backlog<'_> {
@@ -597,7 +597,7 @@ impl Backlog<'_> {
             )));
         }
         let (order_key, slot, _) = st.arrive(m, store_handle, Body::Store, body_len);
-        self.keys.push((order_key, slot));
+        self.keys.push(order_key, slot);
         st.store_paged_messages += 1;
         Ok(())
     }
@@ -1366,15 +1366,15 @@ impl Pager {
         let Some(mut st) = self.lock(dest, Some(destination), true, || unknown_destination(destination))? else {
             unreachable!("a waiting lock always locks")
         };
-        let mut backlog = Backlog { st: &mut st.st, keys: Vec::with_capacity(expected) };
-        let filled = fill(&mut backlog);
+        let keys = OrderKeys::with_capacity(st.order, expected);
+        let regions = [crate::prefault::spare(&st.st.slots), keys.spare()];
+        let mut backlog = Backlog { st: &mut st.st, keys };
+        let filled = crate::prefault::while_prefaulting(&regions, || fill(&mut backlog));
         let keys = std::mem::take(&mut backlog.keys);
         if st.all.is_empty() {
             st.all = OrderIndex::from_keys(keys);
         } else {
-            for (key, slot) in keys {
-                st.all.insert(key, slot);
-            }
+            st.all.extend(keys);
         }
         filled
     }
@@ -3067,6 +3067,37 @@ mod tests {
         assert_eq!(taken_ids(&p, fifo), vec![1, 2, 3, 4, 7]);
         assert_eq!(taken_ids(&p, by_priority), vec![2, 1, 4, 7, 3]);
         check_invariants(&p);
+    }
+
+    #[test]
+    fn a_backlog_sorted_by_a_field_and_one_large_enough_to_be_faulted_in_beforehand_keep_their_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = pager(1 << 20, dir.path());
+        let newest_first = p.create_destination("newest", Order::parse("-timestamp").expect("order")).expect("dest");
+        p.add_backlog(newest_first, 3, |backlog| {
+            for (id, timestamp) in [(1, 20), (2, 30), (3, 10)] {
+                backlog.push(&NewMessage { timestamp, ..stored(id, 4) }, 10)?;
+            }
+            Ok(())
+        })
+        .expect("backlog");
+        assert_eq!(taken_ids(&p, newest_first), vec![2, 1, 3]);
+
+        // Slots for 100,000 messages: megabytes a second thread faults in while the fill runs.
+        let n = 100_000u64;
+        let big = p.create_destination("big", Order::Fifo).expect("dest");
+        p.reserve(big, n as usize).expect("reserve");
+        p.add_backlog(big, n as usize, |backlog| {
+            for id in 1..=n {
+                backlog.push(&stored(id, (id % 10) as u8), 10)?;
+            }
+            Ok(())
+        })
+        .expect("backlog");
+        check_invariants(&p);
+        let keys = p.browse(big, None, n as usize).expect("browse");
+        let ids: Vec<u64> = keys.into_iter().map(|key| p.header(key).expect("header").id).collect();
+        assert_eq!(ids, (1..=n).collect::<Vec<u64>>());
     }
 
     #[test]

@@ -141,6 +141,53 @@ impl Order {
     }
 }
 
+/// Keys collected for an [`OrderIndex`] (a backlog loaded in one go), each
+/// kind apart as the index keeps them.
+#[derive(Default)]
+pub struct OrderKeys {
+    simple: Vec<(u64, u32)>,
+    pair: Vec<((u64, u64), u32)>,
+}
+
+impl OrderKeys {
+    /// Room for `n` keys of `order` (all of one kind).
+    pub fn with_capacity(order: Order, n: usize) -> OrderKeys {
+        match order {
+            Order::By { .. } => OrderKeys { simple: Vec::new(), pair: Vec::with_capacity(n) },
+            _ => OrderKeys { simple: Vec::with_capacity(n), pair: Vec::new() },
+        }
+    }
+
+    /// Adds a message slot under `key`.
+    pub fn push(&mut self, key: OrderKey, slot: u32) {
+        match key {
+            OrderKey::Simple(k) => self.simple.push((k, slot)),
+            OrderKey::Pair(a, b) => self.pair.push(((a, b), slot)),
+        }
+    }
+
+    /// The spare capacity of the kind of keys it has room for, as an
+    /// (address, length) region.
+    pub(super) fn spare(&self) -> (usize, usize) {
+        let (simple, pair) = (crate::prefault::spare(&self.simple), crate::prefault::spare(&self.pair));
+        if simple.1 >= pair.1 {
+            simple
+        } else {
+            pair
+        }
+    }
+
+    /// How many were collected.
+    pub fn len(&self) -> usize {
+        self.simple.len() + self.pair.len()
+    }
+
+    /// True if none was.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// Messages of one destination (or its resident subset), by key.
 #[derive(Default)]
 pub struct OrderIndex {
@@ -157,20 +204,18 @@ impl OrderIndex {
         };
     }
 
-    /// An index of `keys` (each key once), built in one pass: sorted (as
-    /// they already are when they come in arrival order), then laid out
-    /// bottom-up, which is linear, where inserting them one by one walks the
-    /// tree for each.
-    pub fn from_keys(keys: Vec<(OrderKey, u32)>) -> OrderIndex {
-        let mut simple = Vec::new();
-        let mut pair = Vec::new();
-        for (key, slot) in keys {
-            match key {
-                OrderKey::Simple(k) => simple.push((k, slot)),
-                OrderKey::Pair(a, b) => pair.push(((a, b), slot)),
-            }
-        }
-        OrderIndex { simple: simple.into_iter().collect(), pair: pair.into_iter().collect() }
+    /// An index of the keys collected (each key once), built in one pass:
+    /// sorted (as they already are when they come in arrival order), then
+    /// laid out bottom-up, which is linear, where inserting them one by one
+    /// walks the tree for each.
+    pub fn from_keys(keys: OrderKeys) -> OrderIndex {
+        OrderIndex { simple: keys.simple.into_iter().collect(), pair: keys.pair.into_iter().collect() }
+    }
+
+    /// Adds every key collected.
+    pub fn extend(&mut self, keys: OrderKeys) {
+        self.simple.extend(keys.simple);
+        self.pair.extend(keys.pair);
     }
 
     /// Removes the entry under `key`.

@@ -307,8 +307,9 @@ struct SegmentScan {
 /// handle and asks the opened store which handles are live.
 pub trait RecoveryVisitor: Sync {
     /// A visitor of one segment's records (on one worker thread: it needs
-    /// no lock per record); dropped once the segment is read.
-    fn segment(&self) -> Box<dyn SegmentVisitor + '_>;
+    /// no lock per record); dropped once the segment is read. `bytes`: the
+    /// segment file's length (what the visitor may size its lists by).
+    fn segment(&self, bytes: u64) -> Box<dyn SegmentVisitor + '_>;
 }
 
 /// A [`RecoveryVisitor`]'s visitor of one segment.
@@ -327,8 +328,8 @@ fn scan_segment(
     visitor: Option<&dyn RecoveryVisitor>,
     read: &mut dyn FnMut(u64),
 ) -> Result<SegmentScan> {
-    let mut visitor = visitor.map(|v| v.segment());
     let len = seg.file.len().map_err(|e| Error::io("reading segment size", &seg.path, e))?;
+    let mut visitor = visitor.map(|v| v.segment(len));
     buf.clear();
     buf.resize(len as usize, 0);
     segment::read_in_steps(&*seg.file, buf, read).map_err(|e| Error::io("reading segment", &seg.path, e))?;
