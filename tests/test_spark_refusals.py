@@ -1,8 +1,9 @@
 """What the Spark loader refuses or reports instead of doing something a
 user would not expect: an export that would lose damaged records without
 a word, outputs and targets inside their own inputs, a store given as an
-export, an import that would merge colliding message ids, and Ctrl-C in
-the middle of a job (one line, exit 130, nothing at the target)."""
+export, an import that would merge colliding message ids or take one
+message twice, and Ctrl-C in the middle of a job (one line, exit 130,
+nothing at the target)."""
 
 from __future__ import annotations
 
@@ -115,6 +116,23 @@ def test_an_export_of_stores_with_colliding_ids_is_refused_as_one_store(spark: A
     other = _server(tmp_path / "c", 2, name="other")
     export(spark, [str(store), str(other)], str(tmp_path / "apart"))
     assert import_messages(spark, [str(tmp_path / "apart")], str(tmp_path / "merged"))["messages"] == 7
+
+
+def test_one_export_read_twice_is_refused_and_nothing_is_written(spark: Any, tmp_path: Path) -> None:
+    store = _server(tmp_path / "a", 5)
+    export(spark, [str(store)], str(tmp_path / "e"))
+    # Refused by the write's commit, which Spark reports in an error of its own.
+    with pytest.raises(Exception, match=r"StoreImportError: the message at handle \d+ of store .* for queue 'orders'"):
+        import_messages(spark, [str(tmp_path / "e"), str(tmp_path / "e")], str(tmp_path / "new"))
+    assert not (tmp_path / "new").exists()
+    assert not [p for p in tmp_path.iterdir() if ".import-" in p.name]
+    # Through the DataFrame writer too, where the frame is a union of the same rows.
+    frame = spark.read.format("jmsstore").option("view", "messages").load(str(store))
+    with pytest.raises(Exception, match="is in the frame twice"):
+        frame.union(frame).write.format("jmsstore").mode("append").save(str(tmp_path / "new"))
+    assert not (tmp_path / "new").exists()
+    # Once is fine.
+    assert import_messages(spark, [str(tmp_path / "e")], str(tmp_path / "new"))["messages"] == 5
 
 
 def test_ctrl_c_during_an_import_is_one_line_and_exit_130(spark: Any, tmp_path: Path) -> None:

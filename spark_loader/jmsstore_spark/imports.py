@@ -599,6 +599,9 @@ def _load(store_dir: str, parts: list[StagedPart], codec: str, replaced_boots: d
         started = last_report = time.monotonic()
         collection = ""
         target: tuple[Any, ...] = ()
+        # Rows of one target come sorted by source store and handle: one
+        # message of a source twice in a row was given twice.
+        source_message: tuple[Any, ...] = ()
         while True:
             chunk = list(itertools.islice(rows, _TRANSACTION_ROWS))
             if not chunk:
@@ -610,6 +613,9 @@ def _load(store_dir: str, parts: list[StagedPart], codec: str, replaced_boots: d
                 if key[:5] != target:  # rows come sorted by target: a new one is rare
                     target = key[:5]
                     collection = loader.collection(txn, row, known)
+                elif key[:7] == source_message and row["position"] >= 0:
+                    raise StoreImportError(_twice(row))
+                source_message = key[:7]
                 server = row["server"]
                 body = loader.fresh_id(server, row["encoded"]) if row["needs_id"] else row["encoded"]
                 handle = put(collection, body)
@@ -633,6 +639,17 @@ def _load(store_dir: str, parts: list[StagedPart], codec: str, replaced_boots: d
     if loader.messages != total:
         raise OutputError(f"import: {loader.messages} messages loaded, not the {total} rows the tasks staged")
     return loader.messages
+
+
+def _twice(row: dict[str, Any]) -> str:
+    """Why a frame holding one source message twice is refused."""
+    where = f"{row['kind']} {row['destination']!r}"
+    if row["subscription"] is not None:
+        where += f" (durable subscription {row['subscription']!r})"
+    return (
+        f"the message at handle {row['position']} of store {row['source']!r} for {where} is in the frame twice: "
+        "one store would deliver it twice (was one export read twice?)"
+    )
 
 
 def _check_staged(parts: list[StagedPart]) -> None:
