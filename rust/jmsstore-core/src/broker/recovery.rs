@@ -149,7 +149,7 @@ impl HeaderIndex {
         let expected =
             if seen == 0 { bytes / 1024 } else { (u128::from(bytes) * u128::from(records) / u128::from(seen)) as u64 };
         // A little over, so that a segment a little fuller than the average is not copied.
-        usize::try_from(expected + expected / 16).unwrap_or(usize::MAX)
+        usize::try_from(expected.saturating_add(expected / 16)).unwrap_or(usize::MAX)
     }
 
     fn found(&self) -> MutexGuard<'_, Found> {
@@ -307,7 +307,8 @@ impl Counted<'_> {
     /// redelivery limit, as [`Broker::release`] judges a redelivery (it is
     /// kept for [`Broker::finish_recovery`]).
     fn loadable<'f>(&mut self, fields: &'f Envelope, handle: u64, len: usize) -> Option<NewMessage<'f>> {
-        let redelivery_count = self.counts.get(&handle).copied().unwrap_or(0);
+        // Most opens find no delivery record: no hashing per message then.
+        let redelivery_count = if self.counts.is_empty() { 0 } else { self.counts.get(&handle).copied().unwrap_or(0) };
         if self.limit >= 0 && self.limit < i64::from(redelivery_count) {
             let (pager_id, fields, len) = (self.pager_id, fields.clone(), len as u32);
             self.past_limit.push(PastLimit { pager_id, handle, fields, len, redelivery_count });
