@@ -22,6 +22,7 @@ from jmsstore import JMSServer, TextMessage, inspect
 from jmsstore_spark import stores
 from jmsstore_spark.checks import StoreImportError
 from jmsstore_spark.cli import export, import_messages
+from pyspark.sql import functions as F
 from store_helpers import damage_record
 from test_spark_cli import _one_line_usage_error, _run, without_spark
 
@@ -131,6 +132,15 @@ def test_one_export_read_twice_is_refused_and_nothing_is_written(spark: Any, tmp
     with pytest.raises(Exception, match="is in the frame twice"):
         frame.union(frame).write.format("jmsstore").mode("append").save(str(tmp_path / "new"))
     assert not (tmp_path / "new").exists()
+    # Copies given fresh ids are messages of their own, as are rows that name no store.
+    plain = frame.drop("encoded")
+    copies = plain.withColumn("message_id", F.lit(None).cast("string"))
+    copies.union(plain).write.format("jmsstore").mode("append").save(str(tmp_path / "copies"))
+    nameless = frame.drop("store")
+    nameless.union(nameless).write.format("jmsstore").mode("append").save(str(tmp_path / "nameless"))
+    for target in ("copies", "nameless"):
+        stored = [r for r in inspect.records(tmp_path / target) if r.collection and r.collection.endswith("/orders")]
+        assert len(stored) == 10  # both halves
     # Once is fine.
     assert import_messages(spark, [str(tmp_path / "e")], str(tmp_path / "new"))["messages"] == 5
 

@@ -600,7 +600,8 @@ def _load(store_dir: str, parts: list[StagedPart], codec: str, replaced_boots: d
         collection = ""
         target: tuple[Any, ...] = ()
         # Rows of one target come sorted by source store and handle: one
-        # message of a source twice in a row was given twice.
+        # message of a named source store twice in a row was given twice (a
+        # copy made to get a fresh id is a message of its own).
         source_message: tuple[Any, ...] = ()
         while True:
             chunk = list(itertools.islice(rows, _TRANSACTION_ROWS))
@@ -613,9 +614,10 @@ def _load(store_dir: str, parts: list[StagedPart], codec: str, replaced_boots: d
                 if key[:5] != target:  # rows come sorted by target: a new one is rare
                     target = key[:5]
                     collection = loader.collection(txn, row, known)
-                elif key[:7] == source_message and row["position"] >= 0:
+                elif key[:7] == source_message:
                     raise StoreImportError(_twice(row))
-                source_message = key[:7]
+                named = row["position"] >= 0 and row["source"] and not row["needs_id"]
+                source_message = key[:7] if named else ()
                 server = row["server"]
                 body = loader.fresh_id(server, row["encoded"]) if row["needs_id"] else row["encoded"]
                 handle = put(collection, body)

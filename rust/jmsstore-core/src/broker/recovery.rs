@@ -240,8 +240,16 @@ impl Drop for SegmentIndex<'_> {
         if self.found.is_empty() {
             return;
         }
+        let mut lists = std::mem::take(&mut self.found);
+        for (_, list) in &mut lists {
+            // Sized for the whole segment, a list of a collection that shared
+            // it with others would hold that room until its collection loads.
+            if list.len() < list.capacity() / 4 * 3 {
+                list.shrink_to_fit();
+            }
+        }
         let mut found = self.index.found();
-        for (collection, list) in std::mem::take(&mut self.found) {
+        for (collection, list) in lists {
             found.entry(collection).or_default().push(list);
         }
     }
@@ -696,6 +704,21 @@ mod tests {
         drop(segment);
         assert_eq!(index.expected_records(2 << 20), 200 + 12, "100 per MiB, and a sixteenth over");
         assert_eq!(index.len(), 100);
+    }
+
+    #[test]
+    fn a_segment_shared_by_many_collections_leaves_no_list_sized_for_all_of_it() {
+        let index = HeaderIndex::new(vec!["q/".into()]);
+        let mut segment = index.segment(64 << 20); // room for 65,536 + 4096 expected
+        for handle in 1..=2000u64 {
+            let collection = format!("q/Q{}", handle % 20);
+            segment.visit(&collection, handle, handle, &Message::new(handle).encode());
+        }
+        drop(segment);
+        let found = index.found();
+        assert_eq!(found.len(), 20);
+        let room: usize = found.values().flatten().map(Vec::capacity).sum();
+        assert!(room < 4000, "{room} entries of room for 2000 records");
     }
 
     #[test]

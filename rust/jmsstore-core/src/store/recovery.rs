@@ -330,7 +330,9 @@ fn scan_segment(
 ) -> Result<SegmentScan> {
     let len = seg.file.len().map_err(|e| Error::io("reading segment size", &seg.path, e))?;
     let mut visitor = visitor.map(|v| v.segment(len));
-    buf.clear();
+    // The read writes over every byte (or the scan fails): only what the
+    // buffer never held is zeroed, not each segment's 64 MiB again.
+    buf.truncate(len as usize);
     buf.resize(len as usize, 0);
     segment::read_in_steps(&*seg.file, buf, read).map_err(|e| Error::io("reading segment", &seg.path, e))?;
     let data = &buf[..];
