@@ -326,6 +326,15 @@ impl Counted<'_> {
     }
 }
 
+/// A collection's live handles, all of which the index read.
+enum Live {
+    /// As many as the index read: the same handles (nothing of the
+    /// collection was deleted or updated since it was written).
+    AsIndexed(usize),
+    /// These, in handle order, among versions the index read that are gone.
+    AmongIndexed(Vec<u64>),
+}
+
 /// Whether the index read every handle of `live` (both in handle order).
 fn every_one_indexed(live: &[u64], runs: &[Vec<(u64, Indexed)>]) -> bool {
     let mut indexed = runs.iter().flatten().map(|(h, _)| *h).peekable();
@@ -420,7 +429,13 @@ impl Broker {
         let runs = index.map(|i| i.take_collection(collection)).unwrap_or_default();
         let live = self.store.handles(collection, None, usize::MAX)?;
         self.pager.reserve(target.pager_id(), live.len())?;
-        if !runs.is_empty() && every_one_indexed(&live, &runs) {
+        // Usually the index read exactly the live handles (nothing of the
+        // collection deleted or updated since it was written): then they are
+        // taken as they come, with no search for each in the other list.
+        let exact = live.len() == runs.iter().map(Vec::len).sum::<usize>()
+            && live.iter().zip(runs.iter().flatten()).all(|(handle, (indexed, _))| handle == indexed);
+        if !runs.is_empty() && (exact || every_one_indexed(&live, &runs)) {
+            let live = if exact { Live::AsIndexed(live.len()) } else { Live::AmongIndexed(live) };
             return self.load_indexed(target, live, runs, counted, loaded, progress);
         }
         let mut indexed = runs.into_iter().flatten().peekable();
@@ -474,19 +489,32 @@ impl Broker {
     fn load_indexed(
         &self,
         target: &Target,
-        live: Vec<u64>,
+        live: Live,
         runs: Vec<Vec<(u64, Indexed)>>,
         counted: &mut Counted<'_>,
         loaded: &mut Loaded,
         progress: &mut dyn FnMut(u64),
     ) -> Result<()> {
         let mut delays = Vec::new();
-        let added = self.pager.add_backlog(target.pager_id(), live.len(), |backlog| {
+        let (expected, live) = match live {
+            Live::AsIndexed(n) => (n, None),
+            Live::AmongIndexed(handles) => (handles.len(), Some(handles)),
+        };
+        let added = self.pager.add_backlog(target.pager_id(), expected, |backlog| {
             // Both in handle order: what was read of a live handle is at the front.
             let mut indexed = runs.into_iter().flatten().peekable();
-            for handle in live {
-                while indexed.next_if(|(h, _)| *h < handle).is_some() {}
-                let Some((_, found)) = indexed.next_if(|(h, _)| *h == handle) else { continue };
+            let mut live = live.map(Vec::into_iter);
+            let mut next = || -> Option<(u64, Indexed)> {
+                let Some(live) = live.as_mut() else { return indexed.next() };
+                for handle in live.by_ref() {
+                    while indexed.next_if(|(h, _)| *h < handle).is_some() {}
+                    if let Some(found) = indexed.next_if(|(h, _)| *h == handle) {
+                        return Some(found);
+                    }
+                }
+                None
+            };
+            while let Some((handle, found)) = next() {
                 let len = found.len;
                 let Some(fields) = loaded.check(handle, found.into_validated()) else { continue };
                 let Some(message) = counted.loadable(&fields, handle, len as usize) else {
