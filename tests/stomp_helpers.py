@@ -28,10 +28,11 @@ def disconnect_unless_closed(conn: stomp.Connection12) -> None:
 
     After an ERROR frame the server closes the socket; stomp.py may still
     report itself connected for a moment, so the DISCONNECT can find no
-    socket to write to."""
+    socket to write to, or one its receiver thread has just closed
+    (``OSError``: bad file descriptor)."""
     if not conn.is_connected():
         return
-    with contextlib.suppress(stomp.exception.NotConnectedException):
+    with contextlib.suppress(stomp.exception.NotConnectedException, OSError):
         conn.disconnect()
 
 
