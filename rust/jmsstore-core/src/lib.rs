@@ -14,7 +14,10 @@
 //! - [`nowait`]: socket writes that never wait, for the STOMP server's
 //!   completion thread;
 //! - [`stomp_head`]: the plain case of reading a STOMP frame's head, for
-//!   the STOMP server's frame parser.
+//!   the STOMP server's frame parser;
+//! - [`stomp_send`], [`stomp_message`], [`stomp_outbox`]: a STOMP
+//!   connection's SENDs sent, MESSAGE frames written and RECEIPTs queued
+//!   and written without Python.
 
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
@@ -32,6 +35,7 @@ pub mod pager;
 mod prefault;
 pub mod stomp_head;
 pub mod stomp_message;
+pub mod stomp_outbox;
 pub mod stomp_send;
 pub mod store;
 

@@ -1,12 +1,11 @@
 //! Socket writes that never wait, for callers that must not block.
 //!
-//! The STOMP server's completion thread writes a SEND's receipt to the
-//! client's socket itself when the socket takes it at once, and leaves
-//! what it does not take to the connection's reader. It completes a batch
-//! of sends under one hold of Python's GIL; a write that gave the GIL up
-//! (as every Python socket call does) would hand it to another thread and
-//! wait to get it back, once per receipt. This write needs no GIL release:
-//! on a non-blocking descriptor it never waits.
+//! A STOMP connection's receipts are written by the thread that learns a
+//! SEND is durable (the broker's completer, or the Python callback thread
+//! holding the GIL through its batch) when the socket takes them at once;
+//! what it does not take is left to the connection's reader (see
+//! [`crate::stomp_outbox`]). On a non-blocking descriptor this write never
+//! waits, so it needs no GIL release and never stalls on a slow client.
 
 use std::io::{ErrorKind, Write};
 use std::mem::ManuallyDrop;

@@ -1,5 +1,5 @@
 //! A client's SEND frame sent natively, for the STOMP server's common case:
-//! a SEND without a receipt or a transaction, to a queue or topic the
+//! a SEND outside a transaction, to a queue or topic the
 //! connection has already sent to through the server's Python path (which
 //! checked its permission, created it if needed and found that nothing
 //! there needs Python: no production pause, no flow control armed, no
@@ -14,7 +14,7 @@
 //! byte for byte as the Python path's stamp and encoder do.
 //!
 //! A frame this declines goes to the Python path, with every check and
-//! error message of its own: a receipt, a transaction, a `reply-to`,
+//! error message of its own: a transaction, a `reply-to`,
 //! typed properties (`jmsstore.property-types`), a property in the `JMS`
 //! namespace (a unit of order, a group), a header name that is not ASCII,
 //! a text body in another charset or not UTF-8, a bad `priority` or
@@ -22,11 +22,15 @@
 //!
 //! [`SendLane`] is one connection's way in: the destinations it may send
 //! to without Python, the send itself (route, admit, store, publish) and
-//! the count of sends not yet durable, with the first that failed.
+//! the count of sends not yet durable, with the first that failed. A SEND
+//! with a `receipt` header is taken when the connection's [`Outbox`] is
+//! given ([`SendLane::take_receipts`]) and has room: its receipt joins the
+//! outbox's queue in frame order, and the broker's completer completes it
+//! there once the message is durable (and usually writes it, too).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::broker::format::{Body, DeliveryMode, Envelope, MessageHeader, MessageWriter, Value};
@@ -34,6 +38,7 @@ use crate::broker::post_office::Admission;
 use crate::broker::target::{self, Destination, Route, Sender};
 use crate::broker::Broker;
 use crate::error::{Error, Result};
+use crate::stomp_outbox::Outbox;
 
 /// The most headers a frame sent natively has (the first occurrence of
 /// each name counts, found by a scan of those before it).
@@ -61,7 +66,7 @@ pub const NOT_PROPERTIES: [&str; 16] = [
 ];
 
 /// Headers whose SEND only the Python path handles.
-const DECLINED: [&str; 4] = ["receipt", "transaction", "reply-to", "jmsstore.property-types"];
+const DECLINED: [&str; 3] = ["transaction", "reply-to", "jmsstore.property-types"];
 
 /// Words a selector reserves, which are no property names (any case).
 const RESERVED_WORDS: [&str; 11] =
@@ -77,6 +82,8 @@ pub struct SendPlan<'f> {
     pub destination: &'f str,
     /// `persistent:true`.
     pub persistent: bool,
+    /// The `receipt` header: the client waits for a RECEIPT frame.
+    pub receipt: Option<&'f str>,
     priority: u8,
     /// Absolute, ms since the epoch (0: never).
     expiration: i64,
@@ -155,7 +162,7 @@ pub fn plan_send<'f>(headers: &'f [(String, String)], body: &'f [u8]) -> Option<
     if headers.len() > MAX_PLAIN_HEADERS {
         return None;
     }
-    let mut destination = None;
+    let (mut destination, mut receipt) = (None, None);
     let (mut bytes, mut content_type) = (false, None);
     let (mut persistent, mut priority, mut expiration) = (false, 4u8, 0i64);
     let (mut message_type, mut correlation_id) = (None, None);
@@ -170,6 +177,7 @@ pub fn plan_send<'f>(headers: &'f [(String, String)], body: &'f [u8]) -> Option<
         }
         match name {
             "destination" => destination = Some(value),
+            "receipt" => receipt = Some(value),
             "content-length" => bytes = true, // the reader checked it against the body
             "content-type" => content_type = Some(value),
             "persistent" => {
@@ -204,6 +212,7 @@ pub fn plan_send<'f>(headers: &'f [(String, String)], body: &'f [u8]) -> Option<
     Some(SendPlan {
         destination: destination?,
         persistent,
+        receipt,
         priority,
         expiration,
         message_type,
@@ -257,22 +266,29 @@ struct Pending {
     count: AtomicU64,
     /// Threads in [`SendLane::wait_idle`]: a send that completes takes the lock only when there are some.
     waiters: AtomicU32,
-    /// Set with the first failure, and kept once it is taken: the connection ends.
+    /// Set with the first failure, and kept once it is taken: the connection
+    /// ends, and the lane takes no more frames (nor after a receipted SEND
+    /// failed: its receipt carries the failure).
     failed: AtomicBool,
-    failure: Mutex<Option<Error>>,
+    /// The failure, with the `receipt` header of the frame that failed.
+    failure: Mutex<Option<(Error, Option<String>)>>,
     idle: Condvar,
 }
 
 impl Pending {
-    fn fail(&self, e: Error) {
-        self.failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+    fn fail(&self, e: Error, receipt: Option<String>) {
+        self.failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert((e, receipt));
         self.failed.store(true, Ordering::Release);
     }
 
     fn done(&self, outcome: Result<()>) {
         if let Err(e) = outcome {
-            self.fail(e);
+            self.fail(e, None);
         }
+        self.count_down();
+    }
+
+    fn count_down(&self) {
         if self.count.fetch_sub(1, Ordering::SeqCst) == 1 && self.waiters.load(Ordering::SeqCst) > 0 {
             let _guard = self.failure.lock().unwrap_or_else(|p| p.into_inner());
             self.idle.notify_all();
@@ -303,6 +319,8 @@ pub struct Prepared {
     routes: Vec<Route>,
     data: Arc<[u8]>,
     envelope: Envelope,
+    /// `(receipt id, message id)` of a SEND that asked for a receipt.
+    receipt: Option<(String, String)>,
 }
 
 impl Prepared {
@@ -319,6 +337,9 @@ impl Prepared {
 }
 
 /// What [`SendLane::prepare`] made of a frame.
+// Returned and matched at once, never stored: boxing the message would
+// only add an allocation per send.
+#[allow(clippy::large_enum_variant)]
 pub enum Preparation {
     /// Ready for [`SendLane::submit`].
     Ready(Prepared),
@@ -327,6 +348,9 @@ pub enum Preparation {
     Dropped,
     /// The Python path sends it (and every frame after it).
     Declined,
+    /// It failed: the failure is kept for [`SendLane::take_failure`], and
+    /// the connection ends (no frame after it is read).
+    Failed,
 }
 
 /// One STOMP connection's SENDs sent without Python. See the module documentation.
@@ -337,6 +361,8 @@ pub struct SendLane {
     closed: AtomicBool,
     pending: Arc<Pending>,
     sent: AtomicU64,
+    /// Where receipted SENDs' receipts go, and the most that may wait there.
+    receipts: OnceLock<(Arc<Outbox>, usize)>,
 }
 
 impl SendLane {
@@ -349,7 +375,15 @@ impl SendLane {
             closed: AtomicBool::new(false),
             pending: Arc::default(),
             sent: AtomicU64::new(0),
+            receipts: OnceLock::new(),
         }
+    }
+
+    /// SENDs with a receipt may go this way too, while fewer than `limit`
+    /// receipts wait in `outbox` (the connection's, where the Python path
+    /// queues its receipts). Given once; later calls change nothing.
+    pub fn take_receipts(&self, outbox: Arc<Outbox>, limit: usize) {
+        let _ = self.receipts.set((outbox, limit));
     }
 
     fn destinations(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Destination>>> {
@@ -379,12 +413,33 @@ impl SendLane {
     }
 
     /// Maps, stamps, encodes, routes and admits a SEND frame.
-    pub fn prepare(&self, headers: &[(String, String)], body: &[u8]) -> Result<Preparation> {
+    pub fn prepare(&self, headers: &[(String, String)], body: &[u8]) -> Preparation {
         // Closed, or a send failed (the connection ends): the Python path refuses the rest.
         if self.closed.load(Ordering::Acquire) || self.pending.failed.load(Ordering::Acquire) {
-            return Ok(Preparation::Declined);
+            return Preparation::Declined;
         }
-        let Some(plan) = plan_send(headers, body) else { return Ok(Preparation::Declined) };
+        let Some(plan) = plan_send(headers, body) else { return Preparation::Declined };
+        if let Some(receipt) = plan.receipt {
+            match self.receipts.get() {
+                Some((outbox, limit)) if outbox.pending() < *limit => {}
+                _ => return Preparation::Declined, // the Python path waits for room
+            }
+            match self.prepare_plan(&plan) {
+                Ok(preparation) => preparation,
+                Err(e) => {
+                    self.pending.fail(e, Some(receipt.to_owned()));
+                    Preparation::Failed
+                }
+            }
+        } else {
+            self.prepare_plan(&plan).unwrap_or_else(|e| {
+                self.pending.fail(e, None);
+                Preparation::Failed
+            })
+        }
+    }
+
+    fn prepare_plan(&self, plan: &SendPlan<'_>) -> Result<Preparation> {
         // Checked per frame: a pause or deletion since the connection last looked counts.
         let destination = match self.destinations().get(plan.destination) {
             Some(d) if !d.is_deleted() && !d.production_paused() => d.clone(),
@@ -405,40 +460,65 @@ impl SendLane {
             Admission::Admitted => {}
             Admission::Dropped => {
                 self.sent.fetch_add(1, Ordering::Relaxed);
+                if let (Some(receipt), Some((outbox, _))) = (plan.receipt, self.receipts.get()) {
+                    outbox.push(receipt.to_owned(), Some(message_id), true, true);
+                }
                 return Ok(Preparation::Dropped);
             }
             // No room (the Python path waits, under the blocking-send policy) or
             // refused (it says why): admission took nothing.
             Admission::NoRoom | Admission::OverSystemLimit => return Ok(Preparation::Declined),
         }
-        Ok(Preparation::Ready(Prepared { destination, routes, data: Arc::from(data), envelope }))
+        let receipt = plan.receipt.map(|r| (r.to_owned(), message_id));
+        Ok(Preparation::Ready(Prepared { destination, routes, data: Arc::from(data), envelope, receipt }))
     }
 
-    /// Sends a prepared message without waiting for the disk; a failure
-    /// now is returned, a later one kept for [`SendLane::take_failure`].
-    pub fn submit(&self, prepared: Prepared) -> Result<()> {
-        let Prepared { destination, routes, data, envelope } = prepared;
+    /// Sends a prepared message without waiting for the disk; false if it
+    /// failed now (kept for [`SendLane::take_failure`]; a later failure is
+    /// kept there too, or, for a SEND with a receipt, in its receipt).
+    pub fn submit(&self, prepared: Prepared) -> bool {
+        let Prepared { destination, routes, data, envelope, receipt } = prepared;
         let pending = Arc::clone(&self.pending);
         pending.count.fetch_add(1, Ordering::SeqCst);
         let done = Arc::clone(&pending);
-        let outcome = self.broker.send_async(&destination, routes, data, envelope, Box::new(move |r| done.done(r)));
-        if outcome.is_err() {
-            // Refused now: on_done is not called.
-            pending.done(Ok(()));
-        } else {
-            self.sent.fetch_add(1, Ordering::Relaxed);
+        let outcome = match (&receipt, self.receipts.get()) {
+            (Some((receipt_id, message_id)), Some((outbox, _))) => {
+                // Queued before the send: the completer may complete it at once.
+                let ticket = outbox.push(receipt_id.clone(), Some(message_id.clone()), true, false);
+                let completed = Arc::clone(outbox);
+                let on_done = Box::new(move |outcome: Result<()>| {
+                    let error = outcome.err().map(|e| {
+                        done.failed.store(true, Ordering::Release); // no more frames this way
+                        e.to_string()
+                    });
+                    completed.complete(ticket, error);
+                    done.count_down();
+                });
+                let outcome = self.broker.send_async(&destination, routes, data, envelope, on_done);
+                if outcome.is_err() {
+                    outbox.discard(ticket); // the ERROR frame carries the receipt id
+                }
+                outcome
+            }
+            _ => self.broker.send_async(&destination, routes, data, envelope, Box::new(move |r| done.done(r))),
+        };
+        match outcome {
+            Ok(()) => {
+                self.sent.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Err(e) => {
+                // Refused now: on_done is not called.
+                pending.count_down();
+                pending.fail(e, receipt.map(|(receipt_id, _)| receipt_id));
+                false
+            }
         }
-        outcome
     }
 
-    /// Keeps `e` as the lane's failure (unless one is kept already): a
-    /// send that failed before it was submitted.
-    pub fn fail(&self, e: Error) {
-        self.pending.fail(e);
-    }
-
-    /// The first send that failed, once.
-    pub fn take_failure(&self) -> Option<Error> {
+    /// The first send that failed, once, with the `receipt` header of its
+    /// frame: the connection ends with an ERROR frame carrying it.
+    pub fn take_failure(&self) -> Option<(Error, Option<String>)> {
         self.pending.failure.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
@@ -540,7 +620,6 @@ mod tests {
     #[test]
     fn what_the_python_path_must_handle_is_declined() {
         let declined: &[&[(&str, &str)]] = &[
-            &[("destination", "/queue/A"), ("receipt", "r")],
             &[("destination", "/queue/A"), ("transaction", "t")],
             &[("destination", "/queue/A"), ("reply-to", "/queue/B")],
             &[("destination", "/queue/A"), ("jmsstore.property-types", "n:long")],
@@ -615,10 +694,18 @@ mod tests {
     }
 
     fn send(lane: &SendLane, pairs: &[(&str, &str)], body: &[u8]) -> Result<bool> {
-        match lane.prepare(&headers(pairs), body)? {
-            Preparation::Ready(prepared) => lane.submit(prepared).map(|()| true),
+        let failed = || Err(lane.take_failure().expect("a failure kept").0);
+        match lane.prepare(&headers(pairs), body) {
+            Preparation::Ready(prepared) => {
+                if lane.submit(prepared) {
+                    Ok(true)
+                } else {
+                    failed()
+                }
+            }
             Preparation::Dropped => Ok(true),
             Preparation::Declined => Ok(false),
+            Preparation::Failed => failed(),
         }
     }
 
@@ -633,7 +720,7 @@ mod tests {
         assert!(send(&lane, &persistent, b"two").unwrap());
         assert!(send(&lane, &[("destination", "/queue/A")], b"three").unwrap());
         assert!(lane.wait_idle(Duration::from_secs(30)));
-        assert_eq!(lane.take_failure().map(|e| e.to_string()), None);
+        assert_eq!(lane.take_failure().map(|(e, _)| e.to_string()), None);
         assert_eq!((lane.pending(), lane.sent()), (0, 2));
         // The sequence was drawn twice (the declined frame drew none): ids 1 and 2 of boot 3.
         // (The non-persistent one is visible at once, the persistent one once durable: JMS
@@ -687,10 +774,95 @@ mod tests {
         });
         assert!(lane.wait_idle(Duration::from_secs(30)));
         finisher.join().unwrap();
-        assert!(matches!(lane.take_failure(), Some(Error::InvalidArgument(_))));
+        assert!(matches!(lane.take_failure(), Some((Error::InvalidArgument(_), None))));
         assert!(lane.take_failure().is_none(), "reported once");
         let q = f.queue("A");
         lane.allow("/queue/A", q.destination.clone());
         assert!(!send(&lane, &[("destination", "/queue/A")], b"after a failure").unwrap());
+    }
+
+    #[test]
+    fn a_plan_reads_the_receipt_header() {
+        let h = headers(&[("destination", "/queue/A"), ("receipt", "r-1"), ("receipt", "second")]);
+        assert_eq!(plan_send(&h, b"x").expect("planned").receipt, Some("r-1"));
+        assert_eq!(plan_send(&headers(&[("destination", "/queue/A")]), b"x").expect("planned").receipt, None);
+    }
+
+    fn outbox() -> (Arc<Outbox>, std::os::unix::net::UnixStream, std::os::unix::net::UnixStream) {
+        use std::os::fd::AsRawFd;
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        (Arc::new(Outbox::new(Some(ours.as_raw_fd())).unwrap()), ours, theirs)
+    }
+
+    fn read_frames(stream: &mut std::os::unix::net::UnixStream, count: usize) -> String {
+        use std::io::Read;
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        while out.iter().filter(|&&b| b == 0).count() < count {
+            let n = stream.read(&mut buf).expect("the receipts arrive");
+            assert!(n > 0, "closed early");
+            out.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_receipted_send_s_receipt_is_written_once_durable_with_its_message_id() {
+        let f = Fixture::new();
+        let q = f.queue("A");
+        let lane = lane(&f);
+        lane.allow("/queue/A", q.destination.clone());
+        let frame = [("destination", "/queue/A"), ("persistent", "true"), ("receipt", "r:1")];
+        assert!(!send(&lane, &frame, b"one").unwrap(), "no outbox: the Python path's");
+        let (outbox, _ours, mut theirs) = outbox();
+        lane.take_receipts(outbox.clone(), 2);
+        assert!(send(&lane, &frame, b"two").unwrap());
+        assert!(send(&lane, &[("destination", "/queue/A"), ("receipt", "r2")], b"three").unwrap());
+        let written = read_frames(&mut theirs, 2);
+        assert_eq!(
+            written,
+            "RECEIPT\nreceipt-id:r\\c1\nmessage-id:ID\\cs-3-1\n\n\0RECEIPT\nreceipt-id:r2\nmessage-id:ID\\cs-3-2\n\n\0"
+        );
+        assert!(lane.wait_idle(Duration::from_secs(30)));
+        assert_eq!(f.stored(&q.target).len(), 1, "durable before its receipt");
+        assert_eq!((outbox.pending(), lane.sent()), (0, 2));
+    }
+
+    #[test]
+    fn a_receipted_send_waits_for_room_in_the_python_path() {
+        let f = Fixture::new();
+        let q = f.queue("A");
+        let lane = lane(&f);
+        lane.allow("/queue/A", q.destination.clone());
+        let (outbox, _ours, _theirs) = outbox();
+        lane.take_receipts(outbox.clone(), 1);
+        let held = outbox.push("earlier".into(), None, false, false); // a frame the reader handles
+        assert!(!send(&lane, &[("destination", "/queue/A"), ("receipt", "r")], b"x").unwrap());
+        assert!(f.ids(&q.target).is_empty(), "declined before anything was sent");
+        outbox.discard(held);
+        assert!(send(&lane, &[("destination", "/queue/A"), ("receipt", "r")], b"x").unwrap());
+    }
+
+    #[test]
+    fn a_receipted_send_that_fails_keeps_its_receipt_id_for_the_error_frame() {
+        let f = Fixture::new();
+        let q = f.queue("A");
+        let lane = lane(&f);
+        lane.allow("/queue/A", q.destination.clone());
+        let (outbox, _ours, _theirs) = outbox();
+        lane.take_receipts(outbox.clone(), 10);
+        f.broker.store().close().unwrap();
+        let frame = [("destination", "/queue/A"), ("persistent", "true"), ("receipt", "r-9")];
+        let failure = lane.prepare(&headers(&frame), b"x");
+        let Preparation::Ready(prepared) = failure else { panic!("prepared") };
+        assert!(!lane.submit(prepared));
+        let (error, receipt) = lane.take_failure().expect("kept");
+        assert_eq!(receipt.as_deref(), Some("r-9"), "{error}");
+        assert_eq!(outbox.pending(), 0, "its receipt left the queue: the ERROR frame carries it");
+        assert!(lane.take_failure().is_none(), "taken once");
+        assert!(matches!(lane.prepare(&headers(&frame), b"y"), Preparation::Declined), "none after a failure");
+        assert!(lane.take_failure().is_none());
     }
 }

@@ -25,11 +25,11 @@ mod completion;
 mod errors;
 mod inspect;
 mod message;
-mod nowait;
 mod pager;
 mod progress;
 mod stomp_head;
 mod stomp_message;
+mod stomp_outbox;
 mod stomp_send;
 mod store;
 
@@ -56,10 +56,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(inspect::read_segment, m)?)?;
     m.add_function(wrap_pyfunction!(inspect::live, m)?)?;
     m.add_function(wrap_pyfunction!(message::read_message, m)?)?;
-    m.add_function(wrap_pyfunction!(nowait::write_nowait, m)?)?;
     m.add_function(wrap_pyfunction!(stomp_head::scan_head, m)?)?;
     m.add_class::<stomp_head::WholeFrameScanner>()?;
     m.add_class::<stomp_send::NativeSendLane>()?;
+    m.add_class::<stomp_outbox::NativeOutbox>()?;
     m.add_function(wrap_pyfunction!(stomp_send::map_stomp_send, m)?)?;
     m.add_function(wrap_pyfunction!(stomp_message::encode_message_frames, m)?)?;
     m.add_function(wrap_pyfunction!(stomp_head::encode_plain, m)?)?;

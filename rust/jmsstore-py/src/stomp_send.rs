@@ -11,6 +11,7 @@ use pyo3::types::{PyBytes, PyTuple};
 
 use crate::broker::target::NativeDestination;
 use crate::errors::{to_pyerr, PyResult2};
+use crate::stomp_outbox::NativeOutbox;
 use crate::store::DETACH_ABOVE;
 
 /// One connection's lane (see `jmsstore_core::stomp_send::SendLane`),
@@ -39,16 +40,13 @@ impl NativeSendLane {
         let mut sent = 0;
         for (headers, body) in frames {
             let prepared = match self.lane.prepare(headers, body) {
-                Ok(Preparation::Ready(prepared)) => prepared,
-                Ok(Preparation::Dropped) => {
+                Preparation::Ready(prepared) => prepared,
+                Preparation::Dropped => {
                     sent += 1;
                     continue;
                 }
-                Ok(Preparation::Declined) => break,
-                Err(e) => {
-                    self.lane.fail(e);
-                    return LaneOutcome::Failed(sent + 1);
-                }
+                Preparation::Declined => break,
+                Preparation::Failed => return LaneOutcome::Failed(sent + 1),
             };
             // As `NativeBroker.send_async`: a big copy, or a wait for room, without the GIL.
             let submitted = if prepared.size() >= DETACH_ABOVE || prepared.may_wait() {
@@ -56,8 +54,7 @@ impl NativeSendLane {
             } else {
                 self.lane.submit(prepared)
             };
-            if let Err(e) = submitted {
-                self.lane.fail(e);
+            if !submitted {
                 return LaneOutcome::Failed(sent + 1);
             }
             sent += 1;
@@ -92,9 +89,16 @@ impl NativeSendLane {
         self.lane.close();
     }
 
-    /// The first send that failed (an exception), once; None.
-    fn take_failure(&self) -> Option<PyErr> {
-        self.lane.take_failure().map(|e| to_pyerr(&e))
+    /// The first send that failed, once: `(exception, receipt)`, the
+    /// `receipt` header of its frame (None: it had none); None.
+    fn take_failure(&self) -> Option<(PyErr, Option<String>)> {
+        self.lane.take_failure().map(|(e, receipt)| (to_pyerr(&e), receipt))
+    }
+
+    /// SENDs with a receipt go this way too, their receipts queued in
+    /// `outbox` (the connection's), while fewer than `limit` wait there.
+    fn take_receipts(&self, outbox: &NativeOutbox, limit: usize) {
+        self.lane.take_receipts(outbox.outbox.clone(), limit);
     }
 
     /// Waits (without the GIL) until every send is durable or failed, at

@@ -9,18 +9,21 @@ completed within ``frame_timeout`` of its start, and (when set) one that
 has sent nothing for ``idle_timeout``. What its parser holds of an
 incomplete frame is charged to the server's ``max_buffered_bytes``. Writes come from
 the reader (CONNECTED, RECEIPT, ERROR) and from the subscriptions'
-dispatchers (MESSAGE), one at a time under the connection's write lock;
-a write to a client that does not read blocks up to ``write_timeout``,
-then the connection is dropped.
+dispatchers (MESSAGE), one at a time under the connection's write lock (the native
+:class:`~jmsstore._native.NativeOutbox`, which the broker's completer
+thread takes too); a write to a client that does not read blocks up to
+``write_timeout``, then the connection is dropped.
 
 A RECEIPT is sent once the frame's effect is durable: a SEND that asks
 for one is stored (if persistent) and visible first; an ACK's delete, a
 COMMIT's store transaction are written first. RECEIPTs go out in the
 order of the frames that asked for them. A receipted SEND does not hold
 up the frames after it: it is handed to the broker without waiting, and
-its RECEIPT waits in the connection's queue of pending receipts until the
-store has it (a client that pipelines its sends has them share one group
-commit); a SEND whose write fails gets an ERROR frame carrying its
+its RECEIPT waits in the connection's queue of pending receipts (kept by
+the outbox) until the store has it (a client that pipelines its sends has
+them share one group commit). The thread that learns it is durable writes
+it if that needs no wait (the broker's completer, for a SEND the send lane
+took; else the callback thread), or wakes the reader to; a SEND whose write fails gets an ERROR frame carrying its
 ``receipt-id``, never a RECEIPT, and the connection closes. At most
 ``max_pending_receipts`` wait at once: the reader stops reading until
 the oldest is durable. SENDs without a receipt go on without waiting
@@ -44,12 +47,11 @@ import socket
 import ssl
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from jmsstore._native import NativeDestination, NativeSendLane, __version__, write_nowait
+from jmsstore._native import NativeDestination, NativeOutbox, NativeSendLane, __version__
 from jmsstore.client.port import BrokerPort, Delivery, ProducerPort, SendOptions
 from jmsstore.errors import InvalidArgumentError, InvalidDestinationError, JmsStoreError
 from jmsstore.jms.destination import Destination, Queue, TemporaryQueue, Topic, check_name
@@ -177,22 +179,11 @@ class _Transaction:
 
 @dataclass(slots=True)
 class _Receipt:
-    """A frame's receipt, sent once ``done`` (a receipted SEND: once durable),
-    in the order the frames came; ``error``: the SEND failed, ERROR instead."""
+    """The receipt of the frame being handled: its ticket in the outbox's
+    queue, and whether it is done only once the broker says so (a SEND)."""
 
-    receipt_id: str
+    ticket: int
     asynchronous: bool = False
-    done: bool = False
-    error: BaseException | None = None
-    # A SEND's: the message id the server gave the message, in the RECEIPT
-    # (a jmsstore extension, so that the sender learns it as JMS promises).
-    message_id: str | None = None
-
-    def frame(self) -> Frame:
-        headers = [("receipt-id", self.receipt_id)]
-        if self.message_id is not None:
-            headers.append(("message-id", self.message_id))
-        return Frame(Command.RECEIPT, headers)
 
 
 def _heart_beat(text: str) -> tuple[int, int]:
@@ -223,7 +214,11 @@ class StompConnection:
         self._charged = 0  # bytes of an incomplete frame charged to the server's budget
         self._charge_lock = threading.Lock()  # the reader charges, close releases
         self._frame_started: float | None = None  # when the incomplete frame held began
-        self._write_lock = threading.Lock()
+        # The write lock, the receipts in frame order and the reader's wake-up,
+        # shared with the broker's native threads (a plain socket's receipts are
+        # written by whoever completes them, where that needs no wait).
+        self._outbox = NativeOutbox(sock.fileno() if tls is None else None)
+        self._frames.count_receipts(self._outbox)
         self._frame_lock = threading.Lock()  # held while a frame is handled: close waits for it
         self._close_lock = threading.Lock()
         self._closed = False
@@ -249,22 +244,7 @@ class StompConnection:
         self._pending = threading.Condition()
         self._pending_sends = 0
         self._send_failure: BaseException | None = None
-        # Receipts in frame order, sent from the head as each is done (guarded by _pending).
-        self._receipts: deque[_Receipt] = deque()
         self._current_receipt: _Receipt | None = None  # of the frame being handled
-        # The broker's completion thread wakes the reader through this pipe to send
-        # receipts: it must never block on a client's socket itself.
-        self._wake_read, self._wake_write = os.pipe()
-        os.set_blocking(self._wake_read, False)
-        os.set_blocking(self._wake_write, False)
-        self._wake_open = True
-        # Held while receipts are taken from the head of the queue and written, so that they go out in order.
-        self._receipt_lock = threading.Lock()
-        # Bytes a write from the completion thread could not finish without blocking: every
-        # writer sends them first (under the write lock), the reader at its next turn.
-        self._tail = b""
-        # The completion thread may write receipts itself on a plain socket (see _receipts_now).
-        self._direct_receipts = type(self._transport) is PlainTransport
         self._send_interval = 0.0  # seconds between our heart-beats (0: none)
         self._receive_interval = 0.0  # the client's (0: none)
         self._last_read = time.monotonic()
@@ -299,12 +279,13 @@ class StompConnection:
         self._write_encoded(data, [(Command.MESSAGE, count)])
 
     def _write_encoded(self, data: bytes, counts: list[tuple[str, int]]) -> None:
-        """Writes ``data`` after what an earlier write left (``_tail``), and
-        counts its frames: ``counts`` of each command."""
-        with self._write_lock:
+        """Writes ``data`` after what an earlier write left (the outbox's
+        tail), and counts its frames: ``counts`` of each command."""
+        with self._outbox:
             try:
-                if self._tail:
-                    data, self._tail = self._tail + data, b""
+                tail = self._outbox.take_tail()
+                if tail:
+                    data = tail + data
                 self._transport.sendall(data)
             except OSError:
                 self._break()
@@ -315,16 +296,15 @@ class StompConnection:
 
     def _heart_beat(self) -> None:
         # Skipped if a frame is being written: that is a sign of life too.
-        if not self._write_lock.acquire(blocking=False):
+        if not self._outbox.acquire(False):
             return
         try:
-            self._transport.sendall(self._tail + b"\n")
-            self._tail = b""
+            self._transport.sendall(self._outbox.take_tail() + b"\n")
             self._last_write = time.monotonic()
         except OSError:
             self._break()
         finally:
-            self._write_lock.release()
+            self._outbox.release()
 
     def _break(self) -> None:
         """The socket is unusable: wakes the reader so that it closes the connection."""
@@ -379,7 +359,7 @@ class StompConnection:
         # poll, not a selector: it holds no file descriptor of its own per connection.
         poller = select.poll()
         poller.register(self._sock, select.POLLIN)
-        poller.register(self._wake_read, select.POLLIN)
+        poller.register(self._outbox.wake_fd, select.POLLIN)
         reading = True
         sock_fd = self._sock.fileno()
         connect_deadline = time.monotonic() + self._settings.connect_timeout
@@ -390,7 +370,7 @@ class StompConnection:
                 return expired
             failed = self._take_send_failure()
             if failed is not None:
-                self._error(f"a send failed: {failed}")
+                self._error(f"a send failed: {failed[0]}", receipt=failed[1])
                 return "a send failed"
             if not self._send_receipts():
                 return "a send failed"
@@ -439,7 +419,7 @@ class StompConnection:
                 failed = lane.take_failure()
                 if failed is not None:  # none of the frames after the one that failed is handled
                     self._wait_for_receipts(self._settings.write_timeout)  # those of the frames before it
-                    self._error(f"a send failed: {failed}")
+                    self._error(f"a send failed: {failed[0]}", receipt=failed[1])
                     return "a send failed"
             index = 0
             while index < len(frames):
@@ -462,50 +442,50 @@ class StompConnection:
 
     def _drain_wake(self) -> None:
         with contextlib.suppress(OSError):
-            while os.read(self._wake_read, 4096):
+            while os.read(self._outbox.wake_fd, 4096):
                 pass
 
     def _pending_receipts(self) -> int:
-        with self._pending:
-            return len(self._receipts)
+        return self._outbox.pending()
 
     def _send_receipts(self) -> bool:
         """Sends the RECEIPTs at the head of the queue that are done, in order;
         False once a SEND failed (an ERROR frame with its receipt-id was sent
         instead: the connection ends)."""
+        outbox = self._outbox
+        if not outbox.has_work():
+            return True
         # Those done go out together in one write: a client pipelining its sends
-        # gets the receipts of one group commit in one segment.
-        with self._receipt_lock:
-            with self._pending:
-                done: list[_Receipt] = []
-                while self._receipts and self._receipts[0].done:
-                    done.append(self._receipts.popleft())
-            if not done:
-                if self._tail:
-                    self._write_frames([])  # what the completion thread could not finish
-                return True
-            failed = next((i for i, r in enumerate(done) if r.error is not None), None)
-            ready = done if failed is None else done[:failed]
-            if ready or self._tail:
-                self._write_frames([r.frame() for r in ready])
+        # gets the receipts of one group commit in one segment. Taken and written
+        # under the write lock, so that they go out in order.
+        with outbox:
+            frames, count, failed = outbox.take_done()
+            tail = outbox.take_tail()
+            if count or tail:
+                try:
+                    self._transport.sendall(tail + frames)
+                except OSError:
+                    self._break()
+                    raise
+                self._last_write = time.monotonic()
         if failed is not None:
-            receipt = done[failed]
-            self._error(f"a send failed: {receipt.error}", receipt=receipt.receipt_id)
+            receipt_id, why = failed
+            self._error(f"a send failed: {why}", receipt=receipt_id)
             return False
         return True
 
     def _room_for_a_receipt(self) -> bool:
         """Waits until fewer than ``max_pending_receipts`` receipts are pending,
         sending those that are done; False if a send failed (an ERROR was sent)."""
-        if not self._receipts and not self._tail:
-            return True  # nothing pending (the usual case): room, and nothing to send
+        outbox = self._outbox
+        if not outbox.pending():
+            return True  # nothing pending (the usual case): room (a tail is the loop's to send)
         limit = self._settings.max_pending_receipts
         while not self._closed:
-            with self._pending:
-                self._pending.wait_for(lambda: len(self._receipts) < limit or self._receipts[0].done, self._tick())
+            outbox.wait_for_room(limit, self._tick())
             if not self._send_receipts():
                 return False
-            if self._pending_receipts() < limit:
+            if outbox.pending() < limit:
                 return True
             now = time.monotonic()
             self._last_read = now  # waiting on the store, not on the client
@@ -514,75 +494,9 @@ class StompConnection:
                 self._heart_beat()
         return True
 
-    def _receipt_done(self, receipt: _Receipt, error: BaseException | None) -> None:
-        """A receipted SEND completed (on the broker's completion thread): its
-        receipt, and those done after it, go out now if that can be done
-        without waiting (:meth:`_receipts_now`); else the reader is woken to
-        send them."""
-        with self._pending:
-            receipt.done = True
-            receipt.error = error
-            ready = bool(self._receipts) and self._receipts[0].done
-            self._pending.notify_all()
-        if not ready or self._receipts_now():
-            return
-        with self._pending:
-            if self._wake_open:
-                with contextlib.suppress(BlockingIOError):  # full: a wake-up is pending anyway
-                    os.write(self._wake_write, b"\0")
-
-    def _receipts_now(self) -> bool:
-        """Writes the receipts done at the head of the queue from the calling
-        (completion) thread, if nothing has to be waited for: the receipt and
-        write locks free, the socket taking the bytes at once. It never
-        blocks on a client: a write the socket takes only in part leaves the
-        rest to the reader (``_tail``). True: nothing left for the reader."""
-        if not self._direct_receipts or self._closed:
-            return False
-        if not self._receipt_lock.acquire(blocking=False):
-            return False
-        try:
-            if not self._write_lock.acquire(blocking=False):
-                return False
-            try:
-                if self._tail or self._closed:
-                    return False
-                with self._pending:
-                    done: list[_Receipt] = []
-                    while self._receipts and self._receipts[0].done and self._receipts[0].error is None:
-                        done.append(self._receipts.popleft())
-                    rest = bool(self._receipts) and self._receipts[0].done  # a failed send: the reader's
-                if not done:
-                    return not rest
-                frames = [r.frame() for r in done]
-                data = b"".join([encode(frame) for frame in frames])
-                try:
-                    # The socket has a timeout, so its descriptor is non-blocking: a full
-                    # buffer takes less at once (socket.send would wait for the timeout).
-                    # Keeping the GIL: this thread completes a batch of sends under one
-                    # hold of it, and giving it up here would hand it over, and wait to
-                    # get it back, once per receipt (a third fewer server CPU per
-                    # persistent message at 16 producers).
-                    written = write_nowait(self._sock.fileno(), data)
-                except OSError:
-                    self._break()  # the reader finds the connection broken and closes it
-                    return True
-                for frame in frames:
-                    self._frames.frame_out(frame.command)
-                if written < len(data):
-                    self._tail = data[written:]
-                    return False
-                self._last_write = time.monotonic()
-                return not rest
-            finally:
-                self._write_lock.release()
-        finally:
-            self._receipt_lock.release()
-
     def _wait_for_receipts(self, timeout: float) -> bool:
         """Waits until every pending receipt is done and sends them; False if a send failed."""
-        with self._pending:
-            self._pending.wait_for(lambda: all(r.done for r in self._receipts), timeout)
+        self._outbox.wait_all_done(timeout)
         return self._send_receipts()
 
     def _expired(self, now: float, connect_deadline: float) -> str | None:
@@ -624,12 +538,13 @@ class StompConnection:
     def _tick(self) -> float:
         return heartbeat.tick(self._send_interval, self._receive_interval)
 
-    def _take_send_failure(self) -> BaseException | None:
+    def _take_send_failure(self) -> tuple[BaseException, str | None] | None:
+        """The first send that failed, once, and the receipt id of its frame."""
         with self._pending:
             failure, self._send_failure = self._send_failure, None
-        if failure is None and self._lane is not None:
-            failure = self._lane.take_failure()
-        return failure
+        if failure is not None:
+            return failure, None
+        return self._lane.take_failure() if self._lane is not None else None
 
     def _lane_for_reading(self) -> NativeSendLane | None:
         """The lane, its destinations brought up to date (a destination
@@ -681,9 +596,11 @@ class StompConnection:
             Command.STOMP,
             Command.DISCONNECT,
         )
-        receipt = _Receipt(receipt_id) if queued and receipt_id is not None else None
+        receipt = _Receipt(self._outbox.push(receipt_id, False, False)) if queued and receipt_id is not None else None
         with self._frame_lock:
             if self._closed:
+                if receipt is not None:
+                    self._outbox.discard(receipt.ticket)
                 return False
             self._current_receipt = receipt
             try:
@@ -695,6 +612,8 @@ class StompConnection:
                 # carried, refused deeper than the mapping checks; the client's, not a bug.
                 if not isinstance(e, JmsStoreError):
                     log.debug("stomp %s (%s): %s frame refused", self.peer, self.session, frame.command, exc_info=True)
+                if receipt is not None:
+                    self._outbox.discard(receipt.ticket)  # the ERROR frame carries it
                 # The receipts of the frames before it go first, as far as they can.
                 self._wait_for_receipts(self._settings.write_timeout)
                 message = str(e) if isinstance(e, (ProtocolError, FrameError)) else f"{type(e).__name__}: {e}"
@@ -705,16 +624,18 @@ class StompConnection:
             except Exception:
                 # A bug: logged with its traceback, and still an ERROR with the frame's receipt-id.
                 log.exception("stomp %s (%s): handling a %s frame failed", self.peer, self.session, frame.command)
+                if receipt is not None:
+                    self._outbox.discard(receipt.ticket)
                 self._wait_for_receipts(self._settings.write_timeout)
                 self._error("internal error", frame)
                 return False
             finally:
                 self._current_receipt = None
-        if receipt is not None and more:
-            with self._pending:
-                if not receipt.asynchronous:
-                    receipt.done = True
-                self._receipts.append(receipt)
+        if receipt is not None:
+            if not more:
+                self._outbox.discard(receipt.ticket)
+                return False
+            self._outbox.ready(receipt.ticket, not receipt.asynchronous)
             return self._send_receipts()
         if receipt_id is not None and frame.command == Command.DISCONNECT:
             self._write(Frame(Command.RECEIPT, [("receipt-id", receipt_id)]))
@@ -757,6 +678,8 @@ class StompConnection:
         self._producer = self._port.open_producer(None, self._server.send_options, self._connection_id, client_id)
         if self._settings.native_sends:
             self._lane = self._producer.send_lane()
+            if self._lane is not None:  # receipted SENDs too, their receipts queued with the others
+                self._lane.take_receipts(self._outbox, self._settings.max_pending_receipts)
         self._send_interval = send_ms / 1000
         self._receive_interval = receive_ms / 1000
         self._write(
@@ -892,22 +815,27 @@ class StompConnection:
             staged = producer.stage(*args, expiration=expiration)
             if staged is not None:
                 self._transaction(transaction).staged.append(staged)
-            if self._current_receipt is not None:
-                self._current_receipt.message_id = outgoing.message.message_id
+            if self._current_receipt is not None and outgoing.message.message_id is not None:
+                self._outbox.set_message_id(self._current_receipt.ticket, outgoing.message.message_id)
         elif self._current_receipt is not None:
             receipt = self._current_receipt
             receipt.asynchronous = True
+            outbox, ticket = self._outbox, receipt.ticket
             try:
                 accepted = producer.send_async(
-                    *args, None, lambda _handle, error: self._receipt_done(receipt, error), expiration=expiration
+                    *args,
+                    None,
+                    lambda _handle, error: outbox.complete(ticket, None if error is None else str(error)),
+                    expiration=expiration,
                 )
             except BaseException:
                 receipt.asynchronous = False
                 raise
-            # Stamped by now; the receipt joins the queue (and can go out) only after this returns.
-            receipt.message_id = outgoing.message.message_id
+            # Stamped by now; the receipt can go out only once the frame is handled (ready).
+            if outgoing.message.message_id is not None:
+                outbox.set_message_id(ticket, outgoing.message.message_id)
             if not accepted:
-                self._receipt_done(receipt, None)  # dropped (non-persistent, over the broker-wide limits)
+                outbox.complete(ticket)  # dropped (non-persistent, over the broker-wide limits)
         else:
             with self._pending:
                 self._pending_sends += 1
@@ -1223,7 +1151,7 @@ class StompConnection:
         self._wait_for_sends(self._settings.write_timeout)
         failed = self._take_send_failure()
         if failed is not None:
-            raise ProtocolError(f"a send failed: {failed}")
+            raise ProtocolError(f"a send failed: {failed[0]}")
         if not self._wait_for_receipts(self._settings.write_timeout):
             return False
         # And its unacknowledged messages are back, and its client id free, before the
@@ -1260,17 +1188,15 @@ class StompConnection:
             finally:
                 if locked:
                     self._frame_lock.release()
-            # Under the write lock: the completion thread writes to the descriptor itself.
-            written = self._write_lock.acquire(timeout=self._settings.write_timeout)
+            # Under the write lock: no receipt is being written as it closes (and
+            # none is written after: the outbox's descriptor is its own duplicate).
+            written = self._outbox.acquire(True, self._settings.write_timeout)
             try:
+                self._outbox.close()
                 self._transport.close()
             finally:
                 if written:
-                    self._write_lock.release()
-            with self._pending:
-                self._wake_open = False
-                os.close(self._wake_read)
-                os.close(self._wake_write)
+                    self._outbox.release()
         self._server.forget(self)
         log.info("stomp %s (%s): closed (%s)", self.peer, self.session, reason)
 
@@ -1294,8 +1220,7 @@ class StompConnection:
                 self._abort(tx)
             self._transactions.clear()
             self._wait_for_sends(self._settings.write_timeout)
-            with self._pending:
-                self._pending.wait_for(lambda: all(r.done for r in self._receipts), self._settings.write_timeout)
+            self._outbox.wait_all_done(self._settings.write_timeout)
             if self._producer is not None:
                 self._producer.close()
             temporary, self._temporary = list(self._temporary.values()), {}

@@ -4,23 +4,42 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from typing import Any
+from typing import Any, Protocol
 
 __all__ = ["FrameCounts", "StompStatistics"]
+
+
+class _ReceiptCounter(Protocol):
+    def statistics(self) -> dict[str, int]: ...
 
 
 class FrameCounts:
     """One connection's frames in and out, by command, kept without a lock:
     its reader alone counts the frames in, and frames out are counted under
-    its write lock. (One server-wide lock taken for every frame was
-    contended by every connection's threads.)"""
+    its write lock; RECEIPTs (but DISCONNECT's) by the connection's outbox,
+    which writes them from native threads too. (One server-wide lock taken
+    for every frame was contended by every connection's threads.)"""
 
-    __slots__ = ("incoming", "native_sends", "outgoing")
+    __slots__ = ("_receipts", "incoming", "native_sends", "outgoing")
 
     def __init__(self) -> None:
         self.incoming: dict[str, int] = {}
         self.outgoing: dict[str, int] = {}
         self.native_sends = 0  # SEND frames (counted in incoming too) sent without Python
+        self._receipts: _ReceiptCounter | None = None
+
+    def count_receipts(self, outbox: _ReceiptCounter) -> None:
+        """The RECEIPT frames ``outbox`` writes count as frames out."""
+        self._receipts = outbox
+
+    def frames_out(self) -> dict[str, int]:
+        """The frames out by command (a copy, taken in one step)."""
+        out = dict(self.outgoing)
+        if self._receipts is not None:
+            receipts = self._receipts.statistics()["receipts"]
+            if receipts:
+                out["RECEIPT"] = out.get("RECEIPT", 0) + receipts
+        return out
 
     def frame_in(self, command: str, count: int = 1) -> None:
         self.incoming[command] = self.incoming.get(command, 0) + count
@@ -60,7 +79,7 @@ class StompStatistics:
             if counts in self._live:
                 self._live.discard(counts)
                 self._frames_in.update(counts.incoming)
-                self._frames_out.update(counts.outgoing)
+                self._frames_out.update(counts.frames_out())
                 self._native_sends += counts.native_sends
 
     def opened(self) -> None:
@@ -96,7 +115,7 @@ class StompStatistics:
             for counts in self._live:
                 # Copied first (in one step): the connection's threads may be counting.
                 frames_in.update(dict(counts.incoming))
-                frames_out.update(dict(counts.outgoing))
+                frames_out.update(counts.frames_out())
             return {
                 "connections_open": self.connections_open,
                 "connections_total": self.connections_total,
