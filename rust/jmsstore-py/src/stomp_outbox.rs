@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jmsstore_core::stomp_outbox::Outbox;
+use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
@@ -31,7 +32,12 @@ impl NativeOutbox {
     #[new]
     #[pyo3(signature = (fd=None))]
     fn new(fd: Option<i32>) -> PyResult<Self> {
-        Ok(NativeOutbox { outbox: Arc::new(Outbox::new(fd)?) })
+        let outbox = Outbox::new(fd).map_err(|e| match e.raw_os_error() {
+            // OSError(errno, strerror) picks its subclass and keeps errno.
+            Some(code) => PyOSError::new_err((code, e.to_string())),
+            None => e.into(),
+        })?;
+        Ok(NativeOutbox { outbox: Arc::new(outbox) })
     }
 
     /// The descriptor the reader polls for wake-ups (read it empty).

@@ -278,7 +278,10 @@ class StompServer:
         ``subscriptions`` (open now), ``buffered_bytes`` (of incomplete
         frames, now), ``frames_in`` / ``frames_out`` by command, and
         ``native_sends`` (the SEND frames among ``frames_in`` that the broker
-        core took without Python: see ``StompSettings.native_sends``)."""
+        core took without Python: see ``StompSettings.native_sends``) and
+        ``receipts_direct`` (the RECEIPT frames among ``frames_out`` written
+        by the thread that learnt their SEND was durable, without the
+        connection's reader)."""
         return self.stats.snapshot(self.subscription_slots.used, self.buffers.used)
 
 

@@ -69,8 +69,8 @@ class StompSettings:
     store writes are under way at once; the connection reads its next
     frame once the oldest is durable (a client that pipelines its sends
     shares the store's group commit up to that many).
-    ``native_sends`` (on): a SEND without a receipt or a transaction, to a
-    queue or topic the connection has sent to before and where nothing
+    ``native_sends`` (on): a SEND outside a transaction (with a receipt or
+    without), to a queue or topic the connection has sent to before and where nothing
     needs the server's Python path (no production pause, no flow control
     armed, no default unit of order, no ``reply-to``, no typed properties),
     is mapped, stamped and sent by the broker core without Python, as it

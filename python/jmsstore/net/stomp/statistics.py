@@ -32,6 +32,10 @@ class FrameCounts:
         """The RECEIPT frames ``outbox`` writes count as frames out."""
         self._receipts = outbox
 
+    def receipts_direct(self) -> int:
+        """RECEIPTs written by the thread that learnt their SEND was durable."""
+        return self._receipts.statistics()["receipts_direct"] if self._receipts is not None else 0
+
     def frames_out(self) -> dict[str, int]:
         """The frames out by command (a copy, taken in one step)."""
         out = dict(self.outgoing)
@@ -64,6 +68,7 @@ class StompStatistics:
         self._frames_in: Counter[str] = Counter()
         self._frames_out: Counter[str] = Counter()
         self._native_sends = 0
+        self._receipts_direct = 0
         self._live: set[FrameCounts] = set()
 
     def frame_counts(self) -> FrameCounts:
@@ -81,6 +86,7 @@ class StompStatistics:
                 self._frames_in.update(counts.incoming)
                 self._frames_out.update(counts.frames_out())
                 self._native_sends += counts.native_sends
+                self._receipts_direct += counts.receipts_direct()
 
     def opened(self) -> None:
         with self._lock:
@@ -112,6 +118,7 @@ class StompStatistics:
             frames_in = Counter(self._frames_in)
             frames_out = Counter(self._frames_out)
             native_sends = self._native_sends + sum(counts.native_sends for counts in self._live)
+            receipts_direct = self._receipts_direct + sum(counts.receipts_direct() for counts in self._live)
             for counts in self._live:
                 # Copied first (in one step): the connection's threads may be counting.
                 frames_in.update(dict(counts.incoming))
@@ -129,4 +136,5 @@ class StompStatistics:
                 "frames_in": {str(command): n for command, n in frames_in.items()},
                 "frames_out": {str(command): n for command, n in frames_out.items()},
                 "native_sends": native_sends,
+                "receipts_direct": receipts_direct,
             }
