@@ -7,6 +7,7 @@ bounded; no timing assertions."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import socket
 import threading
 import time
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 from jmsstore import JMSServer, Queue
 from jmsstore.net import StompServer, serve
+from jmsstore.net.stomp.connection import StompConnection
 from jmsstore.net.stomp.frames import FrameLimits
 from jmsstore.net.stomp.settings import HEAD_ALLOWANCE
 from stomp_helpers import WAIT, RawClient, Served
@@ -318,3 +320,29 @@ def test_memory_stays_bounded_under_a_flood_of_incomplete_large_frames(tmp_path:
         for sock in sockets:
             sock.close()
         served.kill()
+
+
+def test_a_connection_refused_for_want_of_a_thread_is_closed_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No thread for a new connection: the client gets an ERROR frame and
+    the end of the stream at once, even though the connection's outbox had
+    made a duplicate of its socket (it is let go, not left to the garbage
+    collector)."""
+
+    def no_thread(self: StompConnection) -> None:
+        raise RuntimeError("can't start new thread (the test's)")
+
+    with JMSServer(tmp_path / "home") as jms, serve(jms, port=0) as stomp:
+        monkeypatch.setattr(StompConnection, "start", no_thread)
+        gc.disable()  # the connection object may live on: its socket must not
+        try:
+            client = RawClient(stomp.address, timeout=WAIT)
+            try:
+                assert client.closed_by_server()
+                assert [f.command for f in client.frames] == ["ERROR"]
+            finally:
+                client.close()
+        finally:
+            gc.enable()
+        assert stomp.statistics()["connections_refused"] == 1

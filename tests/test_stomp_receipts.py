@@ -270,17 +270,19 @@ def test_acks_without_a_receipt_take_the_message_at_once_and_a_receipted_ack_mak
 
 
 @pytest.mark.parametrize("socket_write", ["partial", "would-block"])
-def test_receipts_the_completion_thread_cannot_finish_are_finished_by_the_reader_in_order(
+def test_writes_the_socket_takes_in_part_keep_receipts_whole_and_in_order(
     served: tuple[JMSServer, StompServer], client: RawClient, monkeypatch: pytest.MonkeyPatch, socket_write: str
 ) -> None:
-    """The broker's completion thread writes receipts itself only as far as
-    the socket takes them at once: a write taken in part (or not at all)
-    leaves the rest to the connection's reader, and every RECEIPT still
-    arrives whole, in frame order, with the MESSAGE frames between them
-    intact."""
+    """The server's Python writes (MESSAGE frames from the dispatcher,
+    RECEIPTs from the reader) taken by the socket in part, or not at once,
+    finish through the socket's own wait, while the broker's completer
+    writes other RECEIPTs natively (what a socket takes of those only in
+    part is left to the reader: the core's outbox tests): every RECEIPT
+    still arrives whole, in frame order, with the MESSAGE frames between
+    them intact."""
     real_write = os.write
     calls = itertools.count()
-    socket_writes: list[int] = []  # the completion thread's attempts
+    socket_writes: list[int] = []  # the Python writers' attempts
 
     def write(fd: int, data: Any) -> int:
         if not stat.S_ISSOCK(os.fstat(fd).st_mode):
@@ -295,9 +297,9 @@ def test_receipts_the_completion_thread_cannot_finish_are_finished_by_the_reader
     monkeypatch.setattr(os, "write", write)
     client.send(b"SUBSCRIBE\nid:s\ndestination:/queue/piped\nack:auto\n\n\x00")
     count = 60
-    # Whether the completion thread finds the locks free depends on timing
-    # (the dispatcher writing MESSAGE frames holds the write lock): rounds
-    # until it has tried, each checked whole.
+    # Which writer writes which receipt depends on timing (the dispatcher
+    # writing MESSAGE frames holds the write lock): rounds until a Python
+    # write was cut short, each checked whole.
     for round_ in range(10):
         client.send(b"".join(send_frame(f"r{round_}-{i}", f"m{round_}-{i}") for i in range(count)))
         receipts, messages = [], []
@@ -312,4 +314,39 @@ def test_receipts_the_completion_thread_cannot_finish_are_finished_by_the_reader
         assert sorted(messages) == sorted(f"m{round_}-{i}".encode() for i in range(count))
         if socket_writes:
             break
-    assert socket_writes  # the completion thread did try, and was cut short
+    assert socket_writes  # a Python write was cut short
+
+
+@pytest.mark.parametrize(
+    ("after", "label"),
+    [
+        (b"SUBSCRIBE\ndestination:/queue/Q\nreceipt:s\n\n\x00", "a refused frame"),
+        (b"DISCONNECT\nreceipt:bye\n\n\x00", "a DISCONNECT"),
+    ],
+)
+def test_a_send_that_fails_while_a_later_frame_waits_gets_the_one_error_frame(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, after: bytes, label: str
+) -> None:
+    """The SEND's failure comes while the frame after it (refused for want
+    of an id, or a DISCONNECT waiting for the sends) waits for the receipts
+    before it: the client gets one ERROR frame, the SEND's, and nothing
+    after it (no second ERROR, no RECEIPT for the DISCONNECT)."""
+
+    def fails_later(self: _FailingProducer, message: Any, *args: Any, **options: Any) -> int:
+        if message.body != b"fail":
+            return int(self._producer.send_async(message, *args, **options))
+        completed = args[-1]
+        error = StoreFullError("no space left on device (the test's)")
+        threading.Thread(target=lambda: (time.sleep(0.3), completed(None, error))).start()
+        return 1
+
+    monkeypatch.setattr(_FailingProducer, "send_async", fails_later)
+    with JMSServer(tmp_path / "failing") as jms, serve(FailingWrites(jms), port=0) as stomp:
+        client = RawClient(stomp.address, timeout=WAIT)
+        try:
+            assert client.connect().command == "CONNECTED"
+            client.send(send_frame("failing", "fail", "/queue/Q") + after)
+            assert client.closed_by_server(), label
+            assert [(f.command, f.header("receipt-id")) for f in client.frames] == [("ERROR", "failing")], label
+        finally:
+            client.close()

@@ -29,7 +29,7 @@
 
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -93,7 +93,8 @@ impl WriteLock {
     }
 
     fn lock(&self, timeout: Option<Duration>) -> bool {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // A timeout past what an Instant holds waits for as long as it takes.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         while *held {
             held = match deadline {
@@ -138,6 +139,8 @@ pub struct Outbox {
     /// Rung when a receipt is done or leaves the queue.
     changed: Condvar,
     closed: AtomicBool,
+    /// The reader stopped reading until fewer receipts than this wait (0: it reads).
+    wake_below: AtomicUsize,
     receipts: AtomicU64,
     receipts_direct: AtomicU64,
     wakeups: AtomicU64,
@@ -173,6 +176,7 @@ impl Outbox {
             state: Mutex::new(State { socket, ..State::default() }),
             changed: Condvar::new(),
             closed: AtomicBool::new(false),
+            wake_below: AtomicUsize::new(0),
             receipts: AtomicU64::new(0),
             receipts_direct: AtomicU64::new(0),
             wakeups: AtomicU64::new(0),
@@ -194,6 +198,12 @@ impl Outbox {
         self.wakeups.fetch_add(1, Ordering::Relaxed);
         // A full pipe means a wake-up is pending anyway; a closed one cannot be.
         let _ = write_nowait(self.wake_write.as_raw_fd(), b"\0");
+    }
+
+    /// The reader stops reading until fewer than `limit` receipts wait (0:
+    /// it reads again): whoever writes receipts below that wakes it.
+    pub fn wake_below(&self, limit: usize) {
+        self.wake_below.store(limit, Ordering::Release);
     }
 
     /// Takes the write lock if it is free.
@@ -317,18 +327,23 @@ impl Outbox {
             }
             let taken = Self::take_sendable(&mut state, false);
             let failure_next = state.receipts.front().is_some_and(|r| r.sendable() && r.error.is_some());
+            // The reader stopped reading for want of room: there is some now.
+            let below = self.wake_below.load(Ordering::Acquire);
+            let room_made = below > 0 && state.receipts.len() < below;
             drop(state);
             if taken.count == 0 {
                 return failure_next;
             }
             self.receipts.fetch_add(taken.count as u64, Ordering::Relaxed);
-            self.receipts_direct.fetch_add(taken.count as u64, Ordering::Relaxed);
             // Under the write lock: the descriptor stays open through the write.
             match write_nowait(socket, &taken.frames) {
-                Ok(written) if written == taken.frames.len() => failure_next,
                 Ok(written) => {
-                    self.state().tail = taken.frames[written..].to_vec();
-                    true
+                    self.receipts_direct.fetch_add(taken.count as u64, Ordering::Relaxed);
+                    if written < taken.frames.len() {
+                        self.state().tail = taken.frames[written..].to_vec();
+                        return true;
+                    }
+                    failure_next || room_made
                 }
                 // Broken: the reader finds the socket broken and closes the connection.
                 Err(_) => true,
@@ -608,6 +623,28 @@ mod tests {
         });
         assert!(outbox.lock(Some(Duration::from_secs(30))));
         releaser.join().unwrap();
+        outbox.unlock();
+    }
+
+    #[test]
+    fn a_reader_waiting_for_room_is_woken_when_receipts_written_make_some() {
+        let (outbox, _ours, mut theirs) = pair();
+        let first = outbox.push("r1".into(), None, true, false);
+        let _second = outbox.push("r2".into(), None, true, false);
+        outbox.wake_below(2);
+        outbox.complete(first, None);
+        assert_eq!(read_available(&mut theirs), b"RECEIPT\nreceipt-id:r1\n\n\0");
+        assert!(woken(&outbox), "one receipt waits now, below the limit of 2");
+        outbox.wake_below(0);
+        let third = outbox.push("r3".into(), None, true, true);
+        outbox.complete(third, None); // not at the head: nothing written, nobody woken
+        assert!(!woken(&outbox));
+    }
+
+    #[test]
+    fn a_timeout_too_long_for_the_clock_waits_as_long_as_it_takes() {
+        let (outbox, _ours, _theirs) = pair();
+        assert!(outbox.lock(Some(Duration::MAX)));
         outbox.unlock();
     }
 

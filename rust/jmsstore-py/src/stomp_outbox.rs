@@ -74,6 +74,11 @@ impl NativeOutbox {
         false
     }
 
+    /// The reader stops reading until fewer than `limit` receipts wait (0: it reads again).
+    fn wake_below(&self, limit: usize) {
+        self.outbox.wake_below(limit);
+    }
+
     /// What an earlier write left unsent (the write lock's holder sends it first).
     fn take_tail<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
         PyBytes::new(py, &self.outbox.take_tail())

@@ -255,6 +255,12 @@ class StompConnection:
         self._sock.settimeout(self._settings.write_timeout)
         self._thread.start()
 
+    def abandon(self) -> None:
+        """A connection that could not start lets go of its socket's
+        duplicate at once (the server closes the socket itself)."""
+        with self._outbox:
+            self._outbox.close()
+
     @property
     def subscriptions(self) -> int:
         return len(self._subscriptions)
@@ -368,17 +374,22 @@ class StompConnection:
             expired = self._expired(now, connect_deadline)
             if expired is not None:
                 return expired
-            failed = self._take_send_failure()
-            if failed is not None:
-                self._error(f"a send failed: {failed[0]}", receipt=failed[1])
-                return "a send failed"
             if not self._send_receipts():
                 return "a send failed"
+            failed = self._take_send_failure()
+            if failed is not None:
+                # The receipts of the frames before it first, as far as they can go.
+                if self._wait_for_receipts(self._settings.write_timeout):
+                    self._error(f"a send failed: {failed[0]}", receipt=failed[1])
+                return "a send failed"
             # Too many receipts pending: the client waits (TCP holds its frames) until the oldest is durable.
-            room = self._pending_receipts() < self._settings.max_pending_receipts
+            limit = self._settings.max_pending_receipts
+            room = self._pending_receipts() < limit
             if room != reading:
                 poller.modify(self._sock, select.POLLIN if room else 0)
                 reading = room
+                # Not reading: whoever writes receipts below the limit wakes the reader.
+                self._outbox.wake_below(0 if room else limit)
             if not reading:
                 # The server is not reading: the client's silence and slowness are not its own.
                 self._last_read = now
@@ -410,16 +421,17 @@ class StompConnection:
                 for frame in e.frames:
                     if not self._handle(frame):
                         return "closed after an error"
-                self._wait_for_receipts(self._settings.write_timeout)
-                self._error(str(e))
+                if self._wait_for_receipts(self._settings.write_timeout):
+                    self._error(str(e))
                 return "malformed frame"
             lane_took = False
             if lane is not None:
                 lane_took = self._count_lane_sends()
                 failed = lane.take_failure()
                 if failed is not None:  # none of the frames after the one that failed is handled
-                    self._wait_for_receipts(self._settings.write_timeout)  # those of the frames before it
-                    self._error(f"a send failed: {failed[0]}", receipt=failed[1])
+                    # Those of the frames before it first (unless one of theirs failed too: its ERROR ends it).
+                    if self._wait_for_receipts(self._settings.write_timeout):
+                        self._error(f"a send failed: {failed[0]}", receipt=failed[1])
                     return "a send failed"
             index = 0
             while index < len(frames):
@@ -596,12 +608,14 @@ class StompConnection:
             Command.STOMP,
             Command.DISCONNECT,
         )
-        receipt = _Receipt(self._outbox.push(receipt_id, False, False)) if queued and receipt_id is not None else None
+        receipt: _Receipt | None = None
         with self._frame_lock:
             if self._closed:
-                if receipt is not None:
-                    self._outbox.discard(receipt.ticket)
                 return False
+            if queued and receipt_id is not None:
+                # Queued under the frame lock: a close waiting for the receipts
+                # waits only for those of frames handled (or being completed).
+                receipt = _Receipt(self._outbox.push(receipt_id, False, False))
             self._current_receipt = receipt
             try:
                 if not self._connected and frame.command not in (Command.CONNECT, Command.STOMP):
@@ -612,34 +626,39 @@ class StompConnection:
                 # carried, refused deeper than the mapping checks; the client's, not a bug.
                 if not isinstance(e, JmsStoreError):
                     log.debug("stomp %s (%s): %s frame refused", self.peer, self.session, frame.command, exc_info=True)
-                if receipt is not None:
-                    self._outbox.discard(receipt.ticket)  # the ERROR frame carries it
-                # The receipts of the frames before it go first, as far as they can.
-                self._wait_for_receipts(self._settings.write_timeout)
-                message = str(e) if isinstance(e, (ProtocolError, FrameError)) else f"{type(e).__name__}: {e}"
-                self._error(message, frame)
+                self._discard(receipt)  # the ERROR frame carries it
+                # The receipts of the frames before it go first, as far as they can
+                # (a send of theirs that failed has its own ERROR frame, and ends it).
+                if self._wait_for_receipts(self._settings.write_timeout):
+                    message = str(e) if isinstance(e, (ProtocolError, FrameError)) else f"{type(e).__name__}: {e}"
+                    self._error(message, frame)
                 return False
             except OSError:
+                self._discard(receipt)
                 raise  # the connection broke: the reader closes it
             except Exception:
                 # A bug: logged with its traceback, and still an ERROR with the frame's receipt-id.
                 log.exception("stomp %s (%s): handling a %s frame failed", self.peer, self.session, frame.command)
-                if receipt is not None:
-                    self._outbox.discard(receipt.ticket)
-                self._wait_for_receipts(self._settings.write_timeout)
-                self._error("internal error", frame)
+                self._discard(receipt)
+                if self._wait_for_receipts(self._settings.write_timeout):
+                    self._error("internal error", frame)
                 return False
+            except BaseException:
+                self._discard(receipt)
+                raise
             finally:
                 self._current_receipt = None
+            if receipt is not None:
+                if not more:
+                    self._discard(receipt)
+                    return False
+                self._outbox.ready(receipt.ticket, not receipt.asynchronous)
+        return self._send_receipts() if receipt is not None else more
+
+    def _discard(self, receipt: _Receipt | None) -> None:
+        """The frame of ``receipt`` ends the connection: its receipt leaves the queue."""
         if receipt is not None:
-            if not more:
-                self._outbox.discard(receipt.ticket)
-                return False
-            self._outbox.ready(receipt.ticket, not receipt.asynchronous)
-            return self._send_receipts()
-        if receipt_id is not None and frame.command == Command.DISCONNECT:
-            self._write(Frame(Command.RECEIPT, [("receipt-id", receipt_id)]))
-        return more
+            self._outbox.discard(receipt.ticket)
 
     def _on_connect(self, frame: Frame, headers: dict[str, str]) -> bool:
         if self._connected:
@@ -1040,8 +1059,9 @@ class StompConnection:
             if refused is None:
                 return end - start
             error, frame = refused
-            self._wait_for_receipts(self._settings.write_timeout)
-            self._error(str(error) if isinstance(error, ProtocolError) else f"{type(error).__name__}: {error}", frame)
+            if self._wait_for_receipts(self._settings.write_timeout):
+                message = str(error) if isinstance(error, ProtocolError) else f"{type(error).__name__}: {error}"
+                self._error(message, frame)
             return -1
 
     def _acknowledge_stretch(self, stretch: _AckStretch) -> tuple[Exception, Frame] | None:
@@ -1153,10 +1173,13 @@ class StompConnection:
         if failed is not None:
             raise ProtocolError(f"a send failed: {failed[0]}")
         if not self._wait_for_receipts(self._settings.write_timeout):
-            return False
+            return False  # a send failed: its ERROR frame went out instead
         # And its unacknowledged messages are back, and its client id free, before the
         # receipt says so: a client reconnecting at once with the same id is not refused.
         self._release_everything()
+        receipt_id = headers.get("receipt")
+        if receipt_id is not None:
+            self._write(Frame(Command.RECEIPT, [("receipt-id", receipt_id)]))
         return False
 
     # ------------------------------------------------------------ closing

@@ -183,6 +183,7 @@ class StompServer:
             connection.start()
         except RuntimeError:  # no thread for it
             self.forget(connection)
+            connection.abandon()
             self._refuse(sock, peer, "the server cannot take another connection now")
             return
         log.info("stomp %s (%s): accepted", peer, connection.session)
