@@ -1,7 +1,11 @@
 """Receipts of pipelined SENDs: each RECEIPT waits until its SEND is
 durable, they come in the order of the frames that asked for them, and
 the SENDs share the store's group commit instead of one write each. A
-SEND whose store write fails gets an ERROR frame, never a RECEIPT."""
+SEND whose store write fails gets an ERROR frame, never a RECEIPT.
+Receipted SENDs the connection's native send lane takes queue their
+receipts with those of the frames the Python path handles, in frame
+order; each names its message's id, and the broker's completer writes it
+where that needs no wait."""
 
 from __future__ import annotations
 
@@ -59,6 +63,16 @@ def send_frame(receipt: str, body: str, destination: str = "/queue/piped") -> by
     return head.encode() + data + b"\x00"
 
 
+def receipt_ids(client: RawClient, count: int) -> list[str | None]:
+    """The receipt ids of the next ``count`` frames, each a RECEIPT."""
+    received = []
+    for _ in range(count):
+        frame = client.next_frame()
+        assert frame.command == "RECEIPT", frame
+        received.append(frame.header("receipt-id"))
+    return received
+
+
 def test_pipelined_receipts_come_in_frame_order_and_share_group_commits(
     served: tuple[JMSServer, StompServer], store: FileStore, client: RawClient
 ) -> None:
@@ -71,12 +85,7 @@ def test_pipelined_receipts_come_in_frame_order_and_share_group_commits(
     expected.insert(count // 2, "sub")
     fsyncs = store.stats()["fsyncs"]
     client.send(b"".join(frames))
-    received = []
-    for _ in expected:
-        frame = client.next_frame()
-        assert frame.command == "RECEIPT", frame
-        received.append(frame.header("receipt-id"))
-    assert received == expected
+    assert receipt_ids(client, len(expected)) == expected
     assert jms.message_count(Queue("piped")) == count
     # One store write each would be one fsync each; pipelined, they share them.
     assert store.stats()["fsyncs"] - fsyncs < count
@@ -350,3 +359,67 @@ def test_a_send_that_fails_while_a_later_frame_waits_gets_the_one_error_frame(
             assert [(f.command, f.header("receipt-id")) for f in client.frames] == [("ERROR", "failing")], label
         finally:
             client.close()
+
+
+def test_receipted_sends_go_natively_and_each_receipt_names_its_durable_message(
+    served: tuple[JMSServer, StompServer], store: FileStore, client: RawClient
+) -> None:
+    jms, stomp = served
+    client.send(send_frame("first", "by Python", "/queue/R"))  # the first to a destination: the Python path's
+    first = client.next_frame()
+    assert (first.command, first.header("receipt-id")) == ("RECEIPT", "first")
+    count = 50
+    client.send(b"".join(send_frame(f"r{i}", f"m{i}", "/queue/R") for i in range(count)))
+    receipts = [client.next_frame() for _ in range(count)]
+    assert [(r.command, r.header("receipt-id")) for r in receipts] == [("RECEIPT", f"r{i}") for i in range(count)]
+    stats = stomp.statistics()
+    assert stats["native_sends"] == count
+    assert stats["frames_out"]["RECEIPT"] == count + 1
+    # Nothing else writes to this client: the threads completing the sends write the receipts themselves.
+    assert 0 < stats["receipts_direct"] <= count + 1
+    # Each receipt came once its message was durable: all of them are in the store now.
+    assert jms.message_count(Queue("R")) == count + 1
+    assert store.stats()["puts"] >= count + 1
+    client.send(b"SUBSCRIBE\nid:s\ndestination:/queue/R\n\n\x00")
+    messages = [client.next_frame() for _ in range(count + 1)]
+    assert [m.body for m in messages] == [b"by Python"] + [f"m{i}".encode() for i in range(count)]
+    named = [first.header("message-id")] + [r.header("message-id") for r in receipts]
+    assert named == [m.header("message-id") for m in messages]
+    assert len(set(named)) == count + 1
+
+
+def test_receipts_keep_frame_order_across_the_native_and_python_paths(
+    served: tuple[JMSServer, StompServer], client: RawClient
+) -> None:
+    """A frame the Python path handles at once (BEGIN, ABORT) sent right
+    behind a persistent SEND the lane took: its receipt waits for the
+    SEND's, which waits for the disk."""
+    _, stomp = served
+    client.send(send_frame("warm-up", "x", "/queue/R"))
+    assert client.next_frame().header("receipt-id") == "warm-up"
+    expected = []
+    for i in range(60):
+        client.send(send_frame(f"s{i}", f"m{i}", "/queue/R"))
+        client.send(
+            f"BEGIN\ntransaction:t{i}\nreceipt:b{i}\n\n\x00ABORT\ntransaction:t{i}\nreceipt:a{i}\n\n\x00".encode()
+        )
+        expected += [f"s{i}", f"b{i}", f"a{i}"]
+    assert receipt_ids(client, len(expected)) == expected
+    assert stomp.statistics()["native_sends"] > 0, "the lane took none: the test shows nothing"
+
+
+def test_a_native_receipted_send_that_fails_gets_an_error_with_its_receipt_id(
+    served: tuple[JMSServer, StompServer], store: FileStore, client: RawClient
+) -> None:
+    client.send(send_frame("first", "stored", "/queue/R"))
+    assert client.next_frame().header("receipt-id") == "first"
+    client.send(send_frame("second", "stored too", "/queue/R"))
+    assert client.next_frame().header("receipt-id") == "second"
+    assert served[1].statistics()["native_sends"] == 1
+    store.close()  # the disk goes away under the broker
+    client.send(send_frame("failing", "not stored", "/queue/R"))
+    error = client.next_frame()
+    assert error.command == "ERROR", error
+    assert error.header("receipt-id") == "failing"
+    assert "a send failed" in error.header("message", "")
+    assert client.closed_by_server()

@@ -564,7 +564,9 @@ mod tests {
     use super::*;
     use crate::broker::format::{BodyView, MessageView};
     use crate::broker::ledger::Account;
+    use crate::broker::target::Target;
     use crate::broker::testing::Fixture;
+    use std::os::unix::net::UnixStream;
 
     fn headers(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect()
@@ -788,14 +790,14 @@ mod tests {
         assert_eq!(plan_send(&headers(&[("destination", "/queue/A")]), b"x").expect("planned").receipt, None);
     }
 
-    fn outbox() -> (Arc<Outbox>, std::os::unix::net::UnixStream, std::os::unix::net::UnixStream) {
+    fn outbox() -> (Arc<Outbox>, UnixStream, UnixStream) {
         use std::os::fd::AsRawFd;
-        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (ours, theirs) = UnixStream::pair().unwrap();
         ours.set_nonblocking(true).unwrap();
         (Arc::new(Outbox::new(Some(ours.as_raw_fd())).unwrap()), ours, theirs)
     }
 
-    fn read_frames(stream: &mut std::os::unix::net::UnixStream, count: usize) -> String {
+    fn read_frames(stream: &mut UnixStream, count: usize) -> String {
         use std::io::Read;
         stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         let mut out = Vec::new();
@@ -830,29 +832,31 @@ mod tests {
         assert_eq!((outbox.pending(), lane.sent()), (0, 2));
     }
 
-    #[test]
-    fn a_receipted_send_waits_for_room_in_the_python_path() {
+    /// A fixture, its queue `A` allowed in a lane whose receipts go to an
+    /// outbox taking at most `limit` (and the two ends of the outbox's socket).
+    fn receipted_lane(limit: usize) -> (Fixture, Arc<Target>, SendLane, Arc<Outbox>, [UnixStream; 2]) {
         let f = Fixture::new();
         let q = f.queue("A");
         let lane = lane(&f);
         lane.allow("/queue/A", q.destination.clone());
-        let (outbox, _ours, _theirs) = outbox();
-        lane.take_receipts(outbox.clone(), 1);
+        let (outbox, ours, theirs) = outbox();
+        lane.take_receipts(outbox.clone(), limit);
+        (f, q.target, lane, outbox, [ours, theirs])
+    }
+
+    #[test]
+    fn a_receipted_send_waits_for_room_in_the_python_path() {
+        let (f, target, lane, outbox, _socket) = receipted_lane(1);
         let held = outbox.push("earlier".into(), None, false, false); // a frame the reader handles
         assert!(!send(&lane, &[("destination", "/queue/A"), ("receipt", "r")], b"x").unwrap());
-        assert!(f.ids(&q.target).is_empty(), "declined before anything was sent");
+        assert!(f.ids(&target).is_empty(), "declined before anything was sent");
         outbox.discard(held);
         assert!(send(&lane, &[("destination", "/queue/A"), ("receipt", "r")], b"x").unwrap());
     }
 
     #[test]
     fn a_receipted_send_that_fails_keeps_its_receipt_id_for_the_error_frame() {
-        let f = Fixture::new();
-        let q = f.queue("A");
-        let lane = lane(&f);
-        lane.allow("/queue/A", q.destination.clone());
-        let (outbox, _ours, _theirs) = outbox();
-        lane.take_receipts(outbox.clone(), 10);
+        let (f, _target, lane, outbox, _socket) = receipted_lane(10);
         f.broker.store().close().unwrap();
         let frame = [("destination", "/queue/A"), ("persistent", "true"), ("receipt", "r-9")];
         let failure = lane.prepare(&headers(&frame), b"x");
