@@ -41,8 +41,8 @@ def scanner(max_body_bytes: int = 1 << 20) -> WholeFrameScanner:
 
 def test_whole_frames_come_back_as_python_values_up_to_the_first_incomplete_one() -> None:
     buffer = bytearray(b"xx\nSEND\ndestination:/queue/a\ncontent-length:3\n\na\0b\0\n\nACK\nid:7\n\n\0SEND\nd:/q\n\npa")
-    heartbeats, end, frames, sent = scanner().scan(buffer, 2)
-    assert sent == 0  # no lane
+    heartbeats, end, frames, sent, acked = scanner().scan(buffer, 2)
+    assert (sent, acked) == (0, 0)  # no lanes
     assert heartbeats == 3
     assert frames == [(1, [("destination", "/queue/a"), ("content-length", "3")], b"a\0b"), (0, [("id", "7")], b"")]
     assert all(type(body) is bytes for _, _, body in frames)
@@ -62,7 +62,7 @@ def test_whole_frames_come_back_as_python_values_up_to_the_first_incomplete_one(
 )
 def test_a_frame_the_parser_must_read_itself_is_left_with_what_follows(raw: bytes) -> None:
     buffer = bytearray(b"ACK\nid:1\n\n\0" + raw + b"ACK\nid:2\n\n\0")
-    heartbeats, end, frames, _ = scanner(max_body_bytes=10).scan(buffer, 0)
+    heartbeats, end, frames, _, _ = scanner(max_body_bytes=10).scan(buffer, 0)
     assert (heartbeats, end, len(frames)) == (0, len(b"ACK\nid:1\n\n\0"), 1)
 
 

@@ -15,9 +15,9 @@
 //!   completion thread;
 //! - [`stomp_head`]: the plain case of reading a STOMP frame's head, for
 //!   the STOMP server's frame parser;
-//! - [`stomp_send`], [`stomp_message`], [`stomp_outbox`]: a STOMP
-//!   connection's SENDs sent, MESSAGE frames written and RECEIPTs queued
-//!   and written without Python.
+//! - [`stomp_send`], [`stomp_message`], [`stomp_outbox`], [`stomp_ack`]: a
+//!   STOMP connection's SENDs sent, MESSAGE frames written, RECEIPTs queued
+//!   and written and ACKs settled without Python.
 
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
@@ -33,6 +33,7 @@ pub mod inspect;
 pub mod nowait;
 pub mod pager;
 mod prefault;
+pub mod stomp_ack;
 pub mod stomp_head;
 pub mod stomp_message;
 pub mod stomp_outbox;

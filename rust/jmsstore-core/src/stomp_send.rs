@@ -379,6 +379,11 @@ impl SendLane {
         }
     }
 
+    /// The broker it sends into.
+    pub fn broker(&self) -> &Arc<Broker> {
+        &self.broker
+    }
+
     /// SENDs with a receipt may go this way too, while fewer than `limit`
     /// receipts wait in `outbox` (the connection's, where the Python path
     /// queues its receipts). Given once; later calls change nothing.

@@ -27,6 +27,7 @@ mod inspect;
 mod message;
 mod pager;
 mod progress;
+mod stomp_ack;
 mod stomp_head;
 mod stomp_message;
 mod stomp_outbox;
@@ -60,6 +61,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stomp_head::WholeFrameScanner>()?;
     m.add_class::<stomp_send::NativeSendLane>()?;
     m.add_class::<stomp_outbox::NativeOutbox>()?;
+    m.add_class::<stomp_ack::NativeInFlight>()?;
+    m.add_class::<stomp_ack::NativeAckLane>()?;
     m.add_function(wrap_pyfunction!(stomp_send::map_stomp_send, m)?)?;
     m.add_function(wrap_pyfunction!(stomp_message::encode_message_frames, m)?)?;
     m.add_function(wrap_pyfunction!(stomp_head::encode_plain, m)?)?;

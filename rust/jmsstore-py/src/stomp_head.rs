@@ -5,6 +5,7 @@ use jmsstore_core::stomp_head::{scan, scan_frames, write_plain, FrameLimits, Hea
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyString};
 
+use crate::stomp_ack::NativeAckLane;
 use crate::stomp_send::{LaneOutcome, NativeSendLane};
 
 /// A parser's commands and limits, kept for its calls to
@@ -14,6 +15,8 @@ pub struct WholeFrameScanner {
     commands: Vec<String>,
     /// Which of `commands` is SEND (what a send lane takes).
     send_command: Option<usize>,
+    /// Which is ACK (what an ACK lane settles).
+    ack_command: Option<usize>,
     body_commands: Vec<String>,
     limits: FrameLimits,
 }
@@ -34,51 +37,71 @@ impl WholeFrameScanner {
     ) -> Self {
         let head = HeadLimits { max_frame_bytes, max_line_bytes, max_headers };
         let send_command = commands.iter().position(|c| c == "SEND");
-        WholeFrameScanner { commands, send_command, body_commands, limits: FrameLimits { head, max_body_bytes } }
+        let ack_command = commands.iter().position(|c| c == "ACK");
+        let limits = FrameLimits { head, max_body_bytes };
+        WholeFrameScanner { commands, send_command, ack_command, body_commands, limits }
     }
 
-    /// `(heartbeats, end, [(command index, headers, body), ...], sent)`:
+    /// `(heartbeats, end, [(command index, headers, body), ...], sent, acked)`:
     /// the frames from `start` in `buffer` that are there whole and plain,
-    /// up to the first that is not (which starts at `end`). With a `lane`,
-    /// the SEND frames at their head that it takes are sent and not
-    /// returned (`sent` counts them); if one of those sends fails (it is
-    /// counted), the failure is the lane's and nothing after it is returned.
-    #[pyo3(signature = (buffer, start, lane=None))]
+    /// up to the first that is not (which starts at `end`). Of those at the
+    /// head, the SEND frames a `lane` takes are sent and the ACK frames
+    /// `acks` takes are settled, in frame order, and not returned (`sent`
+    /// and `acked` count them); if one of them fails (it is counted), the
+    /// failure is its lane's and nothing after it is returned.
+    #[pyo3(signature = (buffer, start, lane=None, acks=None))]
     fn scan<'py>(
         &self,
         py: Python<'py>,
         buffer: &Bound<'py, PyByteArray>,
         start: usize,
         lane: Option<&NativeSendLane>,
-    ) -> (usize, usize, Vec<FrameTuple<'py>>, usize) {
+        acks: Option<&NativeAckLane>,
+    ) -> (usize, usize, Vec<FrameTuple<'py>>, usize, usize) {
         let commands: Vec<&str> = self.commands.iter().map(String::as_str).collect();
         let body_commands: Vec<&str> = self.body_commands.iter().map(String::as_str).collect();
         // SAFETY: no Python code runs while the bytes are borrowed: the scan
-        // keeps ranges and Rust strings, the lane's sends run none (nor do
-        // the threads they may let run touch this connection's buffer, which
-        // only its reader uses), and making a `bytes` object runs none (it is
-        // not tracked by the cyclic collector, so allocating it never starts
-        // a collection and its finalizers).
+        // keeps ranges and Rust strings, the lanes' sends and acknowledgements
+        // run none (nor do the threads they may let run touch this connection's
+        // buffer, which only its reader uses), and making a `bytes` object runs
+        // none (it is not tracked by the cyclic collector, so allocating it
+        // never starts a collection and its finalizers).
         let bytes = unsafe { buffer.as_bytes() };
         let read = scan_frames(bytes, start, self.limits, &commands, &body_commands);
-        let mut sent = 0;
-        if let (Some(lane), Some(send)) = (lane, self.send_command) {
-            let sends = read.frames.iter().take_while(|f| f.command == send);
-            match lane.send_leading(py, sends.map(|f| (f.headers.as_slice(), &bytes[f.body.clone()]))) {
-                LaneOutcome::Sent(n) => sent = n,
-                LaneOutcome::Failed(n) => return (read.heartbeats, read.end, Vec::new(), n),
+        let (mut sent, mut acked) = (0, 0);
+        for frame in &read.frames {
+            let command = Some(frame.command);
+            if command == self.send_command {
+                let Some(lane) = lane else { break };
+                let one = std::iter::once((frame.headers.as_slice(), &bytes[frame.body.clone()]));
+                match lane.send_leading(py, one) {
+                    LaneOutcome::Sent(1) => sent += 1,
+                    LaneOutcome::Sent(_) => break,
+                    LaneOutcome::Failed(n) => return (read.heartbeats, read.end, Vec::new(), sent + n, acked),
+                }
+            } else if command == self.ack_command {
+                let Some(acks) = acks else { break };
+                if !acks.settle(&frame.headers) {
+                    break;
+                }
+                acked += 1;
+                if acks.failed() {
+                    return (read.heartbeats, read.end, Vec::new(), sent, acked);
+                }
+            } else {
+                break;
             }
         }
         let frames = read
             .frames
             .into_iter()
-            .skip(sent)
+            .skip(sent + acked)
             .map(|frame| {
                 let body = PyBytes::new(py, &bytes[frame.body.clone()]);
                 (frame.command, frame.headers, body)
             })
             .collect();
-        (read.heartbeats, read.end, frames, sent)
+        (read.heartbeats, read.end, frames, sent, acked)
     }
 }
 

@@ -95,6 +95,11 @@ impl NativeSendLane {
         self.lane.take_failure().map(|(e, receipt)| (to_pyerr(&e), receipt))
     }
 
+    /// A lane settling this connection's plain ACK frames natively.
+    fn ack_lane(&self) -> crate::stomp_ack::NativeAckLane {
+        crate::stomp_ack::ack_lane(self.lane.broker().clone())
+    }
+
     /// SENDs with a receipt go this way too, their receipts queued in
     /// `outbox` (the connection's), while fewer than `limit` wait there.
     fn take_receipts(&self, outbox: &NativeOutbox, limit: usize) {

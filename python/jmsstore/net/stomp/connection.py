@@ -51,7 +51,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from jmsstore._native import NativeDestination, NativeOutbox, NativeSendLane, __version__
+from jmsstore._native import NativeAckLane, NativeDestination, NativeOutbox, NativeSendLane, __version__
 from jmsstore.client.port import BrokerPort, Delivery, ProducerPort, SendOptions
 from jmsstore.errors import InvalidArgumentError, InvalidDestinationError, JmsStoreError
 from jmsstore.jms.destination import Destination, Queue, TemporaryQueue, Topic, check_name
@@ -234,6 +234,10 @@ class StompConnection:
         self._lane: NativeSendLane | None = None
         self._lane_destinations: dict[str, tuple[Destination, NativeDestination | None]] = {}
         self._lane_sends_counted = 0
+        # Plain ACK frames settled without Python (with the lane): the subscriptions
+        # in a client mode are registered with it.
+        self._acks: NativeAckLane | None = None
+        self._lane_acks_counted = 0
         self._subscriptions: dict[str, Subscription] = {}
         self._by_serial: dict[int, Subscription] = {}
         self._subscription_serials = itertools.count(1)
@@ -414,8 +418,9 @@ class StompConnection:
                 continue  # part of a TLS record
             self._last_read = time.monotonic()
             lane = self._lane_for_reading()
+            ack_lane = self._acks if self._by_serial else None
             try:
-                frames = self._parser.feed(data, lane)
+                frames = self._parser.feed(data, lane, ack_lane)
             except FrameError as e:
                 self._count_lane_sends()
                 for frame in e.frames:
@@ -424,15 +429,19 @@ class StompConnection:
                 if self._wait_for_receipts(self._settings.write_timeout):
                     self._error(str(e))
                 return "malformed frame"
-            lane_took = False
+            lane_took = self._count_lane_sends()
             if lane is not None:
-                lane_took = self._count_lane_sends()
                 failed = lane.take_failure()
                 if failed is not None:  # none of the frames after the one that failed is handled
                     # Those of the frames before it first (unless one of theirs failed too: its ERROR ends it).
                     if self._wait_for_receipts(self._settings.write_timeout):
                         self._error(f"a send failed: {failed[0]}", receipt=failed[1])
                     return "a send failed"
+            acknowledgement_failed = ack_lane.take_failure() if ack_lane is not None else None
+            if acknowledgement_failed is not None:  # its messages are back, flagged redelivered
+                if self._wait_for_receipts(self._settings.write_timeout):
+                    self._error(f"{type(acknowledgement_failed).__name__}: {acknowledgement_failed}")
+                return "an acknowledgement failed"
             index = 0
             while index < len(frames):
                 frame = frames[index]
@@ -581,13 +590,19 @@ class StompConnection:
         return lane if usable else None
 
     def _count_lane_sends(self) -> bool:
-        """Counts the SEND frames the lane took since; whether it took any."""
-        sent = self._parser.lane_sends - self._lane_sends_counted
+        """Counts the SEND and ACK frames the lanes took since; whether they took any."""
+        parser = self._parser
+        sent = parser.lane_sends - self._lane_sends_counted
         if sent:
             self._frames.frame_in(Command.SEND, sent)
             self._frames.native_sends += sent
-            self._lane_sends_counted = self._parser.lane_sends
-        return sent > 0
+            self._lane_sends_counted = parser.lane_sends
+        acked = parser.lane_acks - self._lane_acks_counted
+        if acked:
+            self._frames.frame_in(Command.ACK, acked)
+            self._frames.native_acks += acked
+            self._lane_acks_counted = parser.lane_acks
+        return sent > 0 or acked > 0
 
     def _lane_may_take(self, text: str, destination: Destination) -> None:
         """A SEND to ``destination`` (named ``text``) went the Python path
@@ -699,6 +714,7 @@ class StompConnection:
             self._lane = self._producer.send_lane()
             if self._lane is not None:  # receipted SENDs too, their receipts queued with the others
                 self._lane.take_receipts(self._outbox, self._settings.max_pending_receipts)
+                self._acks = self._lane.ack_lane()
         self._send_interval = send_ms / 1000
         self._receive_interval = receive_ms / 1000
         self._write(
@@ -965,6 +981,8 @@ class StompConnection:
             raise ProtocolError("the server cannot start another subscription now") from None
         self._subscriptions[subscription_id] = subscription
         self._by_serial[serial] = subscription
+        if self._acks is not None and ack_mode != "auto":
+            self._acks.add(serial, *subscription.acknowledgeable)
 
     def _on_unsubscribe(self, frame: Frame, headers: dict[str, str]) -> bool:
         subscription_id = headers.get("id")
@@ -977,6 +995,8 @@ class StompConnection:
             self._check_durable(name, "remove")  # before anything changes
         subscription = self._subscriptions.pop(subscription_id)
         self._by_serial.pop(subscription.serial, None)
+        if self._acks is not None:
+            self._acks.remove(subscription.serial)
         # jmsstore's client says when everything still unacknowledged is unseen
         # by its application (still in its buffer or on the wire): those go back unflagged.
         subscription.close(redelivered=headers.get(UNSEEN_HEADER) != "true")
@@ -1228,6 +1248,8 @@ class StompConnection:
         self._subscriptions.clear()
         self._by_serial.clear()
         for subscription in subscriptions:
+            if self._acks is not None:
+                self._acks.remove(subscription.serial)
             subscription.close()
             self._server.subscription_slots.give_back()
 

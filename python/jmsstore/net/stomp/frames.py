@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from jmsstore import _args
-from jmsstore._native import NativeSendLane, WholeFrameScanner, encode_plain, scan_head
+from jmsstore._native import NativeAckLane, NativeSendLane, WholeFrameScanner, encode_plain, scan_head
 from jmsstore.errors import JmsStoreError
 
 __all__ = [
@@ -259,6 +259,8 @@ class FrameParser:
         """End-of-lines received between frames."""
         self.lane_sends = 0
         """SEND frames a lane sent (see :meth:`feed`)."""
+        self.lane_acks = 0
+        """ACK frames an ACK lane settled (see :meth:`feed`)."""
         self._buffer = bytearray()
         self._failure: FrameError | None = None
         # Offsets into the buffer: where the frame being read starts (before its
@@ -285,12 +287,19 @@ class FrameParser:
         """Whether the parser has refused the stream."""
         return self._failure is not None
 
-    def feed(self, data: bytes | bytearray | memoryview, lane: NativeSendLane | None = None) -> list[Frame]:
+    def feed(
+        self,
+        data: bytes | bytearray | memoryview,
+        lane: NativeSendLane | None = None,
+        acks: NativeAckLane | None = None,
+    ) -> list[Frame]:
         """The frames that ``data`` completes, in order.
 
         With a ``lane`` (the STOMP server's), the SEND frames it takes are
-        sent natively instead, while no frame before them is returned (so
-        that the frames keep their order); :attr:`lane_sends` counts them.
+        sent natively instead, and with ``acks`` the ACK frames it takes are
+        settled natively, while no frame before them is returned (so that
+        the frames keep their order); :attr:`lane_sends` and
+        :attr:`lane_acks` count them.
 
         Raises :class:`FrameError` on malformed input or input over the
         limits, carrying the frames completed before the bad bytes; every
@@ -303,7 +312,10 @@ class FrameParser:
         try:
             while True:
                 if self._body_start < 0 and self._command is None:
-                    self._read_whole_frames(frames, None if frames else lane)
+                    if frames:
+                        self._read_whole_frames(frames, None, None)
+                    else:
+                        self._read_whole_frames(frames, lane, acks)
                 if not (self._body_start >= 0 or self._read_whole_head() or self._read_head()):
                     break
                 frame = self._read_body()
@@ -312,6 +324,9 @@ class FrameParser:
                 # A SEND the lane takes (usually the one a read had cut in two) goes there, while none waits before it.
                 if lane is not None and not frames and frame.command == "SEND" and lane.send(frame.headers, frame.body):
                     self.lane_sends += 1
+                    continue
+                if acks is not None and not frames and frame.command == "ACK" and acks.settle(frame.headers):
+                    self.lane_acks += 1
                     continue
                 frames.append(frame)
         except FrameError as error:
@@ -322,14 +337,16 @@ class FrameParser:
         self._discard_consumed()
         return frames
 
-    def _read_whole_frames(self, frames: list[Frame], lane: NativeSendLane | None) -> None:
+    def _read_whole_frames(self, frames: list[Frame], lane: NativeSendLane | None, acks: NativeAckLane | None) -> None:
         """Reads, between two frames, every plain frame that is there whole
         (the common case), natively; the frame it stops at, if any, is
         read below, with every check and error message."""
-        heartbeats, end, read, sent = self._whole_frames.scan(self._buffer, self._line_start, lane)
+        heartbeats, end, read, sent, acked = self._whole_frames.scan(self._buffer, self._line_start, lane, acks)
         if sent:
             self.lane_sends += sent
-        if read or sent:
+        if acked:
+            self.lane_acks += acked
+        if read or sent or acked:
             commands = self._commands_in_order
             frames.extend([Frame(commands[command], headers, body) for command, headers, body in read])
             self.heartbeats += heartbeats

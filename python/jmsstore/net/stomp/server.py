@@ -279,7 +279,10 @@ class StompServer:
         ``subscriptions`` (open now), ``buffered_bytes`` (of incomplete
         frames, now), ``frames_in`` / ``frames_out`` by command, and
         ``native_sends`` (the SEND frames among ``frames_in`` that the broker
-        core took without Python: see ``StompSettings.native_sends``) and
+        core took without Python: see ``StompSettings.native_sends``),
+        ``native_acks`` (the ACK frames among ``frames_in`` the core settled
+        without Python: plain ACKs of a ``client`` or ``client-individual``
+        subscription, with ``native_sends`` on) and
         ``receipts_direct`` (the RECEIPT frames among ``frames_out`` written
         by the thread that learnt their SEND was durable, without the
         connection's reader)."""

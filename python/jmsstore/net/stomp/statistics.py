@@ -20,12 +20,13 @@ class FrameCounts:
     which writes them from native threads too. (One server-wide lock taken
     for every frame was contended by every connection's threads.)"""
 
-    __slots__ = ("_receipts", "incoming", "native_sends", "outgoing")
+    __slots__ = ("_receipts", "incoming", "native_acks", "native_sends", "outgoing")
 
     def __init__(self) -> None:
         self.incoming: dict[str, int] = {}
         self.outgoing: dict[str, int] = {}
         self.native_sends = 0  # SEND frames (counted in incoming too) sent without Python
+        self.native_acks = 0  # ACK frames (counted in incoming too) settled without Python
         self._receipts: _ReceiptCounter | None = None
 
     def count_receipts(self, outbox: _ReceiptCounter) -> None:
@@ -68,6 +69,7 @@ class StompStatistics:
         self._frames_in: Counter[str] = Counter()
         self._frames_out: Counter[str] = Counter()
         self._native_sends = 0
+        self._native_acks = 0
         self._receipts_direct = 0
         self._live: set[FrameCounts] = set()
 
@@ -86,6 +88,7 @@ class StompStatistics:
                 self._frames_in.update(counts.incoming)
                 self._frames_out.update(counts.frames_out())
                 self._native_sends += counts.native_sends
+                self._native_acks += counts.native_acks
                 self._receipts_direct += counts.receipts_direct()
 
     def opened(self) -> None:
@@ -118,6 +121,7 @@ class StompStatistics:
             frames_in = Counter(self._frames_in)
             frames_out = Counter(self._frames_out)
             native_sends = self._native_sends + sum(counts.native_sends for counts in self._live)
+            native_acks = self._native_acks + sum(counts.native_acks for counts in self._live)
             receipts_direct = self._receipts_direct + sum(counts.receipts_direct() for counts in self._live)
             for counts in self._live:
                 # Copied first (in one step): the connection's threads may be counting.
@@ -136,5 +140,6 @@ class StompStatistics:
                 "frames_in": {str(command): n for command, n in frames_in.items()},
                 "frames_out": {str(command): n for command, n in frames_out.items()},
                 "native_sends": native_sends,
+                "native_acks": native_acks,
                 "receipts_direct": receipts_direct,
             }

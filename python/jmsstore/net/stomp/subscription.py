@@ -10,6 +10,11 @@ Acknowledgement, as STOMP 1.2 defines the three ``ack`` modes:
   still unacknowledged on the subscription (cumulative).
 - ``client-individual``: an ACK acknowledges that message alone.
 
+In the two client modes the messages in flight are kept by the broker
+core (``NativeInFlight``), so that the connection's frame scan settles a
+plain ACK (no receipt, no transaction) itself, as :meth:`Subscription.take`
+and :meth:`Subscription.acknowledge` would.
+
 In the two client modes an ACK with a ``receipt`` header is durable before
 its RECEIPT goes out (so is every ACK before it); one without takes the
 message off the destination at once and its store delete joins a batch
@@ -46,10 +51,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 
-from jmsstore._native import Signal, encode_message_frames
+from jmsstore._native import AckBacklog, NativeInFlight, Signal, encode_message_frames
 from jmsstore.client.port import BrokerPort, ConsumerPort, Delivery
 from jmsstore.errors import JmsStoreError
 from jmsstore.net.stomp.frames import encode
@@ -114,16 +118,17 @@ class Subscription:
         self._fail = fail
         self._lock = threading.Lock()
         self._recalls = 0  # recalls served: the MESSAGE frames after one carry their count
-        # ack id -> delivery, in the order the MESSAGE frames went out (client modes).
-        self._in_flight: OrderedDict[str, Delivery] = OrderedDict()
         self._next_ack = 1  # the sequence number of the next MESSAGE frame's ack id (the dispatcher's own)
         # The most the next fetch takes (the dispatcher's own): the fetch cannot
         # stop at a number of bytes, so this follows the sizes of the messages
         # fetched (see _next_batch), from _FIRST_BATCH while they are unknown.
         self._batch = _FIRST_BATCH
         self._wake = Signal()  # a message arrived, room was made, or the subscription closes
-        # The dispatcher waits for an ACK to make room: only then does an ACK wake it.
-        self._waiting_for_room = False
+        # The keys of the messages delivered and not acknowledged (client modes), by
+        # the sequence number of their ack id, in the order their MESSAGE frames went
+        # out; kept natively, so that the connection's frame scan settles plain ACKs
+        # itself. The dispatcher waits for an ACK to make room: only then does one wake it.
+        self._in_flight = NativeInFlight(ack_mode == "client", self._wake)
         # acknowledged (auto mode, ACKs without a receipt), store deletes not yet submitted
         self._backlog = broker.new_backlog()
         self._closed = False
@@ -138,16 +143,20 @@ class Subscription:
     @property
     def in_flight(self) -> int:
         """MESSAGE frames delivered and not yet acknowledged."""
-        with self._lock:
-            return len(self._in_flight)
+        return len(self._in_flight)
+
+    @property
+    def acknowledgeable(self) -> tuple[NativeInFlight, AckBacklog]:
+        """What the connection's native ACK settlement needs of it: its
+        messages in flight and the backlog of its lazy acknowledgements."""
+        return self._in_flight, self._backlog
 
     # ------------------------------------------------------------ dispatching
 
     def _room(self) -> int:
         if self.ack_mode == "auto":
             return self.prefetch
-        with self._lock:
-            return self.prefetch - len(self._in_flight)
+        return self.prefetch - len(self._in_flight)
 
     def _dispatch(self) -> None:
         try:
@@ -185,7 +194,7 @@ class Subscription:
                     consumer.wait_resumed(0.2)
                     continue
                 wake.clear()
-                self._waiting_for_room = True  # before looking: an ACK after the look wakes us
+                self._in_flight.set_waiting_for_room(True)  # before looking: an ACK after the look wakes us
                 room = self._room()
                 if room <= 0:
                     if listed:
@@ -193,7 +202,7 @@ class Subscription:
                         listed = False
                     wake.wait(_IDLE_LOOK)
                     continue
-                self._waiting_for_room = False
+                self._in_flight.set_waiting_for_room(False)
                 # In the idle list before looking: a message sent after the look wakes us.
                 bell.push_idle(wake)
                 listed = True
@@ -212,7 +221,7 @@ class Subscription:
                 self._batch = self._next_batch(deliveries, limit)
                 self._deliver(deliveries, recalls)
         finally:
-            self._waiting_for_room = False
+            self._in_flight.set_waiting_for_room(False)
             if listed:
                 bell.forget_idle(wake)  # idle, or busy with what it took: no longer a taker
 
@@ -247,12 +256,12 @@ class Subscription:
         # fetched: if it is still that when they go in flight, it is theirs.
         first = self._next_ack
         self._next_ack = first + len(deliveries)
-        acks = [f"{self.serial}.{n}" for n in range(first, self._next_ack)]
         try:
             data = encode_message_frames(
                 deliveries, self.id, self._message_destination, f"{self.serial}.", first, recalls
             )
             if data is None:  # declined: one of them is not the common case
+                acks = [f"{self.serial}.{n}" for n in range(first, self._next_ack)]
                 data = self._encode(deliveries, acks, recalls)
         except BaseException:
             self._broker.release(deliveries, redelivered=True)
@@ -263,8 +272,7 @@ class Subscription:
             # mark is then behind; one before it has already been counted.
             overtaken = self._recalls != recalls
             if not overtaken and self.ack_mode != "auto":
-                for ack, delivery in zip(acks, deliveries, strict=True):
-                    self._in_flight[ack] = delivery
+                self._in_flight.push(first, [d.key for d in deliveries])
         if overtaken:
             self._broker.release(deliveries, redelivered=False)
             return
@@ -276,8 +284,7 @@ class Subscription:
             if self.ack_mode == "auto":
                 unsettled = deliveries
             else:
-                with self._lock:
-                    unsettled = [d for d in (self._in_flight.pop(ack, None) for ack in acks) if d is not None]
+                unsettled = self._deliveries(self._in_flight.take_range(first, len(deliveries)))
             if unsettled:
                 self._broker.release(unsettled, redelivered=True)
             raise
@@ -320,21 +327,19 @@ class Subscription:
         ``client-individual`` mode."""
         if self.ack_mode == "auto":
             raise ProtocolError(f"subscription {self.id} acknowledges automatically (ack:auto); nothing to ACK")
-        with self._lock:
-            if ack not in self._in_flight:
-                raise ProtocolError(f"no message awaits acknowledgement with id {ack!r}")
-            if self.ack_mode == "client-individual":
-                taken = [self._in_flight.pop(ack)]
-            else:
-                taken = []
-                while True:
-                    key, delivery = self._in_flight.popitem(last=False)
-                    taken.append(delivery)
-                    if key == ack:
-                        break
-        if self._waiting_for_room:
-            self._wake.set()  # room for more, and the dispatcher waits for it
-        return taken
+        # As the dispatcher wrote it: "<serial>.<sequence>", digits, no leading zero.
+        serial, _, sequence = ack.partition(".")
+        plain = sequence.isascii() and sequence.isdigit() and len(sequence) <= 18 and str(int(sequence)) == sequence
+        # (A dispatcher waiting for room is woken by the native take.)
+        keys = self._in_flight.take(int(sequence)) if plain and serial == str(self.serial) else None
+        if keys is None:
+            raise ProtocolError(f"no message awaits acknowledgement with id {ack!r}")
+        return self._deliveries(keys)
+
+    def _deliveries(self, keys: list[int]) -> list[Delivery]:
+        """The deliveries of ``keys`` as the broker port takes them (by key)."""
+        consumer = self._consumer
+        return [Delivery(consumer, key, 0, b"") for key in keys]
 
     def recall(self) -> int:
         """Returns every message in flight as never delivered: jmsstore's
@@ -345,12 +350,10 @@ class Subscription:
         destination's order. Returns how many went back."""
         with self._lock:
             self._recalls += 1
-            returned = list(self._in_flight.values())
-            self._in_flight.clear()
+            returned = self._deliveries(self._in_flight.drain())
         if returned:
             self._broker.release(returned, redelivered=False)
-        if self._waiting_for_room:
-            self._wake.set()
+        self._wake.set()  # room, if the dispatcher waits for it
         return len(returned)
 
     # ------------------------------------------------------------ closing
@@ -367,8 +370,7 @@ class Subscription:
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
         with self._lock:
-            returned = list(self._in_flight.values())
-            self._in_flight.clear()
+            returned = self._deliveries(self._in_flight.drain())
         try:
             if returned:
                 self._broker.release(returned, redelivered=redelivered)

@@ -99,14 +99,14 @@ pub struct NativeStagedSend {
 /// The store deletes of one session's lazy acknowledgements.
 #[pyclass(module = "jmsstore._native", frozen, name = "AckBacklog")]
 pub struct NativeAckBacklog {
-    backlog: AckBacklog,
+    pub backlog: Arc<AckBacklog>,
 }
 
 #[pymethods]
 impl NativeAckBacklog {
     #[new]
     fn new() -> Self {
-        NativeAckBacklog { backlog: AckBacklog::new() }
+        NativeAckBacklog { backlog: Arc::new(AckBacklog::new()) }
     }
 
     fn __len__(&self) -> usize {

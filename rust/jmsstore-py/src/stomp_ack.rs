@@ -1,0 +1,113 @@
+//! `jmsstore_core::stomp_ack`: a STOMP subscription's messages awaiting
+//! acknowledgement (`NativeInFlight`) and a connection's plain ACK frames
+//! settled as the frame scan reads them (`NativeAckLane`).
+
+use std::sync::Arc;
+
+use jmsstore_core::stomp_ack::{AckLane, InFlight};
+use pyo3::prelude::*;
+
+use crate::broker::server::NativeAckBacklog;
+use crate::broker::wake::Signal;
+use crate::errors::to_pyerr;
+
+/// One subscription's MESSAGE frames awaiting acknowledgement, by the
+/// sequence number of their ack id (see `jmsstore_core::stomp_ack::InFlight`).
+#[pyclass(frozen, module = "jmsstore._native")]
+pub struct NativeInFlight {
+    pub in_flight: Arc<InFlight>,
+}
+
+#[pymethods]
+impl NativeInFlight {
+    /// Empty; `cumulative`: `ack:client`; `wake`: the dispatcher's signal,
+    /// set by an acknowledgement while it waits for room.
+    #[new]
+    fn new(cumulative: bool, wake: &Signal) -> Self {
+        NativeInFlight { in_flight: Arc::new(InFlight::new(cumulative, wake.flag())) }
+    }
+
+    /// The messages of `keys` went out with sequence numbers from `first` on.
+    fn push(&self, first: u64, keys: Vec<u64>) {
+        self.in_flight.push(first, &keys);
+    }
+
+    /// The keys an ACK or NACK of `sequence` settles (no longer in flight), or None.
+    fn take(&self, sequence: u64) -> Option<Vec<u64>> {
+        self.in_flight.take(sequence)
+    }
+
+    /// The keys of sequence numbers `first..first + count` still in flight, taken.
+    fn take_range(&self, first: u64, count: u64) -> Vec<u64> {
+        self.in_flight.take_range(first, count)
+    }
+
+    /// Every key in flight, taken.
+    fn drain(&self) -> Vec<u64> {
+        self.in_flight.drain()
+    }
+
+    /// The dispatcher waits for room (or no longer).
+    fn set_waiting_for_room(&self, waiting: bool) {
+        self.in_flight.set_waiting_for_room(waiting);
+    }
+
+    fn __len__(&self) -> usize {
+        self.in_flight.len()
+    }
+}
+
+/// One connection's plain ACK frames settled natively (see
+/// `jmsstore_core::stomp_ack::AckLane`), made by `NativeSendLane.ack_lane`.
+#[pyclass(frozen, module = "jmsstore._native")]
+pub struct NativeAckLane {
+    pub lane: Arc<AckLane>,
+}
+
+#[pymethods]
+impl NativeAckLane {
+    /// ACKs of subscription `serial`'s messages may be settled here.
+    fn add(&self, serial: u64, in_flight: &NativeInFlight, backlog: &NativeAckBacklog) {
+        self.lane.add(serial, in_flight.in_flight.clone(), backlog.backlog.clone());
+    }
+
+    /// Subscription `serial`'s ACKs go the Python path.
+    fn remove(&self, serial: u64) {
+        self.lane.remove(serial);
+    }
+
+    /// Settles one ACK frame (as the Python reader read it) if it is the
+    /// plain case: True if it did (or failed at it: see `take_failure`).
+    #[pyo3(name = "settle")]
+    fn settle_frame(&self, headers: Vec<(String, String)>) -> bool {
+        self.lane.settle(&headers)
+    }
+
+    /// ACK frames settled here.
+    #[getter]
+    fn settled(&self) -> u64 {
+        self.lane.settled()
+    }
+
+    /// The acknowledgement that failed (an exception), once; None.
+    fn take_failure(&self) -> Option<PyErr> {
+        self.lane.take_failure().map(|e| to_pyerr(&e))
+    }
+}
+
+impl NativeAckLane {
+    /// Settles an ACK frame if it is the plain case (see the core).
+    pub fn settle(&self, headers: &[(String, String)]) -> bool {
+        self.lane.settle(headers)
+    }
+
+    /// Whether an acknowledgement failed.
+    pub fn failed(&self) -> bool {
+        self.lane.failed()
+    }
+}
+
+/// A lane for `broker` (the send lane's).
+pub fn ack_lane(broker: Arc<jmsstore_core::broker::Broker>) -> NativeAckLane {
+    NativeAckLane { lane: Arc::new(AckLane::new(broker)) }
+}
