@@ -423,3 +423,27 @@ def test_a_native_receipted_send_that_fails_gets_an_error_with_its_receipt_id(
     assert error.header("receipt-id") == "failing"
     assert "a send failed" in error.header("message", "")
     assert client.closed_by_server()
+
+
+def test_no_ack_after_a_native_send_that_failed_is_settled(
+    served: tuple[JMSServer, StompServer], store: FileStore, client: RawClient
+) -> None:
+    """A SEND the lane takes fails (the store is gone), and ACKs follow it
+    in the same read: none of them is settled; the connection ends."""
+    _, stomp = served
+    client.send(send_frame("first", "one", "/queue/R") + send_frame("second", "two", "/queue/R"))
+    assert receipt_ids(client, 2) == ["first", "second"]
+    client.send(b"SUBSCRIBE\nid:s\ndestination:/queue/R\nack:client-individual\n\n\x00")
+    messages = [client.next_frame() for _ in range(2)]
+    assert [m.command for m in messages] == ["MESSAGE", "MESSAGE"]
+    store.close()  # the disk goes away under the broker
+    failing = b"SEND\ndestination:/queue/R\npersistent:true\n\nnot stored\x00"
+    # The SEND cut in two reads (the reader completes it), the ACKs whole after it.
+    client.send(failing[:20])
+    time.sleep(0.2)
+    acks = b"".join(f"ACK\nid:{m.header('ack')}\n\n\x00".encode() for m in messages)
+    client.send(failing[20:] + acks)
+    assert client.closed_by_server()
+    errors = [f for f in client.frames if f.command == "ERROR"]
+    assert len(errors) == 1 and "a send failed" in (errors[0].header("message") or "")
+    assert stomp.statistics()["native_acks"] == 0

@@ -169,21 +169,20 @@ impl AckLane {
 
     /// Settles an ACK frame of `headers` if it is the plain case; whether
     /// it did (false: the Python path handles it, and the frames after it).
-    /// If the acknowledgement fails, its messages are back (flagged
-    /// redelivered), the failure is kept for [`AckLane::take_failure`] and
-    /// the frame counts as handled: the connection ends.
+    /// If the acknowledgement fails (its store deletes refused), the
+    /// failure is kept for [`AckLane::take_failure`] and the frame counts as
+    /// handled: the connection ends. As on the Python path, its messages
+    /// are off the destination already; they come back after a restart.
     pub fn settle(&self, headers: &[(String, String)]) -> bool {
         if self.failed.load(Ordering::Acquire) {
             return false;
         }
         let mut id = None;
-        for (i, (name, value)) in headers.iter().enumerate() {
-            if headers[..i].iter().any(|(earlier, _)| earlier == name) {
-                continue; // the first occurrence counts
-            }
+        for (name, value) in headers {
             match name.as_str() {
+                // Any occurrence: the Python path's (as it decides for the frame).
                 "receipt" | "transaction" => return false,
-                "id" => id = Some(value.as_str()),
+                "id" if id.is_none() => id = Some(value.as_str()), // the first counts
                 _ => {}
             }
         }
@@ -194,8 +193,6 @@ impl AckLane {
         };
         let Some(keys) = in_flight.take(sequence) else { return false };
         if let Err(e) = self.broker.acknowledge_lazily(&keys, &backlog, ACK_BATCH) {
-            // As the Python path: the messages back, flagged redelivered, and the connection ends.
-            let _ = self.broker.release(&keys, true, crate::broker::post_office::now_ms());
             self.failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
             self.failed.store(true, Ordering::Release);
         }
@@ -206,6 +203,12 @@ impl AckLane {
     /// Whether an acknowledgement failed (the connection ends: nothing more is settled).
     pub fn failed(&self) -> bool {
         self.failed.load(Ordering::Acquire)
+    }
+
+    /// Whether a failure waits to be taken: the reader stops reading
+    /// frames (of either lane) until it has ended the connection.
+    pub fn failure_kept(&self) -> bool {
+        self.failure.lock().unwrap_or_else(|p| p.into_inner()).is_some()
     }
 
     /// ACK frames settled here.
@@ -286,6 +289,7 @@ mod tests {
         for declined in [
             headers(&[("id", "4.1"), ("receipt", "r")]),
             headers(&[("id", "4.1"), ("transaction", "t")]),
+            headers(&[("id", "4.1"), ("x", "y"), ("receipt", "r"), ("receipt", "s")]),
             headers(&[("id", "4.01")]),
             headers(&[("id", "5.1")]),
             headers(&[("id", "4.9")]),
@@ -318,8 +322,9 @@ mod tests {
         // The batch's deletes are submitted with the next: the store refuses them.
         f.broker.store().close().unwrap();
         assert!(lane.settle(&headers(&[("id", &format!("1.{ACK_BATCH}"))])), "handled, and failed");
-        assert!(lane.failed());
+        assert!(lane.failed() && lane.failure_kept());
         assert!(lane.take_failure().is_some());
+        assert!(!lane.failure_kept());
         assert!(lane.take_failure().is_none(), "reported once");
         let last = format!("1.{}", ACK_BATCH + 1);
         assert!(!lane.settle(&headers(&[("id", last.as_str())])), "nothing after a failure");

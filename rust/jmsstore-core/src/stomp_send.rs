@@ -521,6 +521,12 @@ impl SendLane {
         }
     }
 
+    /// Whether a failure waits to be taken: the reader stops reading
+    /// frames (of either lane) until it has ended the connection.
+    pub fn failure_kept(&self) -> bool {
+        self.pending.failure.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+
     /// The first send that failed, once, with the `receipt` header of its
     /// frame: the connection ends with an ERROR frame carrying it.
     pub fn take_failure(&self) -> Option<(Error, Option<String>)> {

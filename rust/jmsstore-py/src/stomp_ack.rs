@@ -83,6 +83,12 @@ impl NativeAckLane {
         self.lane.settle(&headers)
     }
 
+    /// Whether a failure waits to be taken (no frame after it is read).
+    #[getter]
+    fn failure_kept(&self) -> bool {
+        self.lane.failure_kept()
+    }
+
     /// ACK frames settled here.
     #[getter]
     fn settled(&self) -> u64 {

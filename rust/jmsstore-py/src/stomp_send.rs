@@ -95,6 +95,12 @@ impl NativeSendLane {
         self.lane.take_failure().map(|(e, receipt)| (to_pyerr(&e), receipt))
     }
 
+    /// Whether a failure waits to be taken (no frame after it is read).
+    #[getter]
+    fn failure_kept(&self) -> bool {
+        self.lane.failure_kept()
+    }
+
     /// A lane settling this connection's plain ACK frames natively.
     fn ack_lane(&self) -> crate::stomp_ack::NativeAckLane {
         crate::stomp_ack::ack_lane(self.lane.broker().clone())

@@ -438,7 +438,7 @@ class StompConnection:
                         self._error(f"a send failed: {failed[0]}", receipt=failed[1])
                     return "a send failed"
             acknowledgement_failed = ack_lane.take_failure() if ack_lane is not None else None
-            if acknowledgement_failed is not None:  # its messages are back, flagged redelivered
+            if acknowledgement_failed is not None:  # none of the frames after it is handled
                 if self._wait_for_receipts(self._settings.write_timeout):
                     self._error(f"{type(acknowledgement_failed).__name__}: {acknowledgement_failed}")
                 return "an acknowledgement failed"

@@ -316,6 +316,8 @@ class FrameParser:
                         self._read_whole_frames(frames, None, None)
                     else:
                         self._read_whole_frames(frames, lane, acks)
+                        if _failing(lane, acks):
+                            break  # no frame after the one that failed is read
                 if not (self._body_start >= 0 or self._read_whole_head() or self._read_head()):
                     break
                 frame = self._read_body()
@@ -324,9 +326,13 @@ class FrameParser:
                 # A SEND the lane takes (usually the one a read had cut in two) goes there, while none waits before it.
                 if lane is not None and not frames and frame.command == "SEND" and lane.send(frame.headers, frame.body):
                     self.lane_sends += 1
+                    if _failing(lane, acks):
+                        break
                     continue
                 if acks is not None and not frames and frame.command == "ACK" and acks.settle(frame.headers):
                     self.lane_acks += 1
+                    if _failing(lane, acks):
+                        break
                     continue
                 frames.append(frame)
         except FrameError as error:
@@ -562,6 +568,12 @@ class FrameParser:
 
 
 # ------------------------------------------------------------------ encoder
+
+
+def _failing(lane: NativeSendLane | None, acks: NativeAckLane | None) -> bool:
+    """Whether a lane's send or acknowledgement failed (and its reader has
+    not taken the failure yet): no frame after it is read."""
+    return (lane is not None and lane.failure_kept) or (acks is not None and acks.failure_kept)
 
 
 def _check_unescaped(command: str, name: str, value: str) -> None:

@@ -75,7 +75,9 @@ class StompSettings:
     armed, no default unit of order, no ``reply-to``, no typed properties),
     is mapped, stamped and sent by the broker core without Python, as it
     arrives; off, every SEND takes the Python path. The messages are the
-    same either way, byte for byte.
+    same either way, byte for byte. On, a plain ACK (no receipt, no
+    transaction) of a ``client`` or ``client-individual`` subscription's
+    message is settled by the core as it arrives, too.
     """
 
     max_connections: int = 256
