@@ -292,27 +292,32 @@ class StompConnection:
         """Writes ``data`` after what an earlier write left (the outbox's
         tail), and counts its frames: ``counts`` of each command."""
         with self._outbox:
-            try:
-                tail = self._outbox.take_tail()
-                if tail:
-                    data = tail + data
-                self._transport.sendall(data)
-            except OSError:
-                self._break()
-                raise
-            self._last_write = time.monotonic()
-            for command, count in counts:  # under the write lock: the counters take none of their own
-                self._frames.frame_out(command, count)
+            self._send_locked(data, counts)
+
+    def _send_locked(self, data: bytes, counts: list[tuple[str, int]]) -> None:
+        """Writes ``data`` after what an earlier write left (the outbox's tail;
+        nothing if both are empty), and counts its frames. The caller holds
+        the write lock."""
+        tail = self._outbox.take_tail()
+        if not (data or tail):
+            return
+        try:
+            self._transport.sendall(tail + data if tail else data)
+        except OSError:
+            self._break()
+            raise
+        self._last_write = time.monotonic()
+        for command, count in counts:  # under the write lock: the counters take none of their own
+            self._frames.frame_out(command, count)
 
     def _heart_beat(self) -> None:
         # Skipped if a frame is being written: that is a sign of life too.
         if not self._outbox.acquire(False):
             return
         try:
-            self._transport.sendall(self._outbox.take_tail() + b"\n")
-            self._last_write = time.monotonic()
+            self._send_locked(b"\n", [])
         except OSError:
-            self._break()
+            pass  # the socket is broken: the reader closes the connection
         finally:
             self._outbox.release()
 
@@ -480,15 +485,8 @@ class StompConnection:
         # gets the receipts of one group commit in one segment. Taken and written
         # under the write lock, so that they go out in order.
         with outbox:
-            frames, count, failed = outbox.take_done()
-            tail = outbox.take_tail()
-            if count or tail:
-                try:
-                    self._transport.sendall(tail + frames)
-                except OSError:
-                    self._break()
-                    raise
-                self._last_write = time.monotonic()
+            frames, _, failed = outbox.take_done()  # the outbox counts the RECEIPTs
+            self._send_locked(frames, [])
         if failed is not None:
             receipt_id, why = failed
             self._error(f"a send failed: {why}", receipt=receipt_id)
