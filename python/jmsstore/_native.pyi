@@ -325,6 +325,20 @@ class WholeFrameScanner:
     def scan(
         self, buffer: bytearray, start: int, lane: NativeSendLane | None = None, acks: NativeAckLane | None = None
     ) -> tuple[int, int, list[tuple[int, list[tuple[str, str]], bytes]], int, int]: ...
+    def pump(
+        self,
+        fd: int,
+        carry: bytes,
+        outbox: NativeOutbox,
+        lane: NativeSendLane | None,
+        acks: NativeAckLane | None,
+        *,
+        receipt_limit: int,
+        wait: float,
+        busy: float,
+        read_size: int,
+        hold: int,
+    ) -> tuple[str, bytes, int, int, int, int]: ...
 
 @final
 class NativeSendLane:
@@ -339,6 +353,8 @@ class NativeSendLane:
     def ack_lane(self) -> NativeAckLane: ...
     @property
     def failure_kept(self) -> bool: ...
+    @property
+    def taken(self) -> int: ...
     def wait_idle(self, timeout: float) -> bool: ...
 
 @final

@@ -15,9 +15,10 @@
 //!   completion thread;
 //! - [`stomp_head`]: the plain case of reading a STOMP frame's head, for
 //!   the STOMP server's frame parser;
-//! - [`stomp_send`], [`stomp_message`], [`stomp_outbox`], [`stomp_ack`]: a
-//!   STOMP connection's SENDs sent, MESSAGE frames written, RECEIPTs queued
-//!   and written and ACKs settled without Python.
+//! - [`stomp_send`], [`stomp_message`], [`stomp_outbox`], [`stomp_ack`],
+//!   [`stomp_reader`]: a STOMP connection's SENDs sent, MESSAGE frames
+//!   written, RECEIPTs queued and written, ACKs settled and its socket read
+//!   without Python.
 
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
@@ -37,6 +38,7 @@ pub mod stomp_ack;
 pub mod stomp_head;
 pub mod stomp_message;
 pub mod stomp_outbox;
+pub mod stomp_reader;
 pub mod stomp_send;
 pub mod store;
 

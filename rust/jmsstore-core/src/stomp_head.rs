@@ -130,8 +130,9 @@ pub fn scan_frames(buf: &[u8], start: usize, limits: FrameLimits, commands: &[&s
 }
 
 /// The frame at `start`, the heart-beats before it and where it ends, if
-/// [`scan_frames`] takes it.
-fn whole_frame(
+/// [`scan_frames`] takes it (one frame at a time, for a reader that stops
+/// at the first frame it cannot hand on).
+pub fn whole_frame(
     buf: &[u8],
     start: usize,
     limits: FrameLimits,

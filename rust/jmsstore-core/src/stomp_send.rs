@@ -353,6 +353,19 @@ pub enum Preparation {
     Failed,
 }
 
+/// What a lane did with one frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Take {
+    /// Handled (a SEND sent, or dropped as the broker drops a message over
+    /// its limits; an ACK settled).
+    Taken,
+    /// Not the lane's: the Python path handles it, and every frame after it.
+    Declined,
+    /// Taken, and failed: the failure is kept for the reader, which ends
+    /// the connection; no frame after it is read.
+    Failed,
+}
+
 /// One STOMP connection's SENDs sent without Python. See the module documentation.
 pub struct SendLane {
     broker: Arc<Broker>,
@@ -361,6 +374,8 @@ pub struct SendLane {
     closed: AtomicBool,
     pending: Arc<Pending>,
     sent: AtomicU64,
+    /// SEND frames taken ([`SendLane::send_frame`] did not decline them), failed ones too.
+    taken: AtomicU64,
     /// Where receipted SENDs' receipts go, and the most that may wait there.
     receipts: OnceLock<(Arc<Outbox>, usize)>,
 }
@@ -375,6 +390,7 @@ impl SendLane {
             closed: AtomicBool::new(false),
             pending: Arc::default(),
             sent: AtomicU64::new(0),
+            taken: AtomicU64::new(0),
             receipts: OnceLock::new(),
         }
     }
@@ -476,6 +492,39 @@ impl SendLane {
         }
         let receipt = plan.receipt.map(|r| (r.to_owned(), message_id));
         Ok(Preparation::Ready(Prepared { destination, routes, data: Arc::from(data), envelope, receipt }))
+    }
+
+    /// Prepares a SEND frame and, if it is ready, hands it to `submit`,
+    /// which sends it with [`SendLane::submit`] (after letting other
+    /// threads run, if it likes) and says whether that succeeded.
+    pub fn send_frame(
+        &self,
+        headers: &[(String, String)],
+        body: &[u8],
+        submit: impl FnOnce(&SendLane, Prepared) -> bool,
+    ) -> Take {
+        let preparation = self.prepare(headers, body);
+        if matches!(preparation, Preparation::Declined) {
+            return Take::Declined;
+        }
+        // Counted before the send: its receipt may be written before `submit` returns.
+        self.taken.fetch_add(1, Ordering::Relaxed);
+        match preparation {
+            Preparation::Ready(prepared) => {
+                if submit(self, prepared) {
+                    Take::Taken
+                } else {
+                    Take::Failed
+                }
+            }
+            Preparation::Dropped => Take::Taken,
+            Preparation::Declined | Preparation::Failed => Take::Failed,
+        }
+    }
+
+    /// SEND frames [`SendLane::send_frame`] took (those that failed too).
+    pub fn taken(&self) -> u64 {
+        self.taken.load(Ordering::Relaxed)
     }
 
     /// Sends a prepared message without waiting for the disk; false if it

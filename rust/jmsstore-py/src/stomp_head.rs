@@ -1,28 +1,41 @@
 //! `jmsstore_core::stomp_head`: STOMP frames read whole and a plain frame
 //! written whole, for the Python parser's and encoder's common cases.
 
-use jmsstore_core::stomp_head::{scan, scan_frames, write_plain, FrameLimits, HeadLimits};
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+use jmsstore_core::stomp_head::{scan, write_plain, FrameLimits, HeadLimits};
+use jmsstore_core::stomp_reader::{FrameScanner, Lanes, PumpLimits, Stop};
+use jmsstore_core::stomp_send::{Prepared, SendLane};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyString};
 
 use crate::stomp_ack::NativeAckLane;
-use crate::stomp_send::{LaneOutcome, NativeSendLane};
+use crate::stomp_outbox::NativeOutbox;
+use crate::stomp_send::{submit_detaching, NativeSendLane};
 
 /// A parser's commands and limits, kept for its calls to
-/// [`WholeFrameScanner::scan`].
+/// [`WholeFrameScanner::scan`] and [`WholeFrameScanner::pump`].
 #[pyclass(frozen, module = "jmsstore._native")]
 pub struct WholeFrameScanner {
-    commands: Vec<String>,
-    /// Which of `commands` is SEND (what a send lane takes).
-    send_command: Option<usize>,
-    /// Which is ACK (what an ACK lane settles).
-    ack_command: Option<usize>,
-    body_commands: Vec<String>,
-    limits: FrameLimits,
+    scanner: FrameScanner,
 }
 
 /// `(command index, headers, body)`.
 type FrameTuple<'py> = (usize, Vec<(String, String)>, Bound<'py, PyBytes>);
+
+/// `(stop, rest, heartbeats, sent, acked, reads)`.
+type PumpTuple<'py> = (&'static str, Bound<'py, PyBytes>, usize, usize, usize, usize);
+
+fn lanes<'a>(lane: Option<&'a NativeSendLane>, acks: Option<&'a NativeAckLane>) -> Lanes<'a> {
+    Lanes { send: lane.map(|l| l.lane.as_ref()), acks: acks.map(|a| a.lane.as_ref()) }
+}
+
+fn seconds(what: &str, value: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(value)
+        .map_err(|_| PyValueError::new_err(format!("{what} must be seconds >= 0, not {value}")))
+}
 
 #[pymethods]
 impl WholeFrameScanner {
@@ -36,10 +49,8 @@ impl WholeFrameScanner {
         max_body_bytes: usize,
     ) -> Self {
         let head = HeadLimits { max_frame_bytes, max_line_bytes, max_headers };
-        let send_command = commands.iter().position(|c| c == "SEND");
-        let ack_command = commands.iter().position(|c| c == "ACK");
         let limits = FrameLimits { head, max_body_bytes };
-        WholeFrameScanner { commands, send_command, ack_command, body_commands, limits }
+        WholeFrameScanner { scanner: FrameScanner::new(commands, body_commands, limits) }
     }
 
     /// `(heartbeats, end, [(command index, headers, body), ...], sent, acked)`:
@@ -58,8 +69,6 @@ impl WholeFrameScanner {
         lane: Option<&NativeSendLane>,
         acks: Option<&NativeAckLane>,
     ) -> (usize, usize, Vec<FrameTuple<'py>>, usize, usize) {
-        let commands: Vec<&str> = self.commands.iter().map(String::as_str).collect();
-        let body_commands: Vec<&str> = self.body_commands.iter().map(String::as_str).collect();
         // SAFETY: no Python code runs while the bytes are borrowed: the scan
         // keeps ranges and Rust strings, the lanes' sends and acknowledgements
         // run none (nor do the threads they may let run touch this connection's
@@ -67,41 +76,65 @@ impl WholeFrameScanner {
         // none (it is not tracked by the cyclic collector, so allocating it
         // never starts a collection and its finalizers).
         let bytes = unsafe { buffer.as_bytes() };
-        let read = scan_frames(bytes, start, self.limits, &commands, &body_commands);
-        let (mut sent, mut acked) = (0, 0);
-        for frame in &read.frames {
-            let command = Some(frame.command);
-            if command == self.send_command {
-                let Some(lane) = lane else { break };
-                let one = std::iter::once((frame.headers.as_slice(), &bytes[frame.body.clone()]));
-                match lane.send_leading(py, one) {
-                    LaneOutcome::Sent(1) => sent += 1,
-                    LaneOutcome::Sent(_) => break,
-                    LaneOutcome::Failed(n) => return (read.heartbeats, read.end, Vec::new(), sent + n, acked),
-                }
-            } else if command == self.ack_command {
-                let Some(acks) = acks else { break };
-                if !acks.settle(&frame.headers) {
-                    break;
-                }
-                acked += 1;
-                if acks.failed() {
-                    return (read.heartbeats, read.end, Vec::new(), sent, acked);
-                }
-            } else {
-                break;
-            }
+        let read = self.scanner.scan(bytes, start);
+        let submit = |lane: &SendLane, prepared: Prepared| submit_detaching(py, lane, prepared);
+        let handed = self.scanner.take_leading(&read.frames, bytes, lanes(lane, acks), submit);
+        if handed.failed {
+            return (read.heartbeats, read.end, Vec::new(), handed.sent, handed.acked);
         }
         let frames = read
             .frames
             .into_iter()
-            .skip(sent + acked)
+            .skip(handed.sent + handed.acked)
             .map(|frame| {
                 let body = PyBytes::new(py, &bytes[frame.body.clone()]);
                 (frame.command, frame.headers, body)
             })
             .collect();
-        (read.heartbeats, read.end, frames, sent, acked)
+        (read.heartbeats, read.end, frames, handed.sent, handed.acked)
+    }
+
+    /// `(stop, rest, heartbeats, sent, acked, reads)`: reads the
+    /// non-blocking socket `fd` (the caller's own descriptor, open
+    /// throughout) without the GIL and hands the SEND and ACK frames that
+    /// come, after `carry` (an incomplete frame the caller held), to `lane`
+    /// and `acks`, until the caller is needed (`stop`: "time", "woken",
+    /// "rest", "failed", "receipts" or "closed"). `rest` is what the caller's
+    /// parser reads next. See `jmsstore_core::stomp_reader`.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (fd, carry, outbox, lane, acks, *, receipt_limit, wait, busy, read_size, hold))]
+    fn pump<'py>(
+        &self,
+        py: Python<'py>,
+        fd: RawFd,
+        carry: &[u8],
+        outbox: &NativeOutbox,
+        lane: Option<&NativeSendLane>,
+        acks: Option<&NativeAckLane>,
+        receipt_limit: usize,
+        wait: f64,
+        busy: f64,
+        read_size: usize,
+        hold: usize,
+    ) -> PyResult<PumpTuple<'py>> {
+        let limits =
+            PumpLimits { wait: seconds("wait", wait)?, busy: seconds("busy", busy)?, receipt_limit, read_size, hold };
+        if read_size == 0 {
+            return Err(PyValueError::new_err("read_size must be at least 1"));
+        }
+        let carry = carry.to_vec();
+        let (outbox, lanes) = (&outbox.outbox, lanes(lane, acks));
+        let pumped = py.detach(|| self.scanner.pump(fd, carry, outbox, lanes, limits))?;
+        let stop = match pumped.stop {
+            Stop::Time => "time",
+            Stop::Woken => "woken",
+            Stop::Rest => "rest",
+            Stop::Failed => "failed",
+            Stop::Receipts => "receipts",
+            Stop::Closed => "closed",
+        };
+        let rest = PyBytes::new(py, &pumped.rest);
+        Ok((stop, rest, pumped.heartbeats, pumped.handed.sent, pumped.handed.acked, pumped.reads))
     }
 }
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use jmsstore_core::stomp_send::{plan_send, Preparation, SendLane, Stamp};
+use jmsstore_core::stomp_send::{plan_send, Prepared, SendLane, Stamp, Take};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
@@ -21,45 +21,13 @@ pub struct NativeSendLane {
     pub lane: Arc<SendLane>,
 }
 
-/// What a lane did with the SEND frames at the head of a scan.
-pub enum LaneOutcome {
-    /// It sent this many and declined the next (or there was none).
-    Sent(usize),
-    /// It took this many, the last of which failed: the failure is kept, the rest is not read.
-    Failed(usize),
-}
-
-impl NativeSendLane {
-    /// Sends the frames `frames` yields while they are SENDs the lane takes;
-    /// how many, and whether one failed (kept for `take_failure`).
-    pub fn send_leading<'f>(
-        &self,
-        py: Python<'_>,
-        frames: impl Iterator<Item = (&'f [(String, String)], &'f [u8])>,
-    ) -> LaneOutcome {
-        let mut sent = 0;
-        for (headers, body) in frames {
-            let prepared = match self.lane.prepare(headers, body) {
-                Preparation::Ready(prepared) => prepared,
-                Preparation::Dropped => {
-                    sent += 1;
-                    continue;
-                }
-                Preparation::Declined => break,
-                Preparation::Failed => return LaneOutcome::Failed(sent + 1),
-            };
-            // As `NativeBroker.send_async`: a big copy, or a wait for room, without the GIL.
-            let submitted = if prepared.size() >= DETACH_ABOVE || prepared.may_wait() {
-                py.detach(|| self.lane.submit(prepared))
-            } else {
-                self.lane.submit(prepared)
-            };
-            if !submitted {
-                return LaneOutcome::Failed(sent + 1);
-            }
-            sent += 1;
-        }
-        LaneOutcome::Sent(sent)
+/// Submits a prepared SEND as `NativeBroker.send_async` does: a big copy,
+/// or a wait for room, without the GIL.
+pub fn submit_detaching(py: Python<'_>, lane: &SendLane, prepared: Prepared) -> bool {
+    if prepared.size() >= DETACH_ABOVE || prepared.may_wait() {
+        py.detach(|| lane.submit(prepared))
+    } else {
+        lane.submit(prepared)
     }
 }
 
@@ -68,10 +36,14 @@ impl NativeSendLane {
     /// Sends one SEND frame (as the Python reader read it) if the lane
     /// takes it: True if it did (or failed at it: see `take_failure`).
     fn send(&self, py: Python<'_>, headers: Vec<(String, String)>, body: &[u8]) -> bool {
-        match self.send_leading(py, std::iter::once((headers.as_slice(), body))) {
-            LaneOutcome::Sent(n) => n == 1,
-            LaneOutcome::Failed(_) => true,
-        }
+        let submit = |lane: &SendLane, prepared: Prepared| submit_detaching(py, lane, prepared);
+        self.lane.send_frame(&headers, body, submit) != Take::Declined
+    }
+
+    /// SEND frames the lane took (those that failed too).
+    #[getter]
+    fn taken(&self) -> u64 {
+        self.lane.taken()
     }
 
     /// Sends whose `destination` header is `text` go this way, to `destination`.

@@ -91,6 +91,14 @@ log = logging.getLogger("jmsstore.net.stomp")
 
 _READ_SIZE = 64 * 1024
 
+# While its lanes take what comes, a connection's socket is read natively
+# (FrameParser.read_natively), handed back at least this often (seconds) so
+# that the reader looks again at its destinations (a pause or flow control
+# armed since sends them the Python path), and holding at most this many
+# bytes of an incomplete frame (more is charged to the server's budget).
+_NATIVE_BUSY = 0.05
+_NATIVE_HOLD = 64 * 1024
+
 # The most destinations one connection's SENDs take the native lane to: each
 # is looked at once per read (a pause or a deletion since sends it back to
 # the Python path), so that work stays small; sends to others take the Python path.
@@ -207,6 +215,8 @@ class StompConnection:
         self._port = server.port
         self._sock = sock
         self._transport = PlainTransport(sock) if tls is None else TlsTransport(sock, tls)
+        self._plain = tls is None
+        self._read_fd = -1  # the reader's duplicate of a plain socket, while it reads
         self.peer = peer
         self.session = f"jmsstore-{next(self._serials)}"
         self._parser = FrameParser(server.frame_limits, CLIENT_COMMANDS)
@@ -233,11 +243,11 @@ class StompConnection:
         # native handle given to the lane (None: not now; see _lane_for_reading).
         self._lane: NativeSendLane | None = None
         self._lane_destinations: dict[str, tuple[Destination, NativeDestination | None]] = {}
-        self._lane_sends_counted = 0
+        self._lane_sends_seen = 0  # the parser's count of them when last looked at
         # Plain ACK frames settled without Python (with the lane): the subscriptions
         # in a client mode are registered with it.
         self._acks: NativeAckLane | None = None
-        self._lane_acks_counted = 0
+        self._lane_acks_seen = 0
         self._subscriptions: dict[str, Subscription] = {}
         self._by_serial: dict[int, Subscription] = {}
         self._subscription_serials = itertools.count(1)
@@ -360,7 +370,15 @@ class StompConnection:
             except (OSError, ssl.SSLError) as e:
                 reason = f"TLS handshake failed: {e}"
                 return
-            reason = self._read_loop()
+            # The reader's own duplicate of the socket, for reading natively: another
+            # thread's close() cannot make its number another connection's while it reads.
+            self._read_fd = os.dup(self._sock.fileno()) if self._plain else -1
+            try:
+                reason = self._read_loop()
+            finally:
+                if self._read_fd >= 0:
+                    os.close(self._read_fd)
+                    self._read_fd = -1
         except OSError as e:
             reason = f"connection lost: {e.strerror or e}"
         except Exception:
@@ -407,34 +425,21 @@ class StompConnection:
             # At half the interval: a late wake-up on a busy machine still keeps within it.
             if self._send_interval and now - self._last_write >= self._send_interval / 2:
                 self._heart_beat()
-            if reading and self._transport.buffered():
-                events = [(sock_fd, select.POLLIN)]  # bytes that came with the TLS handshake
-            else:
-                events = poller.poll(self._tick() * 1000)
-            if not any(fd == sock_fd for fd, _ in events):
-                self._drain_wake()
-                continue
-            if len(events) > 1:
-                self._drain_wake()
-            data = self._transport.recv(_READ_SIZE)
-            if data is None:
-                return "closed by the client"
-            if not data:
-                continue  # part of a TLS record
-            self._last_read = time.monotonic()
-            lane = self._lane_for_reading()
-            ack_lane = self._acks if self._by_serial else None
             try:
-                frames = self._parser.feed(data, lane, ack_lane)
+                read = self._read_frames(poller, sock_fd, reading, limit)
             except FrameError as e:
-                self._count_lane_sends()
                 for frame in e.frames:
                     if not self._handle(frame):
                         return "closed after an error"
                 if self._wait_for_receipts(self._settings.write_timeout):
                     self._error(str(e))
                 return "malformed frame"
-            lane_took = self._count_lane_sends()
+            if read is None:
+                continue
+            frames, lane, ack_lane, closed = read
+            if closed:
+                return "closed by the client"
+            lane_took = self._lanes_took()
             if lane is not None:
                 failed = lane.take_failure()
                 if failed is not None:  # none of the frames after the one that failed is handled
@@ -465,6 +470,55 @@ class StompConnection:
             if not self._hold_incomplete_frame(bool(frames) or lane_took):
                 return "too many bytes of incomplete frames in the server"
         return "closed by the server"
+
+    def _read_frames(
+        self, poller: select.poll, sock_fd: int, reading: bool, limit: int
+    ) -> tuple[list[Frame], NativeSendLane | None, NativeAckLane | None, bool] | None:
+        """Waits up to a tick for input and reads it: ``(frames to handle,
+        the lanes that took the others, whether the client closed)``, or
+        None if there is nothing to handle (a wake-up, a tick with no
+        input, part of a TLS record). While the lanes may take what comes,
+        the socket is read natively, many frames and reads per call."""
+        if reading and self._read_fd >= 0:
+            lane = self._lane_for_reading()
+            ack_lane = self._acks if self._by_serial else None
+            if lane is not None or ack_lane is not None:
+                natively = self._parser.read_natively(
+                    self._read_fd,
+                    self._outbox,
+                    lane,
+                    ack_lane,
+                    receipt_limit=limit,
+                    wait=self._tick(),
+                    busy=_NATIVE_BUSY,
+                    read_size=_READ_SIZE,
+                    hold=_NATIVE_HOLD,
+                )
+                if natively is not None:
+                    if natively.reads:
+                        self._last_read = time.monotonic()
+                        self._frames.native_reads += natively.reads
+                    if natively.stop == "woken":
+                        self._drain_wake()
+                    return natively.frames, lane, ack_lane, natively.stop == "closed"
+        if reading and self._transport.buffered():
+            events = [(sock_fd, select.POLLIN)]  # bytes that came with the TLS handshake
+        else:
+            events = poller.poll(self._tick() * 1000)
+        if not any(fd == sock_fd for fd, _ in events):
+            self._drain_wake()
+            return None
+        if len(events) > 1:
+            self._drain_wake()
+        data = self._transport.recv(_READ_SIZE)
+        if data is None:
+            return [], None, None, True
+        if not data:
+            return None  # part of a TLS record
+        self._last_read = time.monotonic()
+        lane = self._lane_for_reading()
+        ack_lane = self._acks if self._by_serial else None
+        return self._parser.feed(data, lane, ack_lane), lane, ack_lane, False
 
     def _drain_wake(self) -> None:
         with contextlib.suppress(OSError):
@@ -587,20 +641,13 @@ class StompConnection:
             usable = usable or native is not None
         return lane if usable else None
 
-    def _count_lane_sends(self) -> bool:
-        """Counts the SEND and ACK frames the lanes took since; whether they took any."""
+    def _lanes_took(self) -> bool:
+        """Whether the lanes took SEND or ACK frames since it was last asked
+        (they count them themselves)."""
         parser = self._parser
-        sent = parser.lane_sends - self._lane_sends_counted
-        if sent:
-            self._frames.frame_in(Command.SEND, sent)
-            self._frames.native_sends += sent
-            self._lane_sends_counted = parser.lane_sends
-        acked = parser.lane_acks - self._lane_acks_counted
-        if acked:
-            self._frames.frame_in(Command.ACK, acked)
-            self._frames.native_acks += acked
-            self._lane_acks_counted = parser.lane_acks
-        return sent > 0 or acked > 0
+        took = parser.lane_sends != self._lane_sends_seen or parser.lane_acks != self._lane_acks_seen
+        self._lane_sends_seen, self._lane_acks_seen = parser.lane_sends, parser.lane_acks
+        return took
 
     def _lane_may_take(self, text: str, destination: Destination) -> None:
         """A SEND to ``destination`` (named ``text``) went the Python path
@@ -713,6 +760,7 @@ class StompConnection:
             if self._lane is not None:  # receipted SENDs too, their receipts queued with the others
                 self._lane.take_receipts(self._outbox, self._settings.max_pending_receipts)
                 self._acks = self._lane.ack_lane()
+                self._frames.count_lanes(self._lane, self._acks)
         self._send_interval = send_ms / 1000
         self._receive_interval = receive_ms / 1000
         self._write(

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from jmsstore import _args
-from jmsstore._native import NativeAckLane, NativeSendLane, WholeFrameScanner, encode_plain, scan_head
+from jmsstore._native import NativeAckLane, NativeOutbox, NativeSendLane, WholeFrameScanner, encode_plain, scan_head
 from jmsstore.errors import JmsStoreError
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "FrameError",
     "FrameLimits",
     "FrameParser",
+    "NativeRead",
     "encode",
     "error_frame",
 ]
@@ -223,6 +224,22 @@ def _copy(buffer: bytearray, start: int, end: int) -> bytes:
         return part.tobytes()
 
 
+@dataclass(frozen=True, slots=True)
+class NativeRead:
+    """What :meth:`FrameParser.read_natively` did."""
+
+    stop: str
+    """Why it gave the socket back: ``"time"`` (its wait, or its busy
+    spell, is over), ``"woken"`` (the outbox's wake-up pipe is readable),
+    ``"rest"`` (a frame the lanes did not take), ``"failed"`` (a lane's
+    failure is kept), ``"receipts"`` (the receipt limit is reached) or
+    ``"closed"`` (the peer closed the stream)."""
+    frames: list[Frame]
+    """The frames read after those the lanes took, for the caller to handle."""
+    reads: int
+    """Reads of the socket that returned bytes (0: the peer was not heard)."""
+
+
 class FrameParser:
     """Turns a byte stream into STOMP 1.2 frames.
 
@@ -342,6 +359,56 @@ class FrameParser:
             raise FrameError(str(error), frames) from None
         self._discard_consumed()
         return frames
+
+    def read_natively(
+        self,
+        fd: int,
+        outbox: NativeOutbox,
+        lane: NativeSendLane | None,
+        acks: NativeAckLane | None,
+        *,
+        receipt_limit: int,
+        wait: float,
+        busy: float,
+        read_size: int,
+        hold: int,
+    ) -> NativeRead | None:
+        """Reads the non-blocking socket ``fd`` natively, without the GIL,
+        while ``lane`` and ``acks`` take the frames that come (see
+        ``jmsstore_core::stomp_reader``), for at most ``wait`` seconds
+        without input or ``busy`` seconds with it; None (nothing read) if
+        the parser holds a frame read in part, or more than ``hold`` bytes
+        of one, or has refused the stream.
+
+        An incomplete frame of at most ``hold`` bytes is carried between
+        reads natively and handed back at the end. The frames after those
+        the lanes took are read as :meth:`feed` reads them (its errors
+        too); none after a lane's failure.
+        """
+        if self._failure is not None or self._command is not None or self._body_start >= 0:
+            return None
+        if len(self._buffer) - self._line_start > hold:
+            return None
+        carry = bytes(self._buffer[self._line_start :])
+        self._buffer.clear()
+        self._frame_start = self._line_start = self._scan = 0
+        stop, rest, heartbeats, sent, acked, reads = self._whole_frames.pump(
+            fd,
+            carry,
+            outbox,
+            lane,
+            acks,
+            receipt_limit=receipt_limit,
+            wait=wait,
+            busy=busy,
+            read_size=read_size,
+            hold=hold,
+        )
+        self.heartbeats += heartbeats
+        self.lane_sends += sent
+        self.lane_acks += acked
+        frames = self.feed(rest, lane, acks) if rest and stop != "failed" else []
+        return NativeRead(stop, frames, reads)
 
     def _read_whole_frames(self, frames: list[Frame], lane: NativeSendLane | None, acks: NativeAckLane | None) -> None:
         """Reads, between two frames, every plain frame that is there whole

@@ -282,7 +282,10 @@ class StompServer:
         core took without Python: see ``StompSettings.native_sends``),
         ``native_acks`` (the ACK frames among ``frames_in`` the core settled
         without Python: plain ACKs of a ``client`` or ``client-individual``
-        subscription, with ``native_sends`` on) and
+        subscription, with ``native_sends`` on), ``native_reads`` (reads of
+        a client's socket made without Python, while the core took every
+        frame that came: counted each time the connection's reader gets the
+        socket back, within a heart-beat tick) and
         ``receipts_direct`` (the RECEIPT frames among ``frames_out`` written
         by the thread that learnt their SEND was durable, without the
         connection's reader)."""

@@ -13,29 +13,66 @@ class _ReceiptCounter(Protocol):
     def statistics(self) -> dict[str, int]: ...
 
 
+class _SendCounter(Protocol):
+    @property
+    def taken(self) -> int: ...
+
+
+class _AckCounter(Protocol):
+    @property
+    def settled(self) -> int: ...
+
+
 class FrameCounts:
     """One connection's frames in and out, by command, kept without a lock:
-    its reader alone counts the frames in, and frames out are counted under
-    its write lock; RECEIPTs (but DISCONNECT's) by the connection's outbox,
-    which writes them from native threads too. (One server-wide lock taken
-    for every frame was contended by every connection's threads.)"""
+    its reader alone counts the frames in that Python handles, and frames
+    out are counted under its write lock; RECEIPTs (but DISCONNECT's) by
+    the connection's outbox, which writes them from native threads too, and
+    the SENDs and ACKs its lanes take by the lanes, which its reader may
+    run without Python for a while. (One server-wide lock taken for every
+    frame was contended by every connection's threads.)"""
 
-    __slots__ = ("_receipts", "incoming", "native_acks", "native_sends", "outgoing")
+    __slots__ = ("_acks", "_receipts", "_sends", "incoming", "native_reads", "outgoing")
 
     def __init__(self) -> None:
         self.incoming: dict[str, int] = {}
         self.outgoing: dict[str, int] = {}
-        self.native_sends = 0  # SEND frames (counted in incoming too) sent without Python
-        self.native_acks = 0  # ACK frames (counted in incoming too) settled without Python
+        self.native_reads = 0  # reads of the socket made without Python (counted when it is given back)
         self._receipts: _ReceiptCounter | None = None
+        self._sends: _SendCounter | None = None
+        self._acks: _AckCounter | None = None
 
     def count_receipts(self, outbox: _ReceiptCounter) -> None:
         """The RECEIPT frames ``outbox`` writes count as frames out."""
         self._receipts = outbox
 
+    def count_lanes(self, sends: _SendCounter, acks: _AckCounter) -> None:
+        """The SEND frames ``sends`` takes and the ACK frames ``acks``
+        settles count as frames in."""
+        self._sends = sends
+        self._acks = acks
+
+    @property
+    def native_sends(self) -> int:
+        """SEND frames sent without Python."""
+        return self._sends.taken if self._sends is not None else 0
+
+    @property
+    def native_acks(self) -> int:
+        """ACK frames settled without Python."""
+        return self._acks.settled if self._acks is not None else 0
+
     def receipts_direct(self) -> int:
         """RECEIPTs written by the thread that learnt their SEND was durable."""
         return self._receipts.statistics()["receipts_direct"] if self._receipts is not None else 0
+
+    def frames_in(self) -> dict[str, int]:
+        """The frames in by command (a copy, taken in one step)."""
+        incoming = dict(self.incoming)
+        for command, count in (("SEND", self.native_sends), ("ACK", self.native_acks)):
+            if count:
+                incoming[command] = incoming.get(command, 0) + count
+        return incoming
 
     def frames_out(self) -> dict[str, int]:
         """The frames out by command (a copy, taken in one step)."""
@@ -70,6 +107,7 @@ class StompStatistics:
         self._frames_out: Counter[str] = Counter()
         self._native_sends = 0
         self._native_acks = 0
+        self._native_reads = 0
         self._receipts_direct = 0
         self._live: set[FrameCounts] = set()
 
@@ -85,10 +123,11 @@ class StompStatistics:
         with self._lock:
             if counts in self._live:
                 self._live.discard(counts)
-                self._frames_in.update(counts.incoming)
+                self._frames_in.update(counts.frames_in())
                 self._frames_out.update(counts.frames_out())
                 self._native_sends += counts.native_sends
                 self._native_acks += counts.native_acks
+                self._native_reads += counts.native_reads
                 self._receipts_direct += counts.receipts_direct()
 
     def opened(self) -> None:
@@ -122,10 +161,11 @@ class StompStatistics:
             frames_out = Counter(self._frames_out)
             native_sends = self._native_sends + sum(counts.native_sends for counts in self._live)
             native_acks = self._native_acks + sum(counts.native_acks for counts in self._live)
+            native_reads = self._native_reads + sum(counts.native_reads for counts in self._live)
             receipts_direct = self._receipts_direct + sum(counts.receipts_direct() for counts in self._live)
             for counts in self._live:
                 # Copied first (in one step): the connection's threads may be counting.
-                frames_in.update(dict(counts.incoming))
+                frames_in.update(counts.frames_in())
                 frames_out.update(counts.frames_out())
             return {
                 "connections_open": self.connections_open,
@@ -141,5 +181,6 @@ class StompStatistics:
                 "frames_out": {str(command): n for command, n in frames_out.items()},
                 "native_sends": native_sends,
                 "native_acks": native_acks,
+                "native_reads": native_reads,
                 "receipts_direct": receipts_direct,
             }
