@@ -88,14 +88,19 @@ def test_every_message_arrives(run: tuple[dict[str, Any], str, Path], name: str,
         pytest.skip(f"jmsstore-stomp-load cannot be built here: {build['build_error']}")
     if client == "native":
         assert build["status"] in ("ok", "stale"), build  # a checkout with cargo builds it
-    counts = "native_messages_per_producer_count" if client == "native" else "messages_per_producer_count"
-    messages = report["settings"]["stomp"][counts]
+    settings = report["settings"]["stomp"]
     rows = [r for r in report["benchmarks"]["stomp"]["rows"] if r["system"] == name and r["client"] == client]
     assert len(rows) == len(stomp.QUICK_PRODUCERS) * len(stomp.MODES)
     for r in rows:
         assert r["status"] == "ok", (r["status"], r["rounds"])
         (f,) = r["rounds"]
-        planned = messages[str(r["producers"])]
+        if client == "stomp.py":
+            counts = "messages_per_producer_count"
+        elif r["mode"] == "non-persistent":
+            counts = "native_non_persistent_messages_per_producer_count"
+        else:
+            counts = "native_messages_per_producer_count"
+        planned = settings[counts][str(r["producers"])]
         assert f["planned"] == f["sent"] == f["received"] == planned > 0
         assert f["client"] == client
         if client == "stomp.py":

@@ -344,7 +344,7 @@ def interleaved_rounds(
     available: Callable[[str], bool],
     reason: Callable[[str], str],
     what: str,
-    messages: int,
+    messages: int | Callable[[str], int],
     row: dict[str, Any],
 ) -> dict[tuple[str, str], list[dict[str, Any]]]:
     """Runs ``measure_one(system, mode)`` in rounds: in each, every mode on
@@ -361,7 +361,8 @@ def interleaved_rounds(
                 if not available(system):
                     r = {"system": system, "mode": mode, **row, "cannot": reason(system)}
                 else:
-                    ctx.step(f"{what}, round {i + 1}/{rounds_n}: {mode}, {system}, {messages:,} messages")
+                    count = messages(mode) if callable(messages) else messages
+                    ctx.step(f"{what}, round {i + 1}/{rounds_n}: {mode}, {system}, {count:,} messages")
                     try:
                         r = measure_one(system, mode)
                     except Exception as e:  # reported in its row, the run goes on

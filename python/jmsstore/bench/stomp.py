@@ -67,6 +67,14 @@ CLIENTS = ["stomp.py", "native"]
 # The native client moves this many times the messages per run: its runs
 # are that much shorter, and CPU is counted in 10 ms ticks.
 NATIVE_MESSAGES = 3
+# Non-persistent, this many times: a run of 3x took about a tenth of a
+# second on our server, where connecting and subscribing weighed on the rate.
+NATIVE_NON_PERSISTENT_MESSAGES = 10
+
+
+def native_messages(n: int, mode: str) -> int:
+    """The messages a native client's run moves in ``mode`` where a stomp.py run moves ``n``."""
+    return n * (NATIVE_NON_PERSISTENT_MESSAGES if mode == "non-persistent" else NATIVE_MESSAGES)
 
 
 class StompPeers(Peers):
@@ -241,7 +249,10 @@ def run(ctx: Context) -> None:
         "body_bytes": BODY_BYTES,
         "messages": n,
         "messages_per_producer_count": {str(p): n // p * p for p in counts},
-        "native_messages_per_producer_count": {str(p): n * NATIVE_MESSAGES // p * p for p in counts},
+        "native_messages_per_producer_count": {str(p): native_messages(n, "persistent") // p * p for p in counts},
+        "native_non_persistent_messages_per_producer_count": {
+            str(p): native_messages(n, "non-persistent") // p * p for p in counts
+        },
         "producer_counts": counts,
         "consumers": "as many as producers; every producer and consumer its own STOMP connection",
         "client": f"stomp.py {stomp_servers.client_version()}, STOMP 1.2, the same code for every server",
@@ -273,8 +284,7 @@ def run(ctx: Context) -> None:
         with peers:
             for producers in counts:
                 for client in clients:
-                    per = n * (NATIVE_MESSAGES if client == "native" else 1) // producers
-                    runs = _rounds(ctx, peers, systems, modes, client, producers, per, body, cap, rounds_n, tool)
+                    runs = _rounds(ctx, peers, systems, modes, client, producers, n, body, cap, rounds_n, tool)
                     for mode in modes:
                         ours = list(runs[("jmsstore", mode)])
                         for system in systems:
@@ -292,20 +302,22 @@ def _rounds(
     modes: list[str],
     client: str,
     producers: int,
-    per: int,
+    n: int,
     body: bytes,
     cap: float,
     rounds_n: int,
     tool: NativeTool,
 ) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """The rounds of one producer count and client (:func:`bench.brokers.interleaved_rounds`)."""
+    """The rounds of one producer count and client (:func:`bench.brokers.interleaved_rounds`):
+    ``n`` messages a stomp.py run (more a native run: :func:`native_messages`)."""
 
     def one(system: str, mode: str) -> dict[str, Any]:
-        r: dict[str, Any] = (
-            measure_native(peers, system, mode, producers, per, body, cap, tool)
-            if client == "native"
-            else measure(peers, system, mode, producers, per, body, cap)
-        )
+        r: dict[str, Any]
+        if client == "native":
+            per = native_messages(n, mode) // producers
+            r = measure_native(peers, system, mode, producers, per, body, cap, tool)
+        else:
+            r = measure(peers, system, mode, producers, n // producers, body, cap)
         if "cannot" not in r:
             ctx.step(
                 f"  {r['received']:,} received, {r['rate']:,.0f} msg/s, server "
@@ -322,7 +334,7 @@ def _rounds(
         available=peers.available,
         reason=peers.reason,
         what=f"{producers}+{producers}, {client} client",
-        messages=per * producers,
+        messages=lambda mode: (native_messages(n, mode) if client == "native" else n) // producers * producers,
         row={"client": client},
     )
 

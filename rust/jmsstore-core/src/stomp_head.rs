@@ -129,6 +129,18 @@ pub fn scan_frames(buf: &[u8], start: usize, limits: FrameLimits, commands: &[&s
     read
 }
 
+/// The first `content-length` header's value: None without one, `Some(None)`
+/// if it is not the plain case (a number of ASCII digits, leading zeros
+/// allowed, that fits).
+pub fn content_length(headers: &[(String, String)]) -> Option<Option<usize>> {
+    let (_, text) = headers.iter().find(|(name, _)| name == "content-length")?;
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Some(None);
+    }
+    let digits = text.trim_start_matches('0');
+    Some(if digits.len() > 19 { None } else { Some(digits.parse().unwrap_or(0)) })
+}
+
 /// The frame at `start`, the heart-beats before it and where it ends, if
 /// [`scan_frames`] takes it (one frame at a time, for a reader that stops
 /// at the first frame it cannot hand on).
@@ -143,13 +155,9 @@ pub fn whole_frame(
     let command = commands.iter().position(|c| *c == head.command)?;
     let may_have_body = body_commands.contains(&head.command.as_str());
     let too_big = |end: usize| end - head.frame_start > limits.head.max_frame_bytes;
-    let body_end = match head.headers.iter().find(|(name, _)| name == "content-length") {
-        Some((_, text)) => {
-            if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            let digits = text.trim_start_matches('0');
-            let length: usize = if digits.len() > 19 { return None } else { digits.parse().unwrap_or(0) };
+    let body_end = match content_length(&head.headers) {
+        Some(length) => {
+            let length = length?;
             if (length > 0 && !may_have_body) || length > limits.max_body_bytes {
                 return None;
             }

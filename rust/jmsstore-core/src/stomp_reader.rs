@@ -31,7 +31,7 @@ use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 use crate::stomp_ack::AckLane;
-use crate::stomp_head::{scan_frames, whole_frame, FrameLimits, Frames, WholeFrame};
+use crate::stomp_head::{content_length, scan, scan_frames, whole_frame, FrameLimits, Frames, WholeFrame};
 use crate::stomp_outbox::Outbox;
 use crate::stomp_send::{Prepared, SendLane, Take};
 
@@ -168,7 +168,67 @@ fn poll_two(fd: RawFd, wake_fd: RawFd, timeout: Duration) -> io::Result<Ready> {
     }
 }
 
+/// Whether `bytes` hold a blank line ending a head, after an LF (as the
+/// Python parser finds one).
+fn has_blank_line(bytes: &[u8]) -> bool {
+    bytes.windows(2).any(|w| w == b"\n\n") || bytes.windows(3).any(|w| w == b"\n\r\n")
+}
+
 impl FrameScanner {
+    /// Whether `rest` (what follows the frames handed on) is the start of a
+    /// frame that is not complete yet and may still be read: its head
+    /// incomplete (no blank line, no NUL) with every line and its command
+    /// within bounds, or a plain head of a command of ours whose body has
+    /// not all come (by its `content-length`, within the limits, or no NUL
+    /// after it). Anything else (a whole frame, input to refuse) is the
+    /// Python parser's at once, with its errors. (A body may hold NULs: a
+    /// frame is not taken as complete for holding one.)
+    fn incomplete(&self, rest: &[u8]) -> bool {
+        let limits = self.limits;
+        let known = |command: &[u8]| self.commands.iter().any(|c| c.as_bytes() == command);
+        match scan(rest, 0, limits.head) {
+            Some(head) => {
+                if !known(head.command.as_bytes()) {
+                    return false;
+                }
+                let head_bytes = head.body_start - head.frame_start;
+                match content_length(&head.headers) {
+                    Some(Some(length)) => {
+                        length <= limits.max_body_bytes
+                            && head_bytes.saturating_add(length) < limits.head.max_frame_bytes
+                            && rest.len() <= head.body_start + length
+                    }
+                    Some(None) => false,
+                    None => {
+                        rest.len() - head.frame_start <= limits.head.max_frame_bytes
+                            && !rest[head.body_start..].contains(&0)
+                    }
+                }
+            }
+            None => {
+                let eols = rest.iter().take_while(|&&b| b == b'\n' || b == b'\r').count();
+                let frame = &rest[eols..];
+                if frame.contains(&0) || has_blank_line(frame) || frame.len() > limits.head.max_frame_bytes {
+                    return false;
+                }
+                let mut lines: usize = 0;
+                for line in frame.split(|&b| b == b'\n') {
+                    // One byte over: a CR the next read's LF may follow.
+                    if line.len() > limits.head.max_line_bytes + 1 {
+                        return false;
+                    }
+                    lines += 1;
+                }
+                // The command line, if it is all there, names one of ours; the headers so far are within the count.
+                let command_known = match frame.iter().position(|&b| b == b'\n') {
+                    Some(end) => known(frame[..end].strip_suffix(b"\r").unwrap_or(&frame[..end])),
+                    None => true,
+                };
+                command_known && lines.saturating_sub(2) <= limits.head.max_headers
+            }
+        }
+    }
+
     /// A scanner of `commands` (frames of `body_commands` may have a body)
     /// within `limits`.
     pub fn new(commands: Vec<String>, body_commands: Vec<String>, limits: FrameLimits) -> FrameScanner {
@@ -335,8 +395,8 @@ impl FrameScanner {
             if let Some(heartbeats) = heart_beats_only(&out.rest) {
                 out.heartbeats += heartbeats;
                 out.rest.clear();
-            } else if out.rest.contains(&0) || out.rest.len() > limits.hold {
-                // A whole frame the lanes did not take (a NUL ends every frame), or too much held.
+            } else if out.rest.len() > limits.hold || !self.incomplete(&out.rest) {
+                // Too much held, or a frame the lanes did not take, or one to refuse.
                 out.stop = Stop::Rest;
                 return Ok(out);
             }
@@ -463,6 +523,54 @@ mod tests {
         assert!(out.rest.is_empty());
         assert!((2..=3).contains(&out.reads), "{} reads", out.reads); // the second write's newline may come apart
         assert_eq!(lane.stored(), 1);
+    }
+
+    #[test]
+    fn a_cut_frame_whose_body_holds_nuls_is_held_until_its_content_length_has_come() {
+        let lane = lane();
+        let outbox = Outbox::new(None).unwrap();
+        let (mut client, server) = pair();
+        let mut frame = b"SEND\ndestination:/queue/q\ncontent-length:6\n\n".to_vec();
+        frame.extend_from_slice(b"a\0b\0c\0\0");
+        client.write_all(&frame[..frame.len() - 3]).unwrap(); // "a\0b\0" of the body come first
+        let tail = frame[frame.len() - 3..].to_vec();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            client.write_all(&tail).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            drop(client);
+        });
+        let lanes = Lanes { send: Some(&lane.lane), acks: None };
+        let held = scanner().pump(server.as_raw_fd(), Vec::new(), &outbox, lanes, limits(5000)).unwrap();
+        writer.join().unwrap();
+        assert_eq!(held.stop, Stop::Closed, "{:?}", String::from_utf8_lossy(&held.rest));
+        assert_eq!(held.handed.sent, 1);
+        assert!(held.rest.is_empty());
+        assert_eq!(lane.stored(), 1);
+    }
+
+    #[test]
+    fn what_follows_the_frames_handed_on_is_held_only_while_it_may_still_complete() {
+        let scanner = scanner();
+        assert!(scanner.incomplete(b""));
+        assert!(scanner.incomplete(b"\nSEND\ndestination:/queue/q\n"));
+        assert!(scanner.incomplete(b"SEND\ncontent-length:4\n\nab\0"));
+        assert!(scanner.incomplete(b"SEND\n\nno NUL yet"));
+        assert!(!scanner.incomplete(b"SEND\ncontent-length:4\n\nab\0d\0")); // whole
+        assert!(!scanner.incomplete(b"SEND\n\nwhole\0"));
+        assert!(!scanner.incomplete(b"SEND\ncontent-length:x\n\nab")); // to refuse
+        assert!(!scanner.incomplete(b"SEND\nde\\tination:q\n\nab")); // not plain: the parser's
+        assert!(!scanner.incomplete(b"SEND\0\n")); // a NUL in the head
+        assert!(!scanner.incomplete(b"FOO\ndestination:q\n")); // not a command of ours
+        assert!(!scanner.incomplete(b"FOO\n\nab")); // nor here
+        assert!(scanner.incomplete(b"SEN")); // the command line not all there
+        let long_line = format!("SEND\nx:{}", "a".repeat(1100));
+        assert!(!scanner.incomplete(long_line.as_bytes())); // over the line limit already
+        assert!(!scanner.incomplete(b"SEND\ncontent-length:2000000\n\nab")); // over the body limit
+        let many = format!("SEND\n{}", "h:1\n".repeat(101));
+        assert!(!scanner.incomplete(many.as_bytes())); // over the header count
+        let enough = format!("SEND\n{}", "h:1\n".repeat(100));
+        assert!(scanner.incomplete(enough.as_bytes()));
     }
 
     #[test]

@@ -74,6 +74,11 @@ impl NativeOutbox {
         false
     }
 
+    /// Wakes the reader (its poll, or its native read, returns).
+    fn wake(&self) {
+        self.outbox.wake();
+    }
+
     /// The reader stops reading until fewer than `limit` receipts wait (0: it reads again).
     fn wake_below(&self, limit: usize) {
         self.outbox.wake_below(limit);

@@ -480,9 +480,12 @@ class StompConnection:
         input, part of a TLS record). While the lanes may take what comes,
         the socket is read natively, many frames and reads per call."""
         if reading and self._read_fd >= 0:
-            lane = self._lane_for_reading()
+            usable = self._lane_for_reading()
             ack_lane = self._acks if self._by_serial else None
-            if lane is not None or ack_lane is not None:
+            # The lane goes along even when it takes no destination now: its failure,
+            # kept from an earlier send, stops the ACK lane too.
+            lane = self._lane
+            if usable is not None or ack_lane is not None:
                 natively = self._parser.read_natively(
                     self._read_fd,
                     self._outbox,
@@ -937,6 +940,7 @@ class StompConnection:
             self._pending_sends -= 1
             if error is not None and self._send_failure is None:
                 self._send_failure = error
+                self._outbox.wake()  # a reader reading natively looks at it now
             self._pending.notify_all()
 
     def _wait_for_sends(self, timeout: float) -> None:

@@ -66,13 +66,16 @@ class FrameCounts:
         """RECEIPTs written by the thread that learnt their SEND was durable."""
         return self._receipts.statistics()["receipts_direct"] if self._receipts is not None else 0
 
-    def frames_in(self) -> dict[str, int]:
-        """The frames in by command (a copy, taken in one step)."""
+    def frames_in(self) -> tuple[dict[str, int], int, int]:
+        """The frames in by command (a copy, taken in one step), with the
+        SENDs and the ACKs among them that the lanes took (each read once,
+        so that the three agree)."""
         incoming = dict(self.incoming)
-        for command, count in (("SEND", self.native_sends), ("ACK", self.native_acks)):
+        sends, acks = self.native_sends, self.native_acks
+        for command, count in (("SEND", sends), ("ACK", acks)):
             if count:
                 incoming[command] = incoming.get(command, 0) + count
-        return incoming
+        return incoming, sends, acks
 
     def frames_out(self) -> dict[str, int]:
         """The frames out by command (a copy, taken in one step)."""
@@ -123,10 +126,11 @@ class StompStatistics:
         with self._lock:
             if counts in self._live:
                 self._live.discard(counts)
-                self._frames_in.update(counts.frames_in())
+                incoming, sends, acks = counts.frames_in()
+                self._frames_in.update(incoming)
                 self._frames_out.update(counts.frames_out())
-                self._native_sends += counts.native_sends
-                self._native_acks += counts.native_acks
+                self._native_sends += sends
+                self._native_acks += acks
                 self._native_reads += counts.native_reads
                 self._receipts_direct += counts.receipts_direct()
 
@@ -159,13 +163,16 @@ class StompStatistics:
         with self._lock:
             frames_in = Counter(self._frames_in)
             frames_out = Counter(self._frames_out)
-            native_sends = self._native_sends + sum(counts.native_sends for counts in self._live)
-            native_acks = self._native_acks + sum(counts.native_acks for counts in self._live)
+            native_sends = self._native_sends
+            native_acks = self._native_acks
             native_reads = self._native_reads + sum(counts.native_reads for counts in self._live)
             receipts_direct = self._receipts_direct + sum(counts.receipts_direct() for counts in self._live)
             for counts in self._live:
                 # Copied first (in one step): the connection's threads may be counting.
-                frames_in.update(counts.frames_in())
+                incoming, sends, acks = counts.frames_in()
+                frames_in.update(incoming)
+                native_sends += sends
+                native_acks += acks
                 frames_out.update(counts.frames_out())
             return {
                 "connections_open": self.connections_open,
