@@ -17,6 +17,10 @@
 //!   write);
 //! - `receipt_limit` receipts pending (the reader stops reading);
 //! - the client closing;
+//! - a read that filled its buffer: a client streaming frames faster than
+//!   they are read gains nothing here (many frames share each read), and
+//!   its server thread scheduled apart from the consumers' lost more than
+//!   it gained in our runs (see `docs/performance-log.md`);
 //! - time: `wait` with nothing to read, or `busy` while reading, so that
 //!   the reader sends heart-beats, checks the client's, and looks again at
 //!   its destinations (a production pause or flow control armed since
@@ -105,6 +109,9 @@ pub enum Stop {
     Receipts,
     /// The client closed the connection (end of stream).
     Closed,
+    /// A read filled `read_size`: the client streams faster than one read
+    /// takes, so a read's overhead is shared by many frames anyway.
+    Full,
 }
 
 /// What [`FrameScanner::pump`] did.
@@ -400,6 +407,10 @@ impl FrameScanner {
                 out.stop = Stop::Rest;
                 return Ok(out);
             }
+            if n >= limits.read_size {
+                out.stop = Stop::Full;
+                return Ok(out);
+            }
             if started.elapsed() >= limits.busy {
                 out.stop = Stop::Time;
                 return Ok(out);
@@ -621,6 +632,22 @@ mod tests {
         assert_eq!(out.stop, Stop::Rest);
         assert_eq!(out.handed.sent, 0);
         assert_eq!(out.rest, send("a").as_bytes());
+    }
+
+    #[test]
+    fn a_read_that_fills_its_buffer_gives_the_socket_back() {
+        let lane = lane();
+        let outbox = Outbox::new(None).unwrap();
+        let (mut client, server) = pair();
+        let wire = send("a").repeat(8);
+        client.write_all(wire.as_bytes()).unwrap();
+        let mut small = limits(5000);
+        small.read_size = send("a").len() * 3; // three whole frames a read
+        let lanes = Lanes { send: Some(&lane.lane), acks: None };
+        let out = scanner().pump(server.as_raw_fd(), Vec::new(), &outbox, lanes, small).unwrap();
+        assert_eq!(out.stop, Stop::Full);
+        assert_eq!((out.reads, out.handed.sent), (1, 3));
+        assert!(out.rest.is_empty());
     }
 
     #[test]

@@ -99,7 +99,7 @@ impl WholeFrameScanner {
     /// throughout) without the GIL and hands the SEND and ACK frames that
     /// come, after `carry` (an incomplete frame the caller held), to `lane`
     /// and `acks`, until the caller is needed (`stop`: "time", "woken",
-    /// "rest", "failed", "receipts" or "closed"). `rest` is what the caller's
+    /// "rest", "failed", "receipts", "closed" or "full"). `rest` is what the caller's
     /// parser reads next. See `jmsstore_core::stomp_reader`.
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (fd, carry, outbox, lane, acks, *, receipt_limit, wait, busy, read_size, hold))]
@@ -132,6 +132,7 @@ impl WholeFrameScanner {
             Stop::Failed => "failed",
             Stop::Receipts => "receipts",
             Stop::Closed => "closed",
+            Stop::Full => "full",
         };
         let rest = PyBytes::new(py, &pumped.rest);
         Ok((stop, rest, pumped.heartbeats, pumped.handed.sent, pumped.handed.acked, pumped.reads))

@@ -91,7 +91,8 @@ log = logging.getLogger("jmsstore.net.stomp")
 
 _READ_SIZE = 64 * 1024
 
-# While its lanes take what comes, a connection's socket is read natively
+# While its lanes take what comes and the client does not stream (fill whole
+# reads), a connection's socket is read natively
 # (FrameParser.read_natively), handed back at least this often (seconds) so
 # that the reader looks again at its destinations (a pause or flow control
 # armed since sends them the Python path), and holding at most this many
@@ -217,6 +218,9 @@ class StompConnection:
         self._transport = PlainTransport(sock) if tls is None else TlsTransport(sock, tls)
         self._plain = tls is None
         self._read_fd = -1  # the reader's duplicate of a plain socket, while it reads
+        # The last read filled its buffer: the client streams, and many frames share
+        # each read; its socket is read here, not natively, until a read does not.
+        self._streaming = False
         self.peer = peer
         self.session = f"jmsstore-{next(self._serials)}"
         self._parser = FrameParser(server.frame_limits, CLIENT_COMMANDS)
@@ -479,7 +483,7 @@ class StompConnection:
         None if there is nothing to handle (a wake-up, a tick with no
         input, part of a TLS record). While the lanes may take what comes,
         the socket is read natively, many frames and reads per call."""
-        if reading and self._read_fd >= 0:
+        if reading and self._read_fd >= 0 and not self._streaming:
             usable = self._lane_for_reading()
             ack_lane = self._acks if self._by_serial else None
             # The lane goes along even when it takes no destination now: its failure,
@@ -503,6 +507,7 @@ class StompConnection:
                         self._frames.native_reads += natively.reads
                     if natively.stop == "woken":
                         self._drain_wake()
+                    self._streaming = natively.stop == "full"
                     return natively.frames, lane, ack_lane, natively.stop == "closed"
         if reading and self._transport.buffered():
             events = [(sock_fd, select.POLLIN)]  # bytes that came with the TLS handshake
@@ -518,6 +523,7 @@ class StompConnection:
             return [], None, None, True
         if not data:
             return None  # part of a TLS record
+        self._streaming = len(data) >= _READ_SIZE
         self._last_read = time.monotonic()
         lane = self._lane_for_reading()
         ack_lane = self._acks if self._by_serial else None

@@ -232,8 +232,9 @@ class NativeRead:
     """Why it gave the socket back: ``"time"`` (its wait, or its busy
     spell, is over), ``"woken"`` (the outbox's wake-up pipe is readable),
     ``"rest"`` (a frame the lanes did not take), ``"failed"`` (a lane's
-    failure is kept), ``"receipts"`` (the receipt limit is reached) or
-    ``"closed"`` (the peer closed the stream)."""
+    failure is kept), ``"receipts"`` (the receipt limit is reached),
+    ``"closed"`` (the peer closed the stream) or ``"full"`` (a read filled
+    its buffer: the peer streams)."""
     frames: list[Frame]
     """The frames read after those the lanes took, for the caller to handle."""
     reads: int
