@@ -187,3 +187,38 @@ def test_a_client_heard_only_in_native_reads_is_not_cut_off(jms: JMSServer) -> N
             assert stats["native_acks"] == 1
         finally:
             client.close()
+
+
+def test_a_client_that_acknowledges_one_at_a_time_with_its_prefetch_full_gets_the_next(jms: JMSServer) -> None:
+    """A full subscription's dispatcher waits a moment for a quarter of its
+    prefetch to come free before it sends again; a client that acknowledges
+    one message only once the next has come (a sliding window as deep as
+    its prefetch) must still get each next message, and never more than
+    its prefetch in flight."""
+    with _serve(jms) as server:
+        client = RawClient(server.address, timeout=WAIT)
+        try:
+            client.connect()
+            _lane_for(client, "/queue/W")
+            for i in range(40):
+                client.send(_send("/queue/W", f"m{i}"))
+            client.send(_send("/queue/W", "sync", "receipt:r\n"))
+            assert client.next_frame().header("receipt-id") == "r"
+            client.send(
+                b"SUBSCRIBE\nid:s\ndestination:/queue/W\nack:client-individual\nactivemq.prefetchSize:8\n\n\x00"
+            )
+            window = [client.next_frame() for _ in range(8)]
+            assert [f.body for f in window] == [b"first"] + [f"m{i}".encode() for i in range(7)]
+            received = 8
+            while received < 42:
+                oldest = window.pop(0)
+                client.send(f"ACK\nid:{oldest.header('ack')}\n\n\x00".encode())
+                frame = client.next_frame()  # comes, though seven are still unacknowledged
+                assert frame.command == "MESSAGE"
+                window.append(frame)
+                received += 1
+            assert [f.body for f in window][-1] == b"sync"
+            assert not client.frames  # nothing beyond the prefetch came with them
+            _until(lambda: server.statistics()["native_acks"] == 34, "the ACKs settled natively")
+        finally:
+            client.close()

@@ -18,7 +18,7 @@
 //! message, an `ack:auto` subscription, a receipt, a transaction.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::broker::ack::AckBacklog;
@@ -34,8 +34,9 @@ pub const ACK_BATCH: usize = 100;
 pub struct InFlight {
     cumulative: bool,
     entries: Mutex<VecDeque<(u64, u64)>>,
-    /// The dispatcher waits for room: an acknowledgement wakes it.
-    waiting_for_room: AtomicBool,
+    /// The dispatcher waits for room: an acknowledgement that leaves fewer
+    /// than this many in flight wakes it (0: it does not wait).
+    wake_below: AtomicUsize,
     wake: Arc<Flag>,
 }
 
@@ -43,7 +44,7 @@ impl InFlight {
     /// Empty; `cumulative`: `ack:client` (an ACK settles every message up
     /// to the one it names); `wake`: the dispatcher's flag.
     pub fn new(cumulative: bool, wake: Arc<Flag>) -> InFlight {
-        InFlight { cumulative, entries: Mutex::default(), waiting_for_room: AtomicBool::new(false), wake }
+        InFlight { cumulative, entries: Mutex::default(), wake_below: AtomicUsize::new(0), wake }
     }
 
     fn entries(&self) -> MutexGuard<'_, VecDeque<(u64, u64)>> {
@@ -59,18 +60,20 @@ impl InFlight {
 
     /// What an ACK or NACK of `sequence` settles, no longer in flight: it
     /// alone, or in `client` mode every message up to it; None (nothing
-    /// changes) if it is not in flight. A dispatcher waiting for room is woken.
+    /// changes) if it is not in flight. A dispatcher waiting for the room
+    /// left is woken (see [`InFlight::wake_below`]).
     pub fn take(&self, sequence: u64) -> Option<Vec<u64>> {
-        let taken = {
+        let (taken, left) = {
             let mut entries = self.entries();
             let index = entries.binary_search_by_key(&sequence, |&(s, _)| s).ok()?;
-            if self.cumulative {
+            let taken = if self.cumulative {
                 entries.drain(..=index).map(|(_, key)| key).collect()
             } else {
                 vec![entries.remove(index).expect("found").1]
-            }
+            };
+            (taken, entries.len())
         };
-        if self.waiting_for_room.load(Ordering::Acquire) {
+        if left < self.wake_below.load(Ordering::Acquire) {
             self.wake.set();
         }
         Some(taken)
@@ -106,9 +109,10 @@ impl InFlight {
         self.entries().is_empty()
     }
 
-    /// The dispatcher waits for room (or no longer).
-    pub fn set_waiting_for_room(&self, waiting: bool) {
-        self.waiting_for_room.store(waiting, Ordering::Release);
+    /// The dispatcher waits until fewer than `level` messages are in flight
+    /// (0: it does not wait; `usize::MAX`: any acknowledgement wakes it).
+    pub fn wake_below(&self, level: usize) {
+        self.wake_below.store(level, Ordering::Release);
     }
 }
 
@@ -256,10 +260,16 @@ mod tests {
         assert_eq!(cumulative.drain(), vec![52]);
         assert!(cumulative.is_empty());
         assert!(!wake.is_set(), "nobody waited for room");
-        cumulative.push(7, &[70]);
-        cumulative.set_waiting_for_room(true);
+        cumulative.push(7, &[70, 71, 72, 73]);
+        cumulative.wake_below(2);
         assert_eq!(cumulative.take(7), Some(vec![70]));
+        assert!(!wake.is_set(), "3 in flight: not yet the room it waits for");
+        assert_eq!(cumulative.take(9), Some(vec![71, 72]));
         assert!(wake.is_set(), "the dispatcher waiting for room is woken");
+        wake.clear();
+        cumulative.wake_below(0);
+        assert_eq!(cumulative.take(10), Some(vec![73]));
+        assert!(!wake.is_set(), "it no longer waits");
     }
 
     #[test]

@@ -47,9 +47,9 @@ impl NativeInFlight {
         self.in_flight.drain()
     }
 
-    /// The dispatcher waits for room (or no longer).
-    fn set_waiting_for_room(&self, waiting: bool) {
-        self.in_flight.set_waiting_for_room(waiting);
+    /// The dispatcher waits until fewer than `level` are in flight (0: it does not wait).
+    fn wake_below(&self, level: usize) {
+        self.in_flight.wake_below(level);
     }
 
     fn __len__(&self) -> usize {

@@ -49,6 +49,7 @@ one write).
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -68,6 +69,15 @@ ACK_MODES = ("auto", "client", "client-individual")
 # How long the dispatcher waits for a wake-up before it looks again anyway
 # (a redelivery delay ending, a pause lifted).
 _IDLE_LOOK = 0.5
+# Once a full subscription (its prefetch all in flight) has room again, its
+# dispatcher waits this long (seconds) at most for a refill's worth (a
+# quarter of the prefetch) before it sends into the room there is: with a
+# client acknowledging message by message, one wake-up then sends a batch
+# rather than a message, and the client that holds back its ACKs loses
+# no more than this.
+_REFILL_WAIT = 0.001
+# "Any acknowledgement wakes the dispatcher" (NativeInFlight.wake_below).
+_ANY_ACK = sys.maxsize
 # How many acknowledgements (AUTO, or ACKs without a receipt) are batched before their store deletes are submitted.
 _ACK_BATCH = 100
 # What one fetch takes at most, in bodies: the fetch and the encoding hold a batch
@@ -109,6 +119,7 @@ class Subscription:
         self.id = subscription_id
         self.ack_mode = ack_mode
         self.prefetch = prefetch
+        self._refill = max(1, prefetch // 4)  # the room a full subscription waits a moment for
         self.durable_name = durable_name
         self._destination_header = destination_header  # the MESSAGE frames' destination, if not the queue's own
         self._message_destination = destination_header or destination_name(consumer.destination)
@@ -183,6 +194,7 @@ class Subscription:
         bell = consumer.bell
         wake = self._wake
         listed = False  # in the bell's idle list, or counted as busy with what it took
+        full = False  # it last found no room
         try:
             while not self._closed:
                 if consumer.deleted:
@@ -194,15 +206,24 @@ class Subscription:
                     consumer.wait_resumed(0.2)
                     continue
                 wake.clear()
-                self._in_flight.set_waiting_for_room(True)  # before looking: an ACK after the look wakes us
+                self._in_flight.wake_below(_ANY_ACK)  # before looking: an ACK after the look wakes us
                 room = self._room()
                 if room <= 0:
+                    full = True
                     if listed:
                         bell.forget_idle(wake)  # a message now is for a dispatcher with room
                         listed = False
                     wake.wait(_IDLE_LOOK)
                     continue
-                self._in_flight.set_waiting_for_room(False)
+                if full and room < self._refill:
+                    full = False
+                    # Woken by the first ACK after it was full: the next are likely on their way.
+                    self._in_flight.wake_below(self.prefetch - self._refill + 1)
+                    if self._room() < self._refill:
+                        wake.wait(_REFILL_WAIT)
+                    continue
+                full = False
+                self._in_flight.wake_below(0)
                 # In the idle list before looking: a message sent after the look wakes us.
                 bell.push_idle(wake)
                 listed = True
@@ -221,7 +242,7 @@ class Subscription:
                 self._batch = self._next_batch(deliveries, limit)
                 self._deliver(deliveries, recalls)
         finally:
-            self._in_flight.set_waiting_for_room(False)
+            self._in_flight.wake_below(0)
             if listed:
                 bell.forget_idle(wake)  # idle, or busy with what it took: no longer a taker
 
