@@ -5,6 +5,7 @@ frame order, and what the lanes do not take must reach it whole."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +38,19 @@ def _lane_for(client: RawClient, destination: str) -> None:
     client.send(_send(destination, "first", "receipt:lane\n"))
     receipt = client.next_frame()
     assert receipt.command == "RECEIPT" and receipt.header("receipt-id") == "lane"
+
+
+@contextlib.contextmanager
+def _lane_client(jms: JMSServer, destination: str) -> Iterator[tuple[StompServer, RawClient]]:
+    """A server, and a client connected to it whose SENDs to ``destination`` the lane takes."""
+    with _serve(jms) as server:
+        client = RawClient(server.address, timeout=WAIT)
+        try:
+            assert client.connect().command == "CONNECTED"
+            _lane_for(client, destination)
+            yield server, client
+        finally:
+            client.close()
 
 
 def _until(condition: Any, what: str) -> None:
@@ -82,63 +96,45 @@ def test_sends_and_acks_are_read_natively_and_counted_at_once(jms: JMSServer) ->
 
 
 def test_a_frame_cut_across_native_reads_is_sent_once_and_in_order(jms: JMSServer) -> None:
-    with _serve(jms) as server:
-        client = RawClient(server.address, timeout=WAIT)
-        try:
-            client.connect()
-            _lane_for(client, "/queue/C")
-            wire = _send("/queue/C", "one") + _send("/queue/C", "two") + _send("/queue/C", "three", "receipt:r\n")
-            for cut in (5, 40, 47, len(wire) - 1):  # in the command, a header, the body, before the last NUL
-                client.send(wire[: min(cut, len(wire))])
-                time.sleep(0.05)
-                wire = wire[min(cut, len(wire)) :]
-            client.send(wire)
-            assert client.next_frame().header("receipt-id") == "r"
-            assert server.statistics()["native_sends"] == 3
-            client.send(b"SUBSCRIBE\nid:s\ndestination:/queue/C\n\n\x00")
-            assert _bodies(client, 4) == [b"first", b"one", b"two", b"three"]
-        finally:
-            client.close()
+    with _lane_client(jms, "/queue/C") as (server, client):
+        wire = _send("/queue/C", "one") + _send("/queue/C", "two") + _send("/queue/C", "three", "receipt:r\n")
+        for cut in (5, 40, 47, len(wire) - 1):  # in the command, a header, the body, before the last NUL
+            client.send(wire[: min(cut, len(wire))])
+            time.sleep(0.05)
+            wire = wire[min(cut, len(wire)) :]
+        client.send(wire)
+        assert client.next_frame().header("receipt-id") == "r"
+        assert server.statistics()["native_sends"] == 3
+        client.send(b"SUBSCRIBE\nid:s\ndestination:/queue/C\n\n\x00")
+        assert _bodies(client, 4) == [b"first", b"one", b"two", b"three"]
 
 
 def test_frames_the_lanes_do_not_take_are_handled_in_order_with_those_they_do(jms: JMSServer) -> None:
-    with _serve(jms) as server:
-        client = RawClient(server.address, timeout=WAIT)
-        try:
-            client.connect()
-            _lane_for(client, "/queue/O")
-            client.send(
-                _send("/queue/O", "a")
-                + _send("/queue/O", "b")
-                + b"SUBSCRIBE\nid:s\ndestination:/queue/O\n\n\x00"
-                + _send("/queue/O", "c")
-                + b"\n\n"
-                + _send("/queue/O", "d", "receipt:r\n")
-            )
-            frames = [client.next_frame() for _ in range(6)]
-            assert [f.command for f in frames].count("RECEIPT") == 1
-            assert [f.body for f in frames if f.command == "MESSAGE"] == [b"first", b"a", b"b", b"c", b"d"]
-            assert server.statistics()["frames_in"]["SUBSCRIBE"] == 1
-        finally:
-            client.close()
+    with _lane_client(jms, "/queue/O") as (server, client):
+        client.send(
+            _send("/queue/O", "a")
+            + _send("/queue/O", "b")
+            + b"SUBSCRIBE\nid:s\ndestination:/queue/O\n\n\x00"
+            + _send("/queue/O", "c")
+            + b"\n\n"
+            + _send("/queue/O", "d", "receipt:r\n")
+        )
+        frames = [client.next_frame() for _ in range(6)]
+        assert [f.command for f in frames].count("RECEIPT") == 1
+        assert [f.body for f in frames if f.command == "MESSAGE"] == [b"first", b"a", b"b", b"c", b"d"]
+        assert server.statistics()["frames_in"]["SUBSCRIBE"] == 1
 
 
 def test_an_incomplete_frame_too_big_to_hold_natively_is_charged_to_the_server(jms: JMSServer) -> None:
-    with _serve(jms) as server:
-        client = RawClient(server.address, timeout=WAIT)
-        try:
-            client.connect()
-            _lane_for(client, "/queue/B")
-            body = b"x" * 300_000
-            frame = f"SEND\ndestination:/queue/B\ncontent-length:{len(body)}\nreceipt:r\n\n".encode() + body + b"\x00"
-            client.send(frame[:200_000])
-            _until(lambda: server.statistics()["buffered_bytes"] >= 100_000, "the incomplete frame charged")
-            client.send(frame[200_000:])
-            assert client.next_frame().header("receipt-id") == "r"
-            _until(lambda: server.statistics()["buffered_bytes"] == 0, "the charge given back")
-            assert jms.message_count(Queue("B")) == 2
-        finally:
-            client.close()
+    with _lane_client(jms, "/queue/B") as (server, client):
+        body = b"x" * 300_000
+        frame = f"SEND\ndestination:/queue/B\ncontent-length:{len(body)}\nreceipt:r\n\n".encode() + body + b"\x00"
+        client.send(frame[:200_000])
+        _until(lambda: server.statistics()["buffered_bytes"] >= 100_000, "the incomplete frame charged")
+        client.send(frame[200_000:])
+        assert client.next_frame().header("receipt-id") == "r"
+        _until(lambda: server.statistics()["buffered_bytes"] == 0, "the charge given back")
+        assert jms.message_count(Queue("B")) == 2
 
 
 def test_heart_beats_go_out_while_a_client_streams_to_the_lane(jms: JMSServer) -> None:
@@ -195,30 +191,22 @@ def test_a_client_that_acknowledges_one_at_a_time_with_its_prefetch_full_gets_th
     one message only once the next has come (a sliding window as deep as
     its prefetch) must still get each next message, and never more than
     its prefetch in flight."""
-    with _serve(jms) as server:
-        client = RawClient(server.address, timeout=WAIT)
-        try:
-            client.connect()
-            _lane_for(client, "/queue/W")
-            for i in range(40):
-                client.send(_send("/queue/W", f"m{i}"))
-            client.send(_send("/queue/W", "sync", "receipt:r\n"))
-            assert client.next_frame().header("receipt-id") == "r"
-            client.send(
-                b"SUBSCRIBE\nid:s\ndestination:/queue/W\nack:client-individual\nactivemq.prefetchSize:8\n\n\x00"
-            )
-            window = [client.next_frame() for _ in range(8)]
-            assert [f.body for f in window] == [b"first"] + [f"m{i}".encode() for i in range(7)]
-            received = 8
-            while received < 42:
-                oldest = window.pop(0)
-                client.send(f"ACK\nid:{oldest.header('ack')}\n\n\x00".encode())
-                frame = client.next_frame()  # comes, though seven are still unacknowledged
-                assert frame.command == "MESSAGE"
-                window.append(frame)
-                received += 1
-            assert [f.body for f in window][-1] == b"sync"
-            assert not client.frames  # nothing beyond the prefetch came with them
-            _until(lambda: server.statistics()["native_acks"] == 34, "the ACKs settled natively")
-        finally:
-            client.close()
+    with _lane_client(jms, "/queue/W") as (server, client):
+        for i in range(40):
+            client.send(_send("/queue/W", f"m{i}"))
+        client.send(_send("/queue/W", "sync", "receipt:r\n"))
+        assert client.next_frame().header("receipt-id") == "r"
+        client.send(b"SUBSCRIBE\nid:s\ndestination:/queue/W\nack:client-individual\nactivemq.prefetchSize:8\n\n\x00")
+        window = [client.next_frame() for _ in range(8)]
+        assert [f.body for f in window] == [b"first"] + [f"m{i}".encode() for i in range(7)]
+        received = 8
+        while received < 42:
+            oldest = window.pop(0)
+            client.send(f"ACK\nid:{oldest.header('ack')}\n\n\x00".encode())
+            frame = client.next_frame()  # comes, though seven are still unacknowledged
+            assert frame.command == "MESSAGE"
+            window.append(frame)
+            received += 1
+        assert [f.body for f in window][-1] == b"sync"
+        assert not client.frames  # nothing beyond the prefetch came with them
+        _until(lambda: server.statistics()["native_acks"] == 34, "the ACKs settled natively")
