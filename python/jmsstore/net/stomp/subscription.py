@@ -73,9 +73,13 @@ _IDLE_LOOK = 0.5
 # dispatcher waits this long (seconds) at most for a refill's worth (a
 # quarter of the prefetch) before it sends into the room there is: with a
 # client acknowledging message by message, one wake-up then sends a batch
-# rather than a message, and the client that holds back its ACKs loses
-# no more than this.
+# rather than a message.
 _REFILL_WAIT = 0.001
+# After a wait that ended without the refill (a client that acknowledges
+# one message only once the next has come never sends it), the dispatcher
+# sends into the room there is for this long (seconds) before it waits
+# again: such a client loses a wait per this much time, not per message.
+_REFILL_BACKOFF = 0.1
 # "Any acknowledgement wakes the dispatcher" (NativeInFlight.wake_below).
 _ANY_ACK = sys.maxsize
 # How many acknowledgements (AUTO, or ACKs without a receipt) are batched before their store deletes are submitted.
@@ -195,6 +199,7 @@ class Subscription:
         wake = self._wake
         listed = False  # in the bell's idle list, or counted as busy with what it took
         full = False  # it last found no room
+        wait_for_refill_from = 0.0  # (monotonic) before then it does not wait for a refill
         try:
             while not self._closed:
                 if consumer.deleted:
@@ -215,12 +220,14 @@ class Subscription:
                         listed = False
                     wake.wait(_IDLE_LOOK)
                     continue
-                if full and room < self._refill:
+                if full and room < self._refill and time.monotonic() >= wait_for_refill_from:
                     full = False
                     # Woken by the first ACK after it was full: the next are likely on their way.
                     self._in_flight.wake_below(self.prefetch - self._refill + 1)
                     if self._room() < self._refill:
                         wake.wait(_REFILL_WAIT)
+                        if self._room() < self._refill:  # they were not
+                            wait_for_refill_from = time.monotonic() + _REFILL_BACKOFF
                     continue
                 full = False
                 self._in_flight.wake_below(0)
