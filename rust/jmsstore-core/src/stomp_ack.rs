@@ -79,6 +79,17 @@ impl InFlight {
         Some(taken)
     }
 
+    /// What an ACK or NACK of the ack id `id` settles (see [`InFlight::take`]),
+    /// if it is written as the dispatcher of subscription `serial` writes it
+    /// ([`parse_ack_id`]) and names a message in flight; None otherwise.
+    pub fn take_ack(&self, id: &str, serial: u64) -> Option<Vec<u64>> {
+        let (of, sequence) = parse_ack_id(id)?;
+        if of != serial {
+            return None;
+        }
+        self.take(sequence)
+    }
+
     /// Takes those of the sequence numbers `first..first + count` still in
     /// flight (a write of theirs failed).
     pub fn take_range(&self, first: u64, count: u64) -> Vec<u64> {
@@ -270,6 +281,18 @@ mod tests {
         cumulative.wake_below(0);
         assert_eq!(cumulative.take(10), Some(vec![73]));
         assert!(!wake.is_set(), "it no longer waits");
+    }
+
+    #[test]
+    fn an_ack_id_is_taken_only_as_its_subscription_wrote_it() {
+        let in_flight = InFlight::new(false, flag());
+        in_flight.push(1, &[10, 11, 12]);
+        assert_eq!(in_flight.take_ack("4.2", 3), None, "another subscription's");
+        assert_eq!(in_flight.take_ack("3.02", 3), None, "a leading zero");
+        assert_eq!(in_flight.take_ack("3.x", 3), None);
+        assert_eq!(in_flight.take_ack("3.2", 3), Some(vec![11]));
+        assert_eq!(in_flight.take_ack("3.2", 3), None, "settled once");
+        assert_eq!(in_flight.len(), 2);
     }
 
     #[test]

@@ -286,12 +286,25 @@ impl FrameScanner {
         }
     }
 
-    fn count(&self, frame: &WholeFrame, handed: &mut Handed) {
-        if Some(frame.command) == self.send_command {
-            handed.sent += 1;
-        } else {
-            handed.acked += 1;
+    /// [`FrameScanner::take`], counted in `handed` unless declined.
+    fn hand_on(
+        &self,
+        frame: &WholeFrame,
+        buf: &[u8],
+        lanes: Lanes<'_>,
+        submit: impl FnOnce(&SendLane, Prepared) -> bool,
+        handed: &mut Handed,
+    ) -> Take {
+        let take = self.take(frame, buf, lanes, submit);
+        if take != Take::Declined {
+            if Some(frame.command) == self.send_command {
+                handed.sent += 1;
+            } else {
+                handed.acked += 1;
+            }
+            handed.failed = take == Take::Failed;
         }
+        take
     }
 
     /// Hands the frames at the head of `frames` to their lanes while they
@@ -305,14 +318,8 @@ impl FrameScanner {
     ) -> Handed {
         let mut handed = Handed::default();
         for frame in frames {
-            match self.take(frame, buf, lanes, &mut submit) {
-                Take::Taken => self.count(frame, &mut handed),
-                Take::Declined => break,
-                Take::Failed => {
-                    self.count(frame, &mut handed);
-                    handed.failed = true;
-                    break;
-                }
+            if self.hand_on(frame, buf, lanes, &mut submit, &mut handed) != Take::Taken {
+                break;
             }
         }
         handed
@@ -381,16 +388,14 @@ impl FrameScanner {
             while let Some((frame, heartbeats, end)) =
                 whole_frame(&out.rest, at, self.limits, &commands, &body_commands)
             {
-                match self.take(&frame, &out.rest, lanes, |lane, prepared| lane.submit(prepared)) {
+                let submit = |lane: &SendLane, prepared: Prepared| lane.submit(prepared);
+                match self.hand_on(&frame, &out.rest, lanes, submit, &mut out.handed) {
+                    Take::Declined => break,
                     Take::Taken => {
-                        self.count(&frame, &mut out.handed);
                         out.heartbeats += heartbeats;
                         at = end;
                     }
-                    Take::Declined => break,
                     Take::Failed => {
-                        self.count(&frame, &mut out.handed);
-                        out.handed.failed = true;
                         out.heartbeats += heartbeats;
                         out.stop = Stop::Failed;
                         out.rest.clear();

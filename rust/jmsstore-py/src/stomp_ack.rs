@@ -32,9 +32,11 @@ impl NativeInFlight {
         self.in_flight.push(first, &keys);
     }
 
-    /// The keys an ACK or NACK of `sequence` settles (no longer in flight), or None.
-    fn take(&self, sequence: u64) -> Option<Vec<u64>> {
-        self.in_flight.take(sequence)
+    /// The keys an ACK or NACK of the ack id `ack` settles (no longer in
+    /// flight), or None if it is not subscription `serial`'s, written as its
+    /// dispatcher writes it, of a message in flight.
+    fn take_ack(&self, ack: &str, serial: u64) -> Option<Vec<u64>> {
+        self.in_flight.take_ack(ack, serial)
     }
 
     /// The keys of sequence numbers `first..first + count` still in flight, taken.

@@ -52,16 +52,6 @@ class FrameCounts:
         self._sends = sends
         self._acks = acks
 
-    @property
-    def native_sends(self) -> int:
-        """SEND frames sent without Python."""
-        return self._sends.taken if self._sends is not None else 0
-
-    @property
-    def native_acks(self) -> int:
-        """ACK frames settled without Python."""
-        return self._acks.settled if self._acks is not None else 0
-
     def receipts_direct(self) -> int:
         """RECEIPTs written by the thread that learnt their SEND was durable."""
         return self._receipts.statistics()["receipts_direct"] if self._receipts is not None else 0
@@ -71,7 +61,8 @@ class FrameCounts:
         SENDs and the ACKs among them that the lanes took (each read once,
         so that the three agree)."""
         incoming = dict(self.incoming)
-        sends, acks = self.native_sends, self.native_acks
+        sends = self._sends.taken if self._sends is not None else 0
+        acks = self._acks.settled if self._acks is not None else 0
         for command, count in (("SEND", sends), ("ACK", acks)):
             if count:
                 incoming[command] = incoming.get(command, 0) + count

@@ -355,11 +355,9 @@ class Subscription:
         ``client-individual`` mode."""
         if self.ack_mode == "auto":
             raise ProtocolError(f"subscription {self.id} acknowledges automatically (ack:auto); nothing to ACK")
-        # As the dispatcher wrote it: "<serial>.<sequence>", digits, no leading zero.
-        serial, _, sequence = ack.partition(".")
-        plain = sequence.isascii() and sequence.isdigit() and len(sequence) <= 18 and str(int(sequence)) == sequence
-        # (A dispatcher waiting for room is woken by the native take.)
-        keys = self._in_flight.take(int(sequence)) if plain and serial == str(self.serial) else None
+        # Only as the dispatcher wrote it ("<serial>.<sequence>", digits, no leading
+        # zero); a dispatcher waiting for room is woken by the take.
+        keys = self._in_flight.take_ack(ack, self.serial)
         if keys is None:
             raise ProtocolError(f"no message awaits acknowledgement with id {ack!r}")
         return self._deliveries(keys)
