@@ -1,19 +1,32 @@
 """How much a STOMP subscription's dispatcher takes from its destination at
 once: about 1 MiB of messages at most (always one), however large the
 prefetch, so that a client that does not read holds little in the server;
-and still thousands of small messages a batch. No timing assertions."""
+and still thousands of small messages a batch. No timing assertions.
+
+These watch the Python dispatcher's fetches (``native_dispatch`` off); the
+broker core's dispatcher sizes its batches by the same rule, tested in
+``rust/jmsstore-core/src/stomp_dispatch.rs``."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from jmsstore import JMSServer
 from jmsstore.broker.port import ConsumerLink
 from jmsstore.client.port import Delivery
-from jmsstore.net import StompServer
+from jmsstore.net import StompServer, serve
 from stomp_helpers import WAIT, RawClient
 
 _MiB = 1024 * 1024
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[StompServer]:
+    """An endpoint whose subscriptions are dispatched in Python."""
+    with JMSServer(tmp_path / "home") as jms, serve(jms, port=0, native_dispatch=False) as server:
+        yield server
 
 
 @pytest.fixture

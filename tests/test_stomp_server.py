@@ -653,14 +653,19 @@ def test_a_recall_takes_back_what_is_on_the_wire_and_sends_it_again_in_order(
 
 
 def test_a_fetch_that_a_recall_overtakes_goes_back_instead_of_out(
-    raw: Callable[..., RawClient], jms: JMSServer, monkeypatch: pytest.MonkeyPatch
+    raw: Callable[..., RawClient],
+    make_stomp: Callable[..., StompServer],
+    jms: JMSServer,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A message the dispatcher fetched before a recall and would write
     after it must not go out: unmarked, the client would take it for one
     sent before the recall and drop it, and sent ahead of the recovered
     message it would overtake it. It goes back, never delivered, and comes
-    again marked, after the recovered one. The dispatcher is held between
-    its fetch and its write while the recall is served."""
+    again marked, after the recovered one. The dispatcher (Python's: the
+    broker core's makes the same check, ``InFlight::admit``, tested in
+    Rust) is held between its fetch and its write while the recall is
+    served."""
     acked = threading.Event()
     fetched = threading.Event()
     go_on = threading.Event()
@@ -677,7 +682,7 @@ def test_a_fetch_that_a_recall_overtakes_goes_back_instead_of_out(
         deliver(self, deliveries, recalls)
 
     monkeypatch.setattr(Subscription, "_deliver", held_after_the_ack)
-    r = _connected_after_sending(raw(), "/queue/overtaken", 4)
+    r = _connected_after_sending(raw(make_stomp(native_dispatch=False)), "/queue/overtaken", 4)
     r.send(b"SUBSCRIBE\ndestination:/queue/overtaken\nid:s\nack:client-individual\nactivemq.prefetchSize:2\n\n\x00")
     m0, m1 = r.next_frame(), r.next_frame()
     assert [m0.body, m1.body] == [b"m0", b"m1"]

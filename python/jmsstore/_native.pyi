@@ -2,7 +2,7 @@
 
 from collections.abc import Callable, Iterable
 from os import PathLike
-from typing import Any, TypeAlias, final
+from typing import Any, Literal, TypeAlias, final
 
 __version__: str
 STOMP_NOT_PROPERTIES: list[str]
@@ -33,9 +33,11 @@ __all__ = [
     "NativeBatch",
     "NativeBroker",
     "NativeDestination",
+    "NativeDispatcher",
     "NativeInFlight",
     "NativeOutbox",
     "NativePager",
+    "NativeReader",
     "NativeRoutes",
     "NativeSelector",
     "NativeSendLane",
@@ -362,12 +364,44 @@ class NativeInFlight:
     """A STOMP subscription's MESSAGE frames awaiting acknowledgement."""
 
     def __new__(cls, cumulative: bool, wake: Signal) -> NativeInFlight: ...
-    def push(self, first: int, keys: list[int]) -> None: ...
+    @property
+    def next_sequence(self) -> int: ...
+    @property
+    def recalls(self) -> int: ...
+    def admit(self, first: int, keys: list[int], recalls: int, keep: bool) -> bool: ...
+    def recall(self) -> list[int]: ...
     def take_ack(self, ack: str, serial: int) -> list[int] | None: ...
     def take_range(self, first: int, count: int) -> list[int]: ...
     def drain(self) -> list[int]: ...
     def wake_below(self, level: int) -> None: ...
     def __len__(self) -> int: ...
+
+@final
+class NativeReader:
+    """What one consumer reads, for a fetch made without Python."""
+
+@final
+class NativeDispatcher:
+    """A STOMP subscription's dispatcher loop, run without Python."""
+
+    def __new__(
+        cls,
+        reader: NativeReader,
+        wake: Signal,
+        in_flight: NativeInFlight,
+        backlog: AckBacklog,
+        outbox: NativeOutbox,
+        subscription: str,
+        destination: str,
+        ack_prefix: str,
+        prefetch: int,
+        auto: bool,
+        write_timeout: float | None,
+    ) -> NativeDispatcher: ...
+    def run(self, budget: float, idle_look: float) -> Literal["time", "closed", "paused", "deleted", "declined"]: ...
+    def close(self) -> None: ...
+    @property
+    def delivered(self) -> int: ...
 
 @final
 class NativeAckLane:
@@ -468,6 +502,9 @@ class NativeDestination:
     def production_paused(self) -> bool: ...
     def set_production_paused(self, paused: bool) -> None: ...
     @property
+    def consumption_paused(self) -> bool: ...
+    def set_consumption_paused(self, paused: bool) -> None: ...
+    @property
     def deleted(self) -> bool: ...
     @property
     def messages_expired(self) -> int: ...
@@ -536,6 +573,9 @@ class NativeBroker:
     def send_lane(
         self, connection: int, client_id: str | None, id_prefix: str, id_base: int, max_message_size: int
     ) -> NativeSendLane: ...
+    def reader(
+        self, target: NativeTarget, selector: NativeSelector | None = None, owner: int | None = None
+    ) -> NativeReader: ...
     def set_system_limits(self, messages: int, bytes: int) -> None: ...
     def add_destination(self, destination: NativeDestination) -> None: ...
     def remove_destination(self, name: str) -> None: ...

@@ -64,11 +64,17 @@ class PauseControl:
                 if what == "production":
                     for s in states:  # for sends that do not come through here (the STOMP server's native ones)
                         s.native.set_production_paused(True)
+                if what == "consumption":
+                    for s in states:  # for the STOMP server's native dispatchers
+                        s.native.set_consumption_paused(True)
                 return
             scope.discard(what)
             if what == "production":
                 for s in states:
                     s.native.set_production_paused(self.production_paused(s))
+            if what == "consumption":
+                for s in states:
+                    s.native.set_consumption_paused(self.consumption_paused(s))
             if what == "insertion":
                 for s in states:
                     if not self.insertion_paused(s):
@@ -84,6 +90,8 @@ class PauseControl:
             state.native.pause_insertion()
         if "production" in self.server:
             state.native.set_production_paused(True)
+        if "consumption" in self.server:
+            state.native.set_consumption_paused(True)
 
     def wait_resumed(self, state: _Pausable, timeout: float) -> None:
         """Waits up to ``timeout`` s for consumption to resume on ``state``."""

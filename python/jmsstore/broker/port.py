@@ -12,7 +12,16 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from jmsstore._native import AckBacklog, Doorbell, NativeBroker, NativePager, NativeSelector, NativeStagedSend, Signal
+from jmsstore._native import (
+    AckBacklog,
+    Doorbell,
+    NativeBroker,
+    NativePager,
+    NativeReader,
+    NativeSelector,
+    NativeStagedSend,
+    Signal,
+)
 from jmsstore.broker.expiry import ExpiryReaper
 from jmsstore.broker.pause import PauseControl
 from jmsstore.broker.post import PostOffice, ProducerLink
@@ -69,6 +78,12 @@ class ConsumerLink:
 
     def next_due(self) -> int | None:
         return self.target.native.next_due(now_ms())
+
+    def native_reader(self) -> NativeReader:
+        return self._native.reader(self._target_native, self._native_selector, self.id)
+
+    def expire_passively(self) -> None:
+        self._port.reaper.sweep(now_ms())
 
     @property
     def flow_limit(self) -> int | None:

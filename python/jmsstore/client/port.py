@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from jmsstore._native import AckBacklog, Doorbell, NativeDestination, NativeSendLane, Signal
+from jmsstore._native import AckBacklog, Doorbell, NativeDestination, NativeReader, NativeSendLane, Signal
 from jmsstore.jms.destination import Destination, Queue, TemporaryQueue, Topic
 from jmsstore.jms.message import Message
 from jmsstore.selector import Selector
@@ -164,6 +164,16 @@ class ConsumerPort(Protocol):
 
     def next_due(self) -> int | None:
         """When the next delayed message becomes due (ms), if one is waiting."""
+
+    def native_reader(self) -> NativeReader | None:
+        """What the consumer reads, for a fetch the broker core makes
+        without Python (a STOMP subscription's native dispatcher); None:
+        it has no such fetch."""
+
+    def expire_passively(self) -> None:
+        """What :meth:`fetch` does first, for a caller that fetches through
+        :meth:`native_reader`: removes expired messages, at most every
+        100 ms (passive expiry)."""
 
     @property
     def deleted(self) -> bool:

@@ -35,6 +35,7 @@ pub mod nowait;
 pub mod pager;
 mod prefault;
 pub mod stomp_ack;
+pub mod stomp_dispatch;
 pub mod stomp_head;
 pub mod stomp_message;
 pub mod stomp_outbox;

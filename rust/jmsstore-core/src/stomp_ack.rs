@@ -34,6 +34,10 @@ pub const ACK_BATCH: usize = 100;
 pub struct InFlight {
     cumulative: bool,
     entries: Mutex<VecDeque<(u64, u64)>>,
+    /// The sequence number of the next MESSAGE frame's ack id.
+    next_sequence: AtomicU64,
+    /// Recalls served (changed under the entries' lock, see [`InFlight::admit`]).
+    recalls: AtomicU64,
     /// The dispatcher waits for room: an acknowledgement that leaves fewer
     /// than this many in flight wakes it (0: it does not wait).
     wake_below: AtomicUsize,
@@ -44,7 +48,14 @@ impl InFlight {
     /// Empty; `cumulative`: `ack:client` (an ACK settles every message up
     /// to the one it names); `wake`: the dispatcher's flag.
     pub fn new(cumulative: bool, wake: Arc<Flag>) -> InFlight {
-        InFlight { cumulative, entries: Mutex::default(), wake_below: AtomicUsize::new(0), wake }
+        InFlight {
+            cumulative,
+            entries: Mutex::default(),
+            next_sequence: AtomicU64::new(1),
+            recalls: AtomicU64::new(0),
+            wake_below: AtomicUsize::new(0),
+            wake,
+        }
     }
 
     fn entries(&self) -> MutexGuard<'_, VecDeque<(u64, u64)>> {
@@ -56,6 +67,43 @@ impl InFlight {
     pub fn push(&self, first: u64, keys: &[u64]) {
         let mut entries = self.entries();
         entries.extend(keys.iter().enumerate().map(|(i, &key)| (first + i as u64, key)));
+    }
+
+    /// The sequence number the next MESSAGE frame's ack id carries (the
+    /// dispatcher's, which alone writes them: see [`InFlight::admit`]).
+    pub fn next_sequence(&self) -> u64 {
+        self.next_sequence.load(Ordering::Acquire)
+    }
+
+    /// Recalls served so far ([`InFlight::recall`]): MESSAGE frames carry it.
+    pub fn recalls(&self) -> u64 {
+        self.recalls.load(Ordering::Acquire)
+    }
+
+    /// MESSAGE frames of `keys`, numbered from `first` on (the next
+    /// sequence) and encoded when `recalls` recalls had been served, are
+    /// about to go out: unless a recall came since (false: they would
+    /// overtake the messages it returned, and must go back instead), the
+    /// sequence moves past them and, if `keep` (the client modes), they
+    /// are in flight, in one step with respect to a recall.
+    pub fn admit(&self, first: u64, keys: &[u64], recalls: u64, keep: bool) -> bool {
+        let mut entries = self.entries();
+        if self.recalls.load(Ordering::Acquire) != recalls {
+            return false;
+        }
+        self.next_sequence.fetch_max(first + keys.len() as u64, Ordering::AcqRel);
+        if keep {
+            entries.extend(keys.iter().enumerate().map(|(i, &key)| (first + i as u64, key)));
+        }
+        true
+    }
+
+    /// A recall (jmsstore's client recovering): counted, and every message
+    /// in flight taken, in one step with respect to [`InFlight::admit`].
+    pub fn recall(&self) -> Vec<u64> {
+        let mut entries = self.entries();
+        self.recalls.fetch_add(1, Ordering::AcqRel);
+        entries.drain(..).map(|(_, key)| key).collect()
     }
 
     /// What an ACK or NACK of `sequence` settles, no longer in flight: it

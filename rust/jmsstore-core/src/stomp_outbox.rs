@@ -127,6 +127,8 @@ pub struct OutboxStatistics {
     pub receipts_direct: u64,
     /// Times the reader was woken to write what others could not.
     pub wakeups: u64,
+    /// MESSAGE frames written by [`Outbox::write_messages`] (native dispatchers).
+    pub messages: u64,
 }
 
 /// One connection's outgoing side. See the module documentation.
@@ -144,6 +146,7 @@ pub struct Outbox {
     receipts: AtomicU64,
     receipts_direct: AtomicU64,
     wakeups: AtomicU64,
+    messages: AtomicU64,
 }
 
 fn cvt(result: libc::c_int) -> std::io::Result<libc::c_int> {
@@ -180,6 +183,7 @@ impl Outbox {
             receipts: AtomicU64::new(0),
             receipts_direct: AtomicU64::new(0),
             wakeups: AtomicU64::new(0),
+            messages: AtomicU64::new(0),
         })
     }
 
@@ -353,6 +357,50 @@ impl Outbox {
         !left_for_reader
     }
 
+    /// Whether it writes to a plain socket itself ([`Outbox::write_messages`]
+    /// can); false over TLS, or once the socket's duplicate is closed.
+    pub fn writes_directly(&self) -> bool {
+        !self.is_closed() && self.state().socket.is_some()
+    }
+
+    /// Writes `count` MESSAGE frames, encoded in `data`, after what an earlier
+    /// write left (the tail), waiting for the write lock and, up to
+    /// `timeout` in all (None: for as long as it takes), for the client to
+    /// take the bytes: a native dispatcher's write, as the Python threads'
+    /// blocking writes are. A write that fails or times out leaves the
+    /// connection broken: the socket is shut down, so that its reader
+    /// closes it, and the error is returned.
+    pub fn write_messages(&self, data: &[u8], count: u64, timeout: Option<Duration>) -> std::io::Result<()> {
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        if !self.lock.lock(timeout) {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the connection's writer did not finish"));
+        }
+        let result = (|| {
+            let (socket, tail) = {
+                let mut state = self.state();
+                let socket = state.socket.as_ref().map(AsRawFd::as_raw_fd);
+                (socket, std::mem::take(&mut state.tail))
+            };
+            let socket = match socket {
+                Some(socket) if !self.is_closed() => socket,
+                _ => return Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe)),
+            };
+            // Counted first: the client may read the frames, and ask for the
+            // statistics, before the write returns.
+            self.messages.fetch_add(count, Ordering::Relaxed);
+            // Under the write lock: the descriptor stays open through the writes.
+            let written = write_waiting(socket, &tail, deadline).and_then(|()| write_waiting(socket, data, deadline));
+            if written.is_err() {
+                self.messages.fetch_sub(count, Ordering::Relaxed);
+                // SAFETY: shutdown on a descriptor we hold open (under the lock) touches no memory.
+                unsafe { libc::shutdown(socket, libc::SHUT_RDWR) };
+            }
+            written
+        })();
+        self.unlock();
+        result
+    }
+
     /// Takes the sendable receipts at the head of the queue, in order, as
     /// RECEIPT frames, up to the first that is not sendable, or a failed
     /// SEND's, which ends the run and is taken too (the caller writes its
@@ -434,8 +482,37 @@ impl Outbox {
             receipts: self.receipts.load(Ordering::Relaxed),
             receipts_direct: self.receipts_direct.load(Ordering::Relaxed),
             wakeups: self.wakeups.load(Ordering::Relaxed),
+            messages: self.messages.load(Ordering::Relaxed),
         }
     }
+}
+
+/// Writes all of `data` to the non-blocking descriptor `fd`, waiting for
+/// room (`poll`) until `deadline` (None: for as long as it takes).
+fn write_waiting(fd: RawFd, mut data: &[u8], deadline: Option<Instant>) -> std::io::Result<()> {
+    while !data.is_empty() {
+        let written = write_nowait(fd, data)?;
+        data = &data[written..];
+        if data.is_empty() || written > 0 {
+            continue;
+        }
+        let millis = match deadline {
+            None => -1,
+            Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => left.as_millis().clamp(1, i32::MAX as u128) as libc::c_int,
+                _ => return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the client took no bytes in time")),
+            },
+        };
+        let mut ready = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
+        // SAFETY: one valid pollfd, for the duration of the call.
+        if unsafe { libc::poll(&mut ready, 1, millis) } < 0 {
+            let error = std::io::Error::last_os_error();
+            if error.kind() != std::io::ErrorKind::Interrupted {
+                return Err(error);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A RECEIPT frame, as the server's Python encoder writes it.

@@ -28,6 +28,7 @@ mod message;
 mod pager;
 mod progress;
 mod stomp_ack;
+mod stomp_dispatch;
 mod stomp_head;
 mod stomp_message;
 mod stomp_outbox;
@@ -63,6 +64,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stomp_outbox::NativeOutbox>()?;
     m.add_class::<stomp_ack::NativeInFlight>()?;
     m.add_class::<stomp_ack::NativeAckLane>()?;
+    m.add_class::<stomp_dispatch::NativeDispatcher>()?;
+    m.add_class::<broker::fetch::NativeReader>()?;
     m.add_function(wrap_pyfunction!(stomp_send::map_stomp_send, m)?)?;
     m.add_function(wrap_pyfunction!(stomp_message::encode_message_frames, m)?)?;
     m.add_function(wrap_pyfunction!(stomp_head::encode_plain, m)?)?;

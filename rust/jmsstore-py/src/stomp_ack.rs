@@ -27,9 +27,29 @@ impl NativeInFlight {
         NativeInFlight { in_flight: Arc::new(InFlight::new(cumulative, wake.flag())) }
     }
 
-    /// The messages of `keys` went out with sequence numbers from `first` on.
-    fn push(&self, first: u64, keys: Vec<u64>) {
-        self.in_flight.push(first, &keys);
+    /// The sequence number the next MESSAGE frame's ack id carries.
+    #[getter]
+    fn next_sequence(&self) -> u64 {
+        self.in_flight.next_sequence()
+    }
+
+    /// Recalls served so far.
+    #[getter]
+    fn recalls(&self) -> u64 {
+        self.in_flight.recalls()
+    }
+
+    /// MESSAGE frames of `keys`, numbered from `first` (the next sequence),
+    /// encoded when `recalls` recalls had been served, go out: False if a
+    /// recall came since (they must go back); else the sequence moves past
+    /// them and, if `keep` (the client modes), they are in flight.
+    fn admit(&self, first: u64, keys: Vec<u64>, recalls: u64, keep: bool) -> bool {
+        self.in_flight.admit(first, &keys, recalls, keep)
+    }
+
+    /// A recall: counted, and every key in flight taken.
+    fn recall(&self) -> Vec<u64> {
+        self.in_flight.recall()
     }
 
     /// The keys an ACK or NACK of the ack id `ack` settles (no longer in

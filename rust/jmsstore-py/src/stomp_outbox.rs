@@ -160,6 +160,7 @@ impl NativeOutbox {
             ("receipts", stats.receipts),
             ("receipts_direct", stats.receipts_direct),
             ("wakeups", stats.wakeups),
+            ("messages", stats.messages),
         ])
     }
 }

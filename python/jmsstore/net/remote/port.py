@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from jmsstore._native import AckBacklog, Doorbell, Signal
+from jmsstore._native import AckBacklog, Doorbell, NativeReader, Signal
 from jmsstore.client.port import ConsumerPort, Delivery, ProducerPort, SendOptions
 from jmsstore.errors import IllegalStateError, InvalidClientIDError, JmsStoreError
 from jmsstore.jms.destination import Destination, Queue, TemporaryQueue, Topic, check_name
@@ -253,6 +253,12 @@ class RemoteConsumer:
 
     def next_due(self) -> int | None:
         return None  # delivery delays are the server's
+
+    def native_reader(self) -> NativeReader | None:
+        return None  # a remote consumer fetches over its link
+
+    def expire_passively(self) -> None:
+        """Nothing: expiry is the server's."""
 
     @property
     def deleted(self) -> bool:

@@ -217,6 +217,8 @@ class StompConnection:
         self._sock = sock
         self._transport = PlainTransport(sock) if tls is None else TlsTransport(sock, tls)
         self._plain = tls is None
+        # Subscriptions dispatched by the broker core write to the outbox's socket.
+        self._native_dispatch = self._plain and self._settings.native_dispatch
         self._read_fd = -1  # the reader's duplicate of a plain socket, while it reads
         # The last read filled its buffer: the client streams, and many frames share
         # each read; its socket is read here, not natively, until a read does not.
@@ -1029,6 +1031,8 @@ class StompConnection:
             name if isinstance(destination, Topic) else None,
             # The owner's MESSAGE frames name its temporary queue as it did.
             next((f"/temp-queue/{n}" for n, q in self._temporary.items() if q is destination), None),
+            outbox=self._outbox if self._native_dispatch else None,
+            write_timeout=self._settings.write_timeout,
         )
         try:
             subscription.start()

@@ -285,10 +285,12 @@ class StompServer:
         subscription, with ``native_sends`` on), ``native_reads`` (reads of
         a client's socket made without Python, while the core took every
         frame that came: counted each time the connection's reader gets the
-        socket back, within a heart-beat tick) and
+        socket back, within a heart-beat tick),
         ``receipts_direct`` (the RECEIPT frames among ``frames_out`` written
         by the thread that learnt their SEND was durable, without the
-        connection's reader)."""
+        connection's reader) and ``native_messages`` (the MESSAGE frames
+        among ``frames_out`` written by subscriptions dispatched in the
+        broker core: see ``StompSettings.native_dispatch``)."""
         return self.stats.snapshot(self.subscription_slots.used, self.buffers.used)
 
 

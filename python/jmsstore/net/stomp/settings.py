@@ -78,6 +78,12 @@ class StompSettings:
     same either way, byte for byte. On, a plain ACK (no receipt, no
     transaction) of a ``client`` or ``client-individual`` subscription's
     message is settled by the core as it arrives, too.
+    ``native_dispatch`` (on): over a plain (non-TLS) socket, a
+    subscription's dispatcher runs in the broker core without Python
+    (fetch, delivery record, MESSAGE frames, in flight or acknowledged) as
+    long as nothing needs the Python path (a consumption pause, a message
+    with a ``double`` property or otherwise not the common case); off, or
+    over TLS, it runs in Python. The frames are the same either way.
     """
 
     max_connections: int = 256
@@ -97,9 +103,10 @@ class StompSettings:
     frame_limits: FrameLimits | None = None
     max_buffered_bytes: int = 256 * _MiB
     native_sends: bool = True
+    native_dispatch: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("auto_create", "native_sends"):
+        for name in ("auto_create", "native_sends", "native_dispatch"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidArgumentError(f"{name} is True or False, not {getattr(self, name)!r}")
         for name in (

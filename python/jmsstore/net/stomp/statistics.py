@@ -43,7 +43,8 @@ class FrameCounts:
         self._acks: _AckCounter | None = None
 
     def count_receipts(self, outbox: _ReceiptCounter) -> None:
-        """The RECEIPT frames ``outbox`` writes count as frames out."""
+        """The RECEIPT frames ``outbox`` writes, and the MESSAGE frames native
+        dispatchers write through it, count as frames out."""
         self._receipts = outbox
 
     def count_lanes(self, sends: _SendCounter, acks: _AckCounter) -> None:
@@ -55,6 +56,10 @@ class FrameCounts:
     def receipts_direct(self) -> int:
         """RECEIPTs written by the thread that learnt their SEND was durable."""
         return self._receipts.statistics()["receipts_direct"] if self._receipts is not None else 0
+
+    def native_messages(self) -> int:
+        """MESSAGE frames written by the broker core's dispatchers."""
+        return self._receipts.statistics()["messages"] if self._receipts is not None else 0
 
     def frames_in(self) -> tuple[dict[str, int], int, int]:
         """The frames in by command (a copy, taken in one step), with the
@@ -72,9 +77,11 @@ class FrameCounts:
         """The frames out by command (a copy, taken in one step)."""
         out = dict(self.outgoing)
         if self._receipts is not None:
-            receipts = self._receipts.statistics()["receipts"]
-            if receipts:
-                out["RECEIPT"] = out.get("RECEIPT", 0) + receipts
+            written = self._receipts.statistics()
+            # The RECEIPTs it wrote, and the MESSAGE frames native dispatchers wrote through it.
+            for command, key in (("RECEIPT", "receipts"), ("MESSAGE", "messages")):
+                if written[key]:
+                    out[command] = out.get(command, 0) + written[key]
         return out
 
     def frame_in(self, command: str, count: int = 1) -> None:
@@ -103,6 +110,7 @@ class StompStatistics:
         self._native_acks = 0
         self._native_reads = 0
         self._receipts_direct = 0
+        self._native_messages = 0
         self._live: set[FrameCounts] = set()
 
     def frame_counts(self) -> FrameCounts:
@@ -124,6 +132,7 @@ class StompStatistics:
                 self._native_acks += acks
                 self._native_reads += counts.native_reads
                 self._receipts_direct += counts.receipts_direct()
+                self._native_messages += counts.native_messages()
 
     def opened(self) -> None:
         with self._lock:
@@ -158,6 +167,7 @@ class StompStatistics:
             native_acks = self._native_acks
             native_reads = self._native_reads + sum(counts.native_reads for counts in self._live)
             receipts_direct = self._receipts_direct + sum(counts.receipts_direct() for counts in self._live)
+            native_messages = self._native_messages + sum(counts.native_messages() for counts in self._live)
             for counts in self._live:
                 # Copied first (in one step): the connection's threads may be counting.
                 incoming, sends, acks = counts.frames_in()
@@ -181,4 +191,5 @@ class StompStatistics:
                 "native_acks": native_acks,
                 "native_reads": native_reads,
                 "receipts_direct": receipts_direct,
+                "native_messages": native_messages,
             }

@@ -37,6 +37,14 @@ message in flight so (see ``Subscription.recall``).
 stops acknowledging stops receiving: its socket never buffers more than
 that (ActiveMQ's prefetch).
 
+Over a plain socket (``StompSettings.native_dispatch``) the dispatcher's
+loop runs in the broker core (``NativeDispatcher``): it waits on the bell,
+fetches, waits for the delivery record, writes the MESSAGE frames and puts
+them in flight (or acknowledges them, ``auto``) without Python, by the
+rules below, and returns here only for a consumption pause, a message its
+encoder declines (this dispatcher then delivers one batch itself), a
+failure, or now and then for passive expiry. Over TLS it runs here.
+
 The dispatcher takes and writes the messages it may deliver in batches of
 about 1 MiB of bodies at most (always at least one message), so that a
 subscription holds about one batch of MESSAGE frames in memory, beyond the
@@ -54,7 +62,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from jmsstore._native import AckBacklog, NativeInFlight, Signal, encode_message_frames
+from jmsstore._native import AckBacklog, NativeDispatcher, NativeInFlight, NativeOutbox, Signal, encode_message_frames
 from jmsstore.client.port import BrokerPort, ConsumerPort, Delivery
 from jmsstore.errors import JmsStoreError
 from jmsstore.net.stomp.frames import encode
@@ -69,6 +77,9 @@ ACK_MODES = ("auto", "client", "client-individual")
 # How long the dispatcher waits for a wake-up before it looks again anyway
 # (a redelivery delay ending, a pause lifted).
 _IDLE_LOOK = 0.5
+# How long the native dispatcher delivers before it returns for the
+# Python side's periodic work (passive expiry sweeps at most every 100 ms).
+_NATIVE_BUDGET = 0.1
 # Once a full subscription (its prefetch all in flight) has room again, its
 # dispatcher waits this long (seconds) at most for a refill's worth (a
 # quarter of the prefetch) before it sends into the room there is: with a
@@ -104,7 +115,12 @@ class Subscription:
 
     ``write(data, count)`` sends ``count`` MESSAGE frames in one write
     (raising ``OSError`` once the connection is broken); ``fail(reason)`` ends the connection
-    with an ERROR frame (from the dispatcher, when the broker fails)."""
+    with an ERROR frame (from the dispatcher, when the broker fails).
+    Given the connection's ``outbox`` (a plain socket's), the dispatcher
+    runs in the broker core (``NativeDispatcher``), its writes waiting
+    ``write_timeout`` seconds at most, and comes back to Python only for
+    what the core leaves to it: a consumption pause, a message its encoder
+    declines, passive expiry now and then."""
 
     def __init__(
         self,
@@ -118,6 +134,9 @@ class Subscription:
         fail: Callable[[str], None],
         durable_name: str | None = None,
         destination_header: str | None = None,
+        *,
+        outbox: NativeOutbox | None = None,
+        write_timeout: float | None = None,
     ) -> None:
         self.serial = serial
         self.id = subscription_id
@@ -131,9 +150,6 @@ class Subscription:
         self._consumer = consumer
         self._write = write
         self._fail = fail
-        self._lock = threading.Lock()
-        self._recalls = 0  # recalls served: the MESSAGE frames after one carry their count
-        self._next_ack = 1  # the sequence number of the next MESSAGE frame's ack id (the dispatcher's own)
         # The most the next fetch takes (the dispatcher's own): the fetch cannot
         # stop at a number of bytes, so this follows the sizes of the messages
         # fetched (see _next_batch), from _FIRST_BATCH while they are unknown.
@@ -143,17 +159,45 @@ class Subscription:
         # the sequence number of their ack id, in the order their MESSAGE frames went
         # out; kept natively, so that the connection's frame scan settles plain ACKs
         # itself. The dispatcher waits for an ACK to make room: only then does one wake it.
+        # It numbers the MESSAGE frames and counts the recalls served (the frames after
+        # one carry their count).
         self._in_flight = NativeInFlight(ack_mode == "client", self._wake)
         # acknowledged (auto mode, ACKs without a receipt), store deletes not yet submitted
         self._backlog = broker.new_backlog()
         self._closed = False
-        self.delivered = 0
+        self._delivered = 0  # by the Python path
+        reader = consumer.native_reader() if outbox is not None else None
+        self._native: NativeDispatcher | None = None
+        if outbox is not None and reader is not None:
+            self._native = NativeDispatcher(
+                reader,
+                self._wake,
+                self._in_flight,
+                self._backlog,
+                outbox,
+                subscription_id,
+                self._message_destination,
+                f"{serial}.",
+                prefetch,
+                ack_mode == "auto",
+                write_timeout,
+            )
         self._thread = threading.Thread(
             target=self._dispatch, name=f"jmsstore-stomp-sub-{subscription_id}", daemon=True
         )
 
     def start(self) -> None:
         self._thread.start()
+
+    @property
+    def delivered(self) -> int:
+        """MESSAGE frames written."""
+        return self._delivered + (self._native.delivered if self._native is not None else 0)
+
+    @property
+    def native(self) -> bool:
+        """Whether its dispatcher runs in the broker core."""
+        return self._native is not None
 
     @property
     def in_flight(self) -> int:
@@ -189,6 +233,26 @@ class Subscription:
             self._fail("internal error while delivering")
 
     def _dispatch_loop(self) -> None:
+        native = self._native
+        if native is None:
+            self._dispatch_in_python(once=False)
+            return
+        consumer = self._consumer
+        while not self._closed:
+            stop = native.run(_NATIVE_BUDGET, _IDLE_LOOK)
+            if stop == "closed":
+                return
+            consumer.expire_passively()
+            if stop == "deleted":
+                raise ProtocolError(f"the destination of subscription {self.id} was deleted")
+            if stop == "paused":
+                consumer.wait_resumed(0.2)
+            elif stop == "declined":
+                self._dispatch_in_python(once=True)  # delivers what the core's encoder declined
+
+    def _dispatch_in_python(self, once: bool) -> None:
+        """The dispatcher's loop in Python (``once``: until a fetch was
+        made and what it found delivered, for the core's declined batch)."""
         # The dispatcher waits on the destination's bell as an embedded
         # consumer does: in its idle list while it looks and waits with room,
         # so that a burst of messages wakes one idle dispatcher (the last to
@@ -234,11 +298,13 @@ class Subscription:
                 # In the idle list before looking: a message sent after the look wakes us.
                 bell.push_idle(wake)
                 listed = True
-                recalls = self._recalls
+                recalls = self._in_flight.recalls
                 limit = min(room, self._batch)
                 deliveries = consumer.fetch(limit, wake)
                 if not deliveries:
                     self._flush_acknowledgements()
+                    if once:
+                        return
                     timeout = _IDLE_LOOK
                     due = consumer.next_due()
                     if due is not None:
@@ -248,6 +314,8 @@ class Subscription:
                 bell.took(wake)  # busy with them until it looks again
                 self._batch = self._next_batch(deliveries, limit)
                 self._deliver(deliveries, recalls)
+                if once:
+                    return
         finally:
             self._in_flight.wake_below(0)
             if listed:
@@ -282,26 +350,22 @@ class Subscription:
         # Every MESSAGE frame of one fetch in one write: fewer system calls and
         # segments. They carry the count of recalls served when they were
         # fetched: if it is still that when they go in flight, it is theirs.
-        first = self._next_ack
-        self._next_ack = first + len(deliveries)
+        first = self._in_flight.next_sequence
         try:
             data = encode_message_frames(
                 deliveries, self.id, self._message_destination, f"{self.serial}.", first, recalls
             )
             if data is None:  # declined: one of them is not the common case
-                acks = [f"{self.serial}.{n}" for n in range(first, self._next_ack)]
+                acks = [f"{self.serial}.{n}" for n in range(first, first + len(deliveries))]
                 data = self._encode(deliveries, acks, recalls)
         except BaseException:
             self._broker.release(deliveries, redelivered=True)
             raise
-        with self._lock:
-            # Marked and in flight in one step with respect to a recall: a recall
-            # after this takes them back and the client drops these frames, whose
-            # mark is then behind; one before it has already been counted.
-            overtaken = self._recalls != recalls
-            if not overtaken and self.ack_mode != "auto":
-                self._in_flight.push(first, [d.key for d in deliveries])
-        if overtaken:
+        # Marked and in flight in one step with respect to a recall: a recall
+        # after this takes them back and the client drops these frames, whose
+        # mark is then behind; one before it has already been counted.
+        keys = [d.key for d in deliveries]
+        if not self._in_flight.admit(first, keys, recalls, self.ack_mode != "auto"):
             self._broker.release(deliveries, redelivered=False)
             return
         try:
@@ -316,7 +380,7 @@ class Subscription:
             if unsettled:
                 self._broker.release(unsettled, redelivered=True)
             raise
-        self.delivered += len(deliveries)
+        self._delivered += len(deliveries)
         if self.ack_mode == "auto":
             self._broker.acknowledge_lazily(deliveries, self._backlog, _ACK_BATCH)
 
@@ -374,9 +438,7 @@ class Subscription:
         the client drops those marked with fewer than it asked for (they
         were on the wire), so that the messages come again in the
         destination's order. Returns how many went back."""
-        with self._lock:
-            self._recalls += 1
-            returned = self._deliveries(self._in_flight.drain())
+        returned = self._deliveries(self._in_flight.recall())
         if returned:
             self._broker.release(returned, redelivered=False)
         self._wake.set()  # room, if the dispatcher waits for it
@@ -392,11 +454,12 @@ class Subscription:
         if self._closed:
             return
         self._closed = True
+        if self._native is not None:
+            self._native.close()
         self._wake.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
-        with self._lock:
-            returned = self._deliveries(self._in_flight.drain())
+        returned = self._deliveries(self._in_flight.drain())
         try:
             if returned:
                 self._broker.release(returned, redelivered=redelivered)

@@ -137,6 +137,31 @@ impl Broker {
     }
 }
 
+/// What one consumer reads, for a fetch that needs nothing of its caller
+/// but a limit: the target, the consumer's selector and its id (for units
+/// of order), with the broker it fetches from.
+pub struct Reader {
+    /// The broker it fetches from.
+    pub broker: Arc<Broker>,
+    /// The queue, or the topic subscription, it reads.
+    pub target: Arc<Target>,
+    /// Its JMS selector, if it has one.
+    pub selector: Option<Arc<Selector>>,
+    /// Its id, for units of order (None: they do not apply).
+    pub owner: Owner,
+}
+
+impl Reader {
+    /// [`Broker::fetch`] (or [`Broker::fetch_selected`]) for this consumer,
+    /// `consumer` its flag on the target's bell.
+    pub fn fetch(&self, now: i64, limit: usize, consumer: Option<&Arc<Flag>>) -> Result<Fetched> {
+        match &self.selector {
+            Some(selector) => self.broker.fetch_selected(&self.target, now, limit, selector, consumer, self.owner),
+            None => self.broker.fetch(&self.target, now, limit, None, false, consumer, self.owner),
+        }
+    }
+}
+
 /// The fields of the pager's header a selector may look at.
 fn pager_header(h: &Header) -> PagerHeader<'_> {
     PagerHeader {

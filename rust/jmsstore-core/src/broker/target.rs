@@ -77,6 +77,9 @@ pub struct Destination {
     /// effective state): what its Python producers check, for the STOMP
     /// server's native sends.
     production_paused: AtomicBool,
+    /// Consumption paused, here or server-wide (set as production is): what
+    /// the STOMP server's native dispatchers check before each fetch.
+    consumption_paused: AtomicBool,
     deleted: AtomicBool,
     /// Messages that expired here.
     pub messages_expired: AtomicU64,
@@ -97,6 +100,7 @@ impl Destination {
             targets: RwLock::new(Vec::new()),
             insertion_paused: AtomicBool::new(false),
             production_paused: AtomicBool::new(false),
+            consumption_paused: AtomicBool::new(false),
             deleted: AtomicBool::new(false),
             messages_expired: AtomicU64::new(0),
             held: Mutex::new(Vec::new()),
@@ -169,6 +173,16 @@ impl Destination {
     /// Pauses or resumes production.
     pub fn set_production_paused(&self, paused: bool) {
         self.production_paused.store(paused, Ordering::Release);
+    }
+
+    /// Whether consumption is paused here (or server-wide).
+    pub fn consumption_paused(&self) -> bool {
+        self.consumption_paused.load(Ordering::Acquire)
+    }
+
+    /// Pauses or resumes consumption.
+    pub fn set_consumption_paused(&self, paused: bool) {
+        self.consumption_paused.store(paused, Ordering::Release);
     }
 
     /// True once deleted.

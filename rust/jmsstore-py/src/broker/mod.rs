@@ -1,5 +1,6 @@
 //! The broker core's Python face: each file converts one core module.
 
+pub mod fetch;
 pub mod ledger;
 pub mod recovery;
 pub mod selector;

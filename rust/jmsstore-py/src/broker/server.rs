@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use jmsstore_core::broker::ack::AckBacklog;
+use jmsstore_core::broker::fetch::Reader;
 use jmsstore_core::broker::format::Envelope;
 use jmsstore_core::broker::post_office::Admission;
 use jmsstore_core::broker::target::{self, Route, Sender};
@@ -17,6 +18,7 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
+use super::fetch::NativeReader;
 use super::ledger::Account;
 use super::recovery::HeaderIndex;
 use super::selector::NativeSelector;
@@ -249,6 +251,22 @@ impl NativeBroker {
     ) -> NativeSendLane {
         let options = LaneOptions { connection, client_id, id_prefix, id_base, max_message_size };
         NativeSendLane { lane: Arc::new(SendLane::new(self.broker.clone(), options)) }
+    }
+
+    /// What a consumer of `target` reads, for a fetch made without Python
+    /// (a STOMP subscription's native dispatcher): its JMS `selector`, and
+    /// `owner` its id for units of order (None: they do not apply).
+    #[pyo3(signature = (target, selector=None, owner=None))]
+    fn reader(
+        &self,
+        target: &NativeTarget,
+        selector: Option<PyRef<'_, NativeSelector>>,
+        owner: Option<u64>,
+    ) -> NativeReader {
+        let selector = selector.map(|s| s.selector.clone());
+        NativeReader {
+            reader: Arc::new(Reader { broker: self.broker.clone(), target: target.target.clone(), selector, owner }),
+        }
     }
 
     /// The broker-wide limits (-1: none).

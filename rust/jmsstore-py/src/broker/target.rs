@@ -92,6 +92,17 @@ impl NativeDestination {
         self.destination.set_production_paused(paused);
     }
 
+    /// Whether consumption is paused (here or server-wide), as the Python broker set it.
+    #[getter]
+    fn consumption_paused(&self) -> bool {
+        self.destination.consumption_paused()
+    }
+
+    /// Sets whether consumption is paused (the effective state: here or server-wide).
+    fn set_consumption_paused(&self, paused: bool) {
+        self.destination.set_consumption_paused(paused);
+    }
+
     /// True once deleted (a destination of the same name made later is another).
     #[getter]
     fn deleted(&self) -> bool {

@@ -1,0 +1,139 @@
+"""Subscriptions dispatched by the broker core without Python
+(``StompSettings.native_dispatch``): the MESSAGE frames they write are
+those the Python dispatcher writes, they are counted (``native_messages``),
+and what the core leaves to Python (a consumption pause, a message its
+encoder declines, a client that stops reading) is handled as before."""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from jmsstore import JMSServer, Queue, TextMessage
+from jmsstore.net import StompServer, serve
+from jmsstore.net.stomp.frames import Frame
+from stomp_helpers import WAIT, RawClient
+
+
+@contextlib.contextmanager
+def _connected(server: StompServer, timeout: float = WAIT) -> Iterator[RawClient]:
+    client = RawClient(server.address, timeout=timeout)
+    try:
+        client.connect()
+        yield client
+    finally:
+        client.close()
+
+
+def _fill(server: StompServer, queue: str, bodies: list[bytes]) -> None:
+    with _connected(server) as producer:
+        producer.send(b"".join(f"SEND\ndestination:/queue/{queue}\n\n".encode() + b + b"\x00" for b in bodies))
+        producer.send(b"DISCONNECT\nreceipt:bye\n\n\x00")
+        assert producer.next_frame().header("receipt-id") == "bye"
+
+
+def _subscribe(client: RawClient, queue: str, mode: str, prefetch: int = 1000) -> None:
+    client.send(
+        f"SUBSCRIBE\nid:s\ndestination:/queue/{queue}\nack:{mode}\nactivemq.prefetchSize:{prefetch}\n\n\x00".encode()
+    )
+
+
+def _messages(client: RawClient, count: int) -> list[Frame]:
+    frames = [client.next_frame() for _ in range(count)]
+    assert [f.command for f in frames] == ["MESSAGE"] * count
+    return frames
+
+
+@pytest.fixture(params=[True, False], ids=["native", "python"])
+def either(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StompServer]:
+    """An endpoint whose subscriptions are dispatched natively, or in Python."""
+    with JMSServer(tmp_path / "home") as jms, serve(jms, port=0, native_dispatch=request.param) as server:
+        yield server
+
+
+@pytest.mark.parametrize("mode", ["auto", "client", "client-individual"])
+def test_each_ack_mode_gets_the_same_frames_either_way_and_native_ones_are_counted(
+    either: StompServer, mode: str
+) -> None:
+    served = either
+    _fill(served, "N", [str(i).encode() for i in range(40)])
+    with _connected(served) as client:
+        _subscribe(client, "N", mode, prefetch=25)
+        first = _messages(client, 25)
+        assert [f.body for f in first] == [str(i).encode() for i in range(25)]
+        assert [f.header("ack") for f in first] == [f"1.{n}" for n in range(1, 26)]
+        assert all(f.header("subscription") == "s" and f.header("redelivered") == "false" for f in first)
+        if mode != "auto":  # the prefetch is full until an ACK makes room
+            client.send(f"ACK\nid:{first[-1].header('ack')}\n\n\x00".encode())
+        rest = _messages(client, 1 if mode == "client-individual" else 15)
+        assert rest[0].body == b"25"
+        client.send(b"DISCONNECT\nreceipt:bye\n\n\x00")
+        assert client.next_frame().header("receipt-id") == "bye"
+    stats = served.statistics()
+    delivered = stats["frames_out"]["MESSAGE"]
+    assert delivered == 25 + len(rest)
+    assert stats["native_messages"] == (delivered if served.settings.native_dispatch else 0)
+
+
+def test_a_consumption_pause_holds_a_waiting_native_dispatcher_until_resumed(tmp_path: Path) -> None:
+    with JMSServer(tmp_path / "home") as jms, serve(jms, port=0) as served:
+        jms.create_queue("P")
+        with _connected(served) as client:
+            _subscribe(client, "P", "client-individual")
+            _fill(served, "P", [b"before"])
+            assert _messages(client, 1)[0].body == b"before"
+            jms.pause_consumption(Queue("P"))
+            _fill(served, "P", [b"during"])
+            assert not select.select([client.sock], [], [], 0.5)[0], "held while paused"
+            jms.resume_consumption(Queue("P"))
+            assert _messages(client, 1)[0].body == b"during"
+        assert served.statistics()["native_messages"] == 2
+
+
+def test_a_message_the_core_declines_keeps_its_place_among_those_it_writes(tmp_path: Path) -> None:
+    with JMSServer(tmp_path / "home") as jms, serve(jms, port=0) as served:
+        jms.create_queue("D")
+        with _connected(served) as client:
+            _subscribe(client, "D", "client-individual")
+            with jms.connection_factory().create_connection() as connection:
+                producer = connection.create_session().create_producer(Queue("D"))
+                for i in range(6):
+                    message = TextMessage(f"m{i}")
+                    if i == 3:
+                        message.set_property("price", 1.5)  # a double: the Python mapping writes it
+                    producer.send(message)
+                    if i < 3:  # the first ones go out one by one, natively
+                        assert _messages(client, 1)[0].body == f"m{i}".encode()
+            frames = _messages(client, 3)
+            assert [f.body for f in frames] == [b"m3", b"m4", b"m5"]
+            assert frames[0].header("price") == "1.5"
+            assert [f.header("ack") for f in frames] == ["1.4", "1.5", "1.6"], "numbered on, no gap"
+        stats = served.statistics()
+        assert stats["frames_out"]["MESSAGE"] == 6
+        assert 3 <= stats["native_messages"] < 6
+
+
+def test_a_client_that_stops_reading_is_cut_off_and_the_unwritten_messages_come_back(tmp_path: Path) -> None:
+    body = b"x" * (64 * 1024)
+    count = 400  # 25 MiB: more than the socket buffers hold
+    with JMSServer(tmp_path / "home") as jms, serve(jms, port=0, write_timeout=0.3) as served:
+        _fill(served, "S", [body] * count)
+        with _connected(served) as client:
+            _subscribe(client, "S", "client-individual")
+            time.sleep(1.5)  # not reading: the server's write waits 0.3 s, then gives up
+            assert client.closed_by_server()
+            got = sum(1 for f in client.frames if f.command == "MESSAGE")
+        assert 0 < got < count
+        # Nothing was acknowledged: every message is there again, those the
+        # client may have seen (written, or in the write that failed) flagged
+        # redelivered, those never fetched not.
+        with _connected(served) as again:
+            _subscribe(again, "S", "auto")
+            flags = [f.header("redelivered") for f in _messages(again, count)]
+            assert flags[:got] == ["true"] * got
+            assert flags[-1] == "false"
+        assert served.statistics()["native_messages"] >= got
