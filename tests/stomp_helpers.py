@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -130,6 +130,17 @@ class RawClient:
 
     def close(self) -> None:
         self.sock.close()
+
+
+@contextlib.contextmanager
+def raw_connected(address: tuple[str, int], timeout: float = WAIT) -> Iterator[RawClient]:
+    """A :class:`RawClient` connected (CONNECT sent, CONNECTED read), closed at the end."""
+    client = RawClient(address, timeout=timeout)
+    try:
+        client.connect()
+        yield client
+    finally:
+        client.close()
 
 
 class Inbox(stomp.ConnectionListener):  # type: ignore[misc]

@@ -18,17 +18,11 @@ from jmsstore.client.port import Delivery
 from jmsstore.errors import JmsStoreError
 from jmsstore.net import StompServer, serve
 from jmsstore.net.stomp.frames import Frame
-from stomp_helpers import WAIT, RawClient
+from stomp_helpers import WAIT, RawClient, raw_connected
 
 
-@contextlib.contextmanager
-def _connected(server: StompServer) -> Iterator[RawClient]:
-    client = RawClient(server.address, timeout=WAIT)
-    try:
-        client.connect()
-        yield client
-    finally:
-        client.close()
+def _connected(server: StompServer) -> contextlib.AbstractContextManager[RawClient]:
+    return raw_connected(server.address, timeout=WAIT)
 
 
 def _fill(server: StompServer, queue: str, count: int) -> None:

@@ -16,17 +16,11 @@ import pytest
 from jmsstore import JMSServer, Queue, TextMessage
 from jmsstore.net import StompServer, serve
 from jmsstore.net.stomp.frames import Frame
-from stomp_helpers import WAIT, RawClient
+from stomp_helpers import WAIT, RawClient, raw_connected
 
 
-@contextlib.contextmanager
-def _connected(server: StompServer, timeout: float = WAIT) -> Iterator[RawClient]:
-    client = RawClient(server.address, timeout=timeout)
-    try:
-        client.connect()
-        yield client
-    finally:
-        client.close()
+def _connected(server: StompServer) -> contextlib.AbstractContextManager[RawClient]:
+    return raw_connected(server.address, timeout=WAIT)
 
 
 def _fill(server: StompServer, queue: str, bodies: list[bytes]) -> None:
