@@ -71,6 +71,8 @@ def test_each_ack_mode_gets_the_same_frames_either_way_and_native_ones_are_count
     delivered = stats["frames_out"]["MESSAGE"]
     assert delivered == 25 + len(rest)
     assert stats["native_messages"] == (delivered if served.settings.native_dispatch else 0)
+    writes = stats["native_message_writes"]
+    assert (1 <= writes <= delivered) if served.settings.native_dispatch else writes == 0
 
 
 def test_a_consumption_pause_holds_a_waiting_native_dispatcher_until_resumed(tmp_path: Path) -> None:

@@ -129,6 +129,8 @@ pub struct OutboxStatistics {
     pub wakeups: u64,
     /// MESSAGE frames written by [`Outbox::write_messages`] (native dispatchers).
     pub messages: u64,
+    /// Calls of [`Outbox::write_messages`] that wrote (one per batch).
+    pub message_writes: u64,
 }
 
 /// One connection's outgoing side. See the module documentation.
@@ -147,6 +149,7 @@ pub struct Outbox {
     receipts_direct: AtomicU64,
     wakeups: AtomicU64,
     messages: AtomicU64,
+    message_writes: AtomicU64,
 }
 
 fn cvt(result: libc::c_int) -> std::io::Result<libc::c_int> {
@@ -184,6 +187,7 @@ impl Outbox {
             receipts_direct: AtomicU64::new(0),
             wakeups: AtomicU64::new(0),
             messages: AtomicU64::new(0),
+            message_writes: AtomicU64::new(0),
         })
     }
 
@@ -388,10 +392,12 @@ impl Outbox {
             // Counted first: the client may read the frames, and ask for the
             // statistics, before the write returns.
             self.messages.fetch_add(count, Ordering::Relaxed);
+            self.message_writes.fetch_add(1, Ordering::Relaxed);
             // Under the write lock: the descriptor stays open through the writes.
             let written = write_waiting(socket, &tail, deadline).and_then(|()| write_waiting(socket, data, deadline));
             if written.is_err() {
                 self.messages.fetch_sub(count, Ordering::Relaxed);
+                self.message_writes.fetch_sub(1, Ordering::Relaxed);
                 // SAFETY: shutdown on a descriptor we hold open (under the lock) touches no memory.
                 unsafe { libc::shutdown(socket, libc::SHUT_RDWR) };
             }
@@ -483,6 +489,7 @@ impl Outbox {
             receipts_direct: self.receipts_direct.load(Ordering::Relaxed),
             wakeups: self.wakeups.load(Ordering::Relaxed),
             messages: self.messages.load(Ordering::Relaxed),
+            message_writes: self.message_writes.load(Ordering::Relaxed),
         }
     }
 }

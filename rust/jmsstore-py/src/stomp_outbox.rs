@@ -161,6 +161,7 @@ impl NativeOutbox {
             ("receipts_direct", stats.receipts_direct),
             ("wakeups", stats.wakeups),
             ("messages", stats.messages),
+            ("message_writes", stats.message_writes),
         ])
     }
 }

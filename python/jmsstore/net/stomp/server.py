@@ -290,7 +290,8 @@ class StompServer:
         by the thread that learnt their SEND was durable, without the
         connection's reader) and ``native_messages`` (the MESSAGE frames
         among ``frames_out`` written by subscriptions dispatched in the
-        broker core: see ``StompSettings.native_dispatch``)."""
+        broker core: see ``StompSettings.native_dispatch``) with
+        ``native_message_writes`` (the writes they took: a batch each)."""
         return self.stats.snapshot(self.subscription_slots.used, self.buffers.used)
 
 

@@ -57,9 +57,12 @@ class FrameCounts:
         """RECEIPTs written by the thread that learnt their SEND was durable."""
         return self._receipts.statistics()["receipts_direct"] if self._receipts is not None else 0
 
-    def native_messages(self) -> int:
-        """MESSAGE frames written by the broker core's dispatchers."""
-        return self._receipts.statistics()["messages"] if self._receipts is not None else 0
+    def native_messages(self) -> tuple[int, int]:
+        """MESSAGE frames written by the broker core's dispatchers, and the writes they took."""
+        if self._receipts is None:
+            return 0, 0
+        written = self._receipts.statistics()
+        return written["messages"], written["message_writes"]
 
     def frames_in(self) -> tuple[dict[str, int], int, int]:
         """The frames in by command (a copy, taken in one step), with the
@@ -111,6 +114,7 @@ class StompStatistics:
         self._native_reads = 0
         self._receipts_direct = 0
         self._native_messages = 0
+        self._native_message_writes = 0
         self._live: set[FrameCounts] = set()
 
     def frame_counts(self) -> FrameCounts:
@@ -132,7 +136,9 @@ class StompStatistics:
                 self._native_acks += acks
                 self._native_reads += counts.native_reads
                 self._receipts_direct += counts.receipts_direct()
-                self._native_messages += counts.native_messages()
+                messages, writes = counts.native_messages()
+                self._native_messages += messages
+                self._native_message_writes += writes
 
     def opened(self) -> None:
         with self._lock:
@@ -167,7 +173,11 @@ class StompStatistics:
             native_acks = self._native_acks
             native_reads = self._native_reads + sum(counts.native_reads for counts in self._live)
             receipts_direct = self._receipts_direct + sum(counts.receipts_direct() for counts in self._live)
-            native_messages = self._native_messages + sum(counts.native_messages() for counts in self._live)
+            native_messages, native_message_writes = self._native_messages, self._native_message_writes
+            for counts in self._live:
+                messages, writes = counts.native_messages()
+                native_messages += messages
+                native_message_writes += writes
             for counts in self._live:
                 # Copied first (in one step): the connection's threads may be counting.
                 incoming, sends, acks = counts.frames_in()
@@ -192,4 +202,5 @@ class StompStatistics:
                 "native_reads": native_reads,
                 "receipts_direct": receipts_direct,
                 "native_messages": native_messages,
+                "native_message_writes": native_message_writes,
             }
