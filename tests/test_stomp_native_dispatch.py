@@ -75,17 +75,19 @@ def test_each_ack_mode_gets_the_same_frames_either_way_and_native_ones_are_count
     assert (1 <= writes <= delivered) if served.settings.native_dispatch else writes == 0
 
 
-def test_a_consumption_pause_holds_a_waiting_native_dispatcher_until_resumed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("scope", ["destination", "server"])
+def test_a_consumption_pause_holds_a_waiting_native_dispatcher_until_resumed(tmp_path: Path, scope: str) -> None:
     with JMSServer(tmp_path / "home") as jms, serve(jms, port=0) as served:
         jms.create_queue("P")
+        paused = Queue("P") if scope == "destination" else None
         with _connected(served) as client:
             _subscribe(client, "P", "client-individual")
             _fill(served, "P", [b"before"])
             assert _messages(client, 1)[0].body == b"before"
-            jms.pause_consumption(Queue("P"))
+            jms.pause_consumption(paused)
             _fill(served, "P", [b"during"])
             assert not select.select([client.sock], [], [], 0.5)[0], "held while paused"
-            jms.resume_consumption(Queue("P"))
+            jms.resume_consumption(paused)
             assert _messages(client, 1)[0].body == b"during"
         assert served.statistics()["native_messages"] == 2
 
@@ -133,3 +135,24 @@ def test_a_client_that_stops_reading_is_cut_off_and_the_unwritten_messages_come_
             assert flags[:got] == ["true"] * got
             assert flags[-1] == "false"
         assert served.statistics()["native_messages"] >= got
+
+
+def test_a_declined_message_deep_in_a_backlog_goes_out_in_its_place(tmp_path: Path) -> None:
+    with JMSServer(tmp_path / "home") as jms, serve(jms, port=0) as served:
+        jms.create_queue("B")
+        with jms.connection_factory().create_connection() as connection:
+            producer = connection.create_session().create_producer(Queue("B"))
+            for i in range(300):
+                message = TextMessage(f"m{i}")
+                if i == 250:
+                    message.set_property("price", 2.5)
+                producer.send(message)
+        with _connected(served) as client:
+            _subscribe(client, "B", "auto")
+            frames = _messages(client, 300)
+        assert [f.body for f in frames] == [f"m{i}".encode() for i in range(300)]
+        assert [f.header("ack") for f in frames] == [f"1.{n}" for n in range(1, 301)]
+        assert frames[250].header("price") == "2.5"
+        stats = served.statistics()
+        assert 0 < stats["native_messages"] < 300, "the batch holding it written by the Python mapping"
+        assert jms.message_count(Queue("B")) == 0

@@ -61,9 +61,9 @@ pub enum Stop {
     Paused,
     /// The destination was deleted.
     Deleted,
-    /// A message the native encoder declines (a `double` property, a
-    /// malformed message) was fetched and given back unseen: the caller
-    /// delivers the next batch itself.
+    /// A batch holding a message the native encoder declines (a `double`
+    /// property, a malformed message) was fetched: the caller takes it
+    /// ([`Dispatcher::take_declined`]) and delivers it itself.
     Declined,
     /// The broker failed (a fetch, a delivery record, an acknowledgement).
     Failed(Arc<Error>),
@@ -111,6 +111,9 @@ pub struct Dispatcher {
     closed: AtomicBool,
     delivered: AtomicU64,
     rounds: Mutex<Rounds>,
+    /// A batch it fetched and left to the caller (see [`Stop::Declined`]),
+    /// with the recalls served when it was fetched.
+    declined: Mutex<Option<(Fetched, u64)>>,
 }
 
 impl Dispatcher {
@@ -138,6 +141,7 @@ impl Dispatcher {
             closed: AtomicBool::new(false),
             delivered: AtomicU64::new(0),
             rounds: Mutex::new(Rounds { batch: FIRST_BATCH, full: false, refill_from: Instant::now() }),
+            declined: Mutex::new(None),
         }
     }
 
@@ -149,6 +153,14 @@ impl Dispatcher {
 
     fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// The batch [`Dispatcher::run`] returned [`Stop::Declined`] for, still
+    /// reserved for this subscription (its delivery record perhaps not yet
+    /// durable), with the recalls served when it was fetched: the caller
+    /// delivers it as the Python dispatcher delivers a fetch.
+    pub fn take_declined(&self) -> Option<(Fetched, u64)> {
+        self.declined.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
     /// MESSAGE frames it wrote.
@@ -190,6 +202,9 @@ impl Dispatcher {
                 break Stop::Time;
             }
             self.wake.clear();
+            if self.is_closed() {
+                break Stop::Closed; // a close between the check above and the clear
+            }
             self.in_flight.wake_below(usize::MAX); // before looking: an ACK after the look wakes it
             let room = self.room();
             if room == 0 {
@@ -261,6 +276,12 @@ impl Dispatcher {
     /// go back instead (they would overtake the messages it returned).
     fn deliver(&self, fetched: Fetched, recalls: u64) -> Result<(), Stop> {
         let broker = &self.reader.broker;
+        let first = self.in_flight.next_sequence();
+        let Some(data) = self.encode(&fetched, first, recalls) else {
+            // Left to the caller's encoder, as fetched.
+            *self.declined.lock().unwrap_or_else(|p| p.into_inner()) = Some((fetched, recalls));
+            return Err(Stop::Declined);
+        };
         let keys: Vec<u64> = fetched.items.iter().map(|t| t.key).collect();
         if let Some(record) = &fetched.record {
             // The delivery record is durable before a message goes out.
@@ -274,29 +295,7 @@ impl Dispatcher {
             let _ = broker.release(&keys, false, 0);
             return Err(Stop::Closed);
         }
-        let first = self.in_flight.next_sequence();
         let subscribed = &self.subscribed;
-        let mut data = Vec::with_capacity(fetched.items.iter().map(|t| t.body.len() + FRAME_OVERHEAD).sum());
-        let mut ack = String::with_capacity(subscribed.ack_prefix.len() + 20);
-        for (sequence, item) in (first..).zip(&fetched.items) {
-            ack.clear();
-            ack.push_str(&subscribed.ack_prefix);
-            ack.push_str(&sequence.to_string());
-            let delivered = Delivered {
-                subscription: &subscribed.id,
-                destination: &subscribed.destination,
-                ack: &ack,
-                redelivered: item.redelivery_count > 0,
-                recalls,
-            };
-            if !write_message_frame(&item.body, delivered, &mut data) {
-                // Given back unseen, for the caller's own encoder.
-                return Err(match broker.release(&keys, false, 0) {
-                    Ok(()) => Stop::Declined,
-                    Err(e) => Stop::Failed(Arc::new(e)),
-                });
-            }
-        }
         if !self.in_flight.admit(first, &keys, recalls, !subscribed.auto) {
             return broker.release(&keys, false, 0).map_err(|e| Stop::Failed(Arc::new(e)));
         }
@@ -315,6 +314,30 @@ impl Dispatcher {
             broker.acknowledge_lazily(&keys, &self.backlog, ACK_BATCH).map_err(|e| Stop::Failed(Arc::new(e)))?;
         }
         Ok(())
+    }
+
+    /// The MESSAGE frames of `fetched`, their ack ids numbered from
+    /// `first`; None if the native encoder declines one of them.
+    fn encode(&self, fetched: &Fetched, first: u64, recalls: u64) -> Option<Vec<u8>> {
+        let subscribed = &self.subscribed;
+        let mut data = Vec::with_capacity(fetched.items.iter().map(|t| t.body.len() + FRAME_OVERHEAD).sum());
+        let mut ack = String::with_capacity(subscribed.ack_prefix.len() + 20);
+        for (sequence, item) in (first..).zip(&fetched.items) {
+            ack.clear();
+            ack.push_str(&subscribed.ack_prefix);
+            ack.push_str(&sequence.to_string());
+            let delivered = Delivered {
+                subscription: &subscribed.id,
+                destination: &subscribed.destination,
+                ack: &ack,
+                redelivered: item.redelivery_count > 0,
+                recalls,
+            };
+            if !write_message_frame(&item.body, delivered, &mut data) {
+                return None;
+            }
+        }
+        Some(data)
     }
 }
 
@@ -442,16 +465,17 @@ mod tests {
     }
 
     #[test]
-    fn a_message_the_encoder_declines_goes_back_unseen_for_the_caller() {
+    fn a_batch_the_encoder_declines_is_left_to_the_caller_as_fetched() {
         let mut s = setup(10, false);
-        s.f.send(&s.q.destination, &Message::new(1).property("price", Value::Double(1.5))).unwrap();
+        s.f.send_all(&s.q.destination, [1]);
+        s.f.send(&s.q.destination, &Message::new(2).property("price", Value::Double(1.5))).unwrap();
         assert!(matches!(s.dispatcher.run(LONG, IDLE), Stop::Declined));
-        assert!(frames(&mut s.client).is_empty());
-        assert!(s.in_flight.is_empty());
-        assert_eq!(s.in_flight.next_sequence(), 1, "no ack id used");
-        let again = s.f.broker.fetch(&s.q.target, now_ms(), 10, None, true, None, None).unwrap();
-        assert_eq!(again.items.len(), 1, "there for the caller");
-        assert_eq!(again.items[0].redelivery_count, 0, "never delivered");
+        assert!(frames(&mut s.client).is_empty(), "nothing of it written");
+        assert_eq!((s.in_flight.len(), s.in_flight.next_sequence()), (0, 1), "no ack id used");
+        let (fetched, recalls) = s.dispatcher.take_declined().expect("the batch");
+        assert_eq!((fetched.items.len(), recalls), (2, 0), "the whole batch, still reserved");
+        assert!(s.dispatcher.take_declined().is_none(), "taken once");
+        assert!(s.f.broker.fetch(&s.q.target, now_ms(), 10, None, true, None, None).unwrap().items.is_empty());
     }
 
     #[test]

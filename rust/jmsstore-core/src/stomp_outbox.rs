@@ -2,14 +2,16 @@
 //! threads and its native ones.
 //!
 //! Four threads write to one client: its reader (CONNECTED, RECEIPT,
-//! ERROR, heart-beats), its subscriptions' dispatchers (MESSAGE), the
-//! broker's completer (the RECEIPT of a SEND the connection's send lane
-//! took, once durable) and the Python callback thread (the RECEIPT of a
-//! SEND the Python path sent). The [`Outbox`] holds what they share:
+//! ERROR, heart-beats), its subscriptions' dispatchers (MESSAGE, from
+//! Python or natively: [`Outbox::write_messages`]), the broker's completer
+//! (the RECEIPT of a SEND the connection's send lane took, once durable)
+//! and the Python callback thread (the RECEIPT of a SEND the Python path
+//! sent). The [`Outbox`] holds what they share:
 //!
 //! - **the write lock**, held by whoever writes a frame, so that frames
-//!   never interleave. Python threads wait for it without the GIL; native
-//!   threads only ever try it (they must never wait on a client).
+//!   never interleave. Python threads and native dispatchers wait for it
+//!   (without the GIL); the broker's threads only ever try it (they must
+//!   never wait on a client).
 //! - **the tail**: bytes a write that could not wait left unsent. Whoever
 //!   writes next sends them first, under the lock.
 //! - **the receipts** in the order of the frames that asked for them. A
@@ -150,6 +152,8 @@ pub struct Outbox {
     wakeups: AtomicU64,
     messages: AtomicU64,
     message_writes: AtomicU64,
+    /// See [`Outbox::last_write_ns`].
+    last_write: AtomicU64,
 }
 
 fn cvt(result: libc::c_int) -> std::io::Result<libc::c_int> {
@@ -188,6 +192,7 @@ impl Outbox {
             wakeups: AtomicU64::new(0),
             messages: AtomicU64::new(0),
             message_writes: AtomicU64::new(0),
+            last_write: AtomicU64::new(0),
         })
     }
 
@@ -347,6 +352,7 @@ impl Outbox {
             match write_nowait(socket, &taken.frames) {
                 Ok(written) => {
                     self.receipts_direct.fetch_add(taken.count as u64, Ordering::Relaxed);
+                    self.last_write.store(monotonic_ns(), Ordering::Relaxed);
                     if written < taken.frames.len() {
                         self.state().tail = taken.frames[written..].to_vec();
                         return true;
@@ -361,24 +367,18 @@ impl Outbox {
         !left_for_reader
     }
 
-    /// Whether it writes to a plain socket itself ([`Outbox::write_messages`]
-    /// can); false over TLS, or once the socket's duplicate is closed.
-    pub fn writes_directly(&self) -> bool {
-        !self.is_closed() && self.state().socket.is_some()
-    }
-
     /// Writes `count` MESSAGE frames, encoded in `data`, after what an earlier
-    /// write left (the tail), waiting for the write lock and, up to
-    /// `timeout` in all (None: for as long as it takes), for the client to
-    /// take the bytes: a native dispatcher's write, as the Python threads'
-    /// blocking writes are. A write that fails or times out leaves the
-    /// connection broken: the socket is shut down, so that its reader
-    /// closes it, and the error is returned.
+    /// write left (the tail), waiting for the write lock as long as it takes
+    /// (its holder's own write is bounded) and then up to `timeout` (None:
+    /// for as long as it takes) for the client to take the bytes: a native
+    /// dispatcher's write, as the Python threads' blocking writes are. A
+    /// write that fails or times out leaves the connection broken: the
+    /// socket is shut down, so that its reader closes it, and the error is
+    /// returned. Once the connection is closing it writes nothing
+    /// (`BrokenPipe`).
     pub fn write_messages(&self, data: &[u8], count: u64, timeout: Option<Duration>) -> std::io::Result<()> {
+        self.lock.lock(None);
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        if !self.lock.lock(timeout) {
-            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the connection's writer did not finish"));
-        }
         let result = (|| {
             let (socket, tail) = {
                 let mut state = self.state();
@@ -390,21 +390,32 @@ impl Outbox {
                 _ => return Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe)),
             };
             // Counted first: the client may read the frames, and ask for the
-            // statistics, before the write returns.
+            // statistics, before the write returns (a failed write takes
+            // them back).
             self.messages.fetch_add(count, Ordering::Relaxed);
             self.message_writes.fetch_add(1, Ordering::Relaxed);
             // Under the write lock: the descriptor stays open through the writes.
             let written = write_waiting(socket, &tail, deadline).and_then(|()| write_waiting(socket, data, deadline));
-            if written.is_err() {
-                self.messages.fetch_sub(count, Ordering::Relaxed);
-                self.message_writes.fetch_sub(1, Ordering::Relaxed);
-                // SAFETY: shutdown on a descriptor we hold open (under the lock) touches no memory.
-                unsafe { libc::shutdown(socket, libc::SHUT_RDWR) };
+            match written {
+                Ok(()) => self.last_write.store(monotonic_ns(), Ordering::Relaxed),
+                Err(_) => {
+                    self.messages.fetch_sub(count, Ordering::Relaxed);
+                    self.message_writes.fetch_sub(1, Ordering::Relaxed);
+                    // SAFETY: shutdown on a descriptor we hold open (under the lock) touches no memory.
+                    unsafe { libc::shutdown(socket, libc::SHUT_RDWR) };
+                }
             }
             written
         })();
         self.unlock();
         result
+    }
+
+    /// When the native threads last wrote to the client (`CLOCK_MONOTONIC`
+    /// nanoseconds, as Python's `time.monotonic_ns`; 0: never): a sign of
+    /// life, so that no heart-beat need go out meanwhile.
+    pub fn last_write_ns(&self) -> u64 {
+        self.last_write.load(Ordering::Relaxed)
     }
 
     /// Takes the sendable receipts at the head of the queue, in order, as
@@ -494,6 +505,14 @@ impl Outbox {
     }
 }
 
+/// `CLOCK_MONOTONIC` now, in nanoseconds.
+fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec, which we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    (now.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(now.tv_nsec as u64)
+}
+
 /// Writes all of `data` to the non-blocking descriptor `fd`, waiting for
 /// room (`poll`) until `deadline` (None: for as long as it takes).
 fn write_waiting(fd: RawFd, mut data: &[u8], deadline: Option<Instant>) -> std::io::Result<()> {
@@ -564,6 +583,41 @@ mod tests {
         // SAFETY: a read into a local buffer of its length.
         let n = unsafe { libc::read(outbox.wake_fd(), buf.as_mut_ptr().cast(), buf.len()) };
         n > 0
+    }
+
+    #[test]
+    fn a_message_write_waits_out_another_writer_and_then_has_its_whole_timeout() {
+        let (outbox, _ours, mut theirs) = pair();
+        let outbox = Arc::new(outbox);
+        assert!(outbox.lock(None));
+        let writer = {
+            let outbox = outbox.clone();
+            std::thread::spawn(move || outbox.write_messages(b"MESSAGE\n\n\0", 1, Some(Duration::from_millis(50))))
+        };
+        std::thread::sleep(Duration::from_millis(200)); // longer than the write's timeout
+        assert_eq!(outbox.last_write_ns(), 0, "nothing written yet");
+        outbox.unlock();
+        writer.join().unwrap().expect("written once the lock was free");
+        assert_eq!(read_available(&mut theirs), b"MESSAGE\n\n\0");
+        let stats = outbox.statistics();
+        assert_eq!((stats.messages, stats.message_writes), (1, 1));
+        assert!(outbox.last_write_ns() > 0);
+    }
+
+    #[test]
+    fn a_message_write_the_client_does_not_take_in_time_shuts_the_socket_down() {
+        let (outbox, _ours, mut theirs) = pair();
+        let chunk = vec![b'x'; 1 << 20];
+        let failed = outbox.write_messages(&chunk, 1, Some(Duration::from_millis(50))).expect_err("never read");
+        assert_eq!(failed.kind(), std::io::ErrorKind::TimedOut);
+        assert_eq!(outbox.statistics().messages, 0, "not counted");
+        let got = read_available(&mut theirs);
+        assert!(got.len() < chunk.len());
+        theirs.set_nonblocking(false).unwrap();
+        assert_eq!(theirs.read(&mut [0u8; 16]).unwrap(), 0, "shut down: the client sees the end");
+        outbox.close();
+        let closed = outbox.write_messages(b"MESSAGE\n\n\0", 1, None).expect_err("closing");
+        assert_eq!(closed.kind(), std::io::ErrorKind::BrokenPipe);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 
 use crate::broker::fetch::NativeReader;
-use crate::broker::server::NativeAckBacklog;
+use crate::broker::server::{taken_tuples, NativeAckBacklog, TakenTuple};
 use crate::broker::wake::Signal;
 use crate::errors::to_pyerr;
 use crate::stomp_ack::NativeInFlight;
@@ -69,8 +69,8 @@ impl NativeDispatcher {
     /// Dispatches without the GIL until the caller has something to do, for
     /// at most about `budget` seconds while it delivers or `idle_look`
     /// seconds of waiting in vain: `"time"`, `"closed"`, `"paused"`,
-    /// `"deleted"` or `"declined"` (a message the native encoder declines
-    /// went back unseen). Raises the broker's error if it failed, and
+    /// `"deleted"` or `"declined"` (a batch holding a message the native
+    /// encoder declines: see `take_declined`). Raises the broker's error if it failed, and
     /// `OSError` once a write failed (the socket is shut down).
     fn run(&self, py: Python<'_>, budget: f64, idle_look: f64) -> PyResult<&'static str> {
         let budget = Duration::try_from_secs_f64(budget).unwrap_or(Duration::ZERO);
@@ -85,6 +85,16 @@ impl NativeDispatcher {
             Stop::Failed(error) => Err(to_pyerr(&error)),
             Stop::Broken(error) => Err(PyOSError::new_err(error.to_string())),
         }
+    }
+
+    /// The batch `run` returned `"declined"` for, as `NativeBroker.fetch`
+    /// gives a fetch (`[(key, redelivery_count, body)]`, the delivery
+    /// record's signal), with the recalls served when it was fetched; None
+    /// if there is none. The caller delivers it.
+    #[allow(clippy::type_complexity)]
+    fn take_declined<'py>(&self, py: Python<'py>) -> Option<(Vec<TakenTuple<'py>>, Option<Signal>, u64)> {
+        let (fetched, recalls) = self.dispatcher.take_declined()?;
+        Some((taken_tuples(py, fetched.items), fetched.record.map(Signal::wrap), recalls))
     }
 
     /// Stops the loop (at once if it waits: `run` returns `"closed"`).

@@ -154,6 +154,13 @@ impl NativeOutbox {
     }
 
     /// `{"receipts", "receipts_direct", "wakeups"}`.
+    /// When the native threads last wrote to the client (as
+    /// `time.monotonic_ns()`; 0: never).
+    #[getter]
+    fn last_write_ns(&self) -> u64 {
+        self.outbox.last_write_ns()
+    }
+
     fn statistics(&self) -> std::collections::HashMap<&'static str, u64> {
         let stats = self.outbox.statistics();
         std::collections::HashMap::from([

@@ -326,6 +326,11 @@ class StompConnection:
         for command, count in counts:  # under the write lock: the counters take none of their own
             self._frames.frame_out(command, count)
 
+    def _quiet_for(self, now: float) -> float:
+        """Seconds since anything was written to the client (by this
+        connection's Python threads or natively: MESSAGE frames, RECEIPTs)."""
+        return now - max(self._last_write, self._outbox.last_write_ns / 1e9)
+
     def _heart_beat(self) -> None:
         # Skipped if a frame is being written: that is a sign of life too.
         if not self._outbox.acquire(False):
@@ -429,7 +434,7 @@ class StompConnection:
                 if self._frame_started is not None:
                     self._frame_started = now
             # At half the interval: a late wake-up on a busy machine still keeps within it.
-            if self._send_interval and now - self._last_write >= self._send_interval / 2:
+            if self._send_interval and self._quiet_for(now) >= self._send_interval / 2:
                 self._heart_beat()
             try:
                 read = self._read_frames(poller, sock_fd, reading, limit)
@@ -574,7 +579,7 @@ class StompConnection:
             now = time.monotonic()
             self._last_read = now  # waiting on the store, not on the client
             # The client hears from us while we wait on the store, as while we wait on it.
-            if self._send_interval and now - self._last_write >= self._send_interval / 2:
+            if self._send_interval and self._quiet_for(now) >= self._send_interval / 2:
                 self._heart_beat()
         return True
 

@@ -41,9 +41,9 @@ Over a plain socket (``StompSettings.native_dispatch``) the dispatcher's
 loop runs in the broker core (``NativeDispatcher``): it waits on the bell,
 fetches, waits for the delivery record, writes the MESSAGE frames and puts
 them in flight (or acknowledges them, ``auto``) without Python, by the
-rules below, and returns here only for a consumption pause, a message its
-encoder declines (this dispatcher then delivers one batch itself), a
-failure, or now and then for passive expiry. Over TLS it runs here.
+rules below, and returns here only for a consumption pause, a batch its
+encoder declines (delivered here, as fetched), a failure, or now and then
+for passive expiry. Over TLS it runs here.
 
 The dispatcher takes and writes the messages it may deliver in batches of
 about 1 MiB of bodies at most (always at least one message), so that a
@@ -235,7 +235,7 @@ class Subscription:
     def _dispatch_loop(self) -> None:
         native = self._native
         if native is None:
-            self._dispatch_in_python(once=False)
+            self._dispatch_in_python()
             return
         consumer = self._consumer
         while not self._closed:
@@ -248,11 +248,23 @@ class Subscription:
             if stop == "paused":
                 consumer.wait_resumed(0.2)
             elif stop == "declined":
-                self._dispatch_in_python(once=True)  # delivers what the core's encoder declined
+                self._deliver_declined(native)
 
-    def _dispatch_in_python(self, once: bool) -> None:
-        """The dispatcher's loop in Python (``once``: until a fetch was
-        made and what it found delivered, for the core's declined batch)."""
+    def _deliver_declined(self, native: NativeDispatcher) -> None:
+        """Delivers the batch the core's dispatcher fetched and its encoder
+        declined (one of its messages is not the common case), as fetched."""
+        declined = native.take_declined()
+        if declined is None:
+            return
+        items, record, recalls = declined
+        consumer = self._consumer
+        deliveries = [Delivery(consumer, key, count, body) for key, count, body in items]
+        deliveries[0].record = record
+        self._deliver(deliveries, recalls)
+
+    def _dispatch_in_python(self) -> None:
+        """The dispatcher's loop in Python (over TLS, or with
+        ``native_dispatch`` off)."""
         # The dispatcher waits on the destination's bell as an embedded
         # consumer does: in its idle list while it looks and waits with room,
         # so that a burst of messages wakes one idle dispatcher (the last to
@@ -303,8 +315,6 @@ class Subscription:
                 deliveries = consumer.fetch(limit, wake)
                 if not deliveries:
                     self._flush_acknowledgements()
-                    if once:
-                        return
                     timeout = _IDLE_LOOK
                     due = consumer.next_due()
                     if due is not None:
@@ -314,8 +324,6 @@ class Subscription:
                 bell.took(wake)  # busy with them until it looks again
                 self._batch = self._next_batch(deliveries, limit)
                 self._deliver(deliveries, recalls)
-                if once:
-                    return
         finally:
             self._in_flight.wake_below(0)
             if listed:

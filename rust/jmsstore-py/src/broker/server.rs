@@ -90,7 +90,7 @@ fn admission_code(a: Admission) -> u8 {
 }
 
 /// A message reserved for a consumer, as Python sees it: `(key, redelivery_count, body)`.
-type TakenTuple<'py> = (u64, u32, Bound<'py, PyBytes>);
+pub(crate) type TakenTuple<'py> = (u64, u32, Bound<'py, PyBytes>);
 
 /// A send of a transaction, admitted and staged.
 #[pyclass(module = "jmsstore._native", frozen)]
@@ -151,7 +151,7 @@ fn waits(routes: &[Route]) -> bool {
     routes.iter().any(|r| r.stored || r.target.subscription_limit() >= 0)
 }
 
-fn taken_tuples<'py>(py: Python<'py>, items: Vec<Taken>) -> Vec<TakenTuple<'py>> {
+pub(crate) fn taken_tuples<'py>(py: Python<'py>, items: Vec<Taken>) -> Vec<TakenTuple<'py>> {
     items.into_iter().map(|t| (t.key, t.redelivery_count, PyBytes::new(py, &t.body))).collect()
 }
 
