@@ -156,3 +156,41 @@ def test_a_declined_message_deep_in_a_backlog_goes_out_in_its_place(tmp_path: Pa
         stats = served.statistics()
         assert 0 < stats["native_messages"] < 300, "the batch holding it written by the Python mapping"
         assert jms.message_count(Queue("B")) == 0
+
+
+def test_a_unit_of_order_stays_with_the_native_subscription_that_has_its_messages(tmp_path: Path) -> None:
+    """WebLogic's Unit-of-Order across two natively dispatched subscriptions of
+    one queue: while a unit's messages are unacknowledged, all of its messages
+    go to the subscription holding them, in order."""
+    with JMSServer(tmp_path / "home") as jms, serve(jms, port=0) as served:
+        jms.create_queue("U")
+        with _connected(served) as first, _connected(served) as second:
+            for client in (first, second):
+                _subscribe(client, "U", "client-individual", prefetch=100)
+            sends = [(unit, i) for i in range(10) for unit in ("A", "B", "C")]
+            with _connected(served) as producer:
+                producer.send(
+                    b"".join(
+                        f"SEND\ndestination:/queue/U\nJMS_BEA_UnitOfOrder:{unit}\n\n{unit}{i}\x00".encode()
+                        for unit, i in sends
+                    )
+                    + b"SEND\ndestination:/queue/U\nreceipt:sent\n\nlast\x00"
+                )
+                assert producer.next_frame().header("receipt-id") == "sent"
+            got: dict[int, list[bytes]] = {0: [], 1: []}
+            deadline = time.monotonic() + WAIT
+            while sum(map(len, got.values())) < len(sends) + 1:
+                assert time.monotonic() < deadline, got
+                ready, _, _ = select.select([first.sock, second.sock], [], [], 0.5)
+                for n, client in enumerate((first, second)):
+                    if client.sock in ready:
+                        client.frames += client.parser.feed(client.sock.recv(65536))
+                    while client.frames:
+                        got[n].append(client.frames.pop(0).body)
+        for unit in ("A", "B", "C"):
+            holders = [n for n in got if any(body.startswith(unit.encode()) for body in got[n])]
+            assert len(holders) == 1, (unit, got)
+            assert [b for b in got[holders[0]] if b.startswith(unit.encode())] == [
+                f"{unit}{i}".encode() for i in range(10)
+            ]
+        assert served.statistics()["native_messages"] == len(sends) + 1
