@@ -50,7 +50,13 @@ def test_receipts_go_out_in_frame_order_with_their_message_ids() -> None:
         while len(got) < len(expected):
             got += theirs.recv(4096)
         assert got == expected
-        assert outbox.statistics() == {"receipts": 2, "receipts_direct": 2, "wakeups": 0}
+        assert outbox.statistics() == {
+            "receipts": 2,
+            "receipts_direct": 2,
+            "wakeups": 0,
+            "messages": 0,
+            "message_writes": 0,
+        }
 
 
 def test_what_the_completer_cannot_write_wakes_the_reader() -> None:
