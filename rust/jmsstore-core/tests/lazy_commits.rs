@@ -104,3 +104,59 @@ fn a_refused_lazy_batch_changes_nothing_and_calls_nothing() -> TestResult {
     assert_eq!(store.read(h)?, b"kept");
     Ok(())
 }
+
+/// What a completion callback sees of `completing_while_idle` for each of
+/// `commits` asynchronous commits made one after the other (each waited for).
+fn idle_as_seen(store: &Store, commits: usize, lazy_alongside: bool) -> Result<Vec<bool>, Box<dyn std::error::Error>> {
+    let mut seen = Vec::new();
+    for i in 0..commits {
+        if lazy_alongside {
+            let mut lazy = store.batch();
+            lazy.put("acks", format!("lazy {i}").as_bytes())?;
+            store.commit_lazy(lazy, |_| {})?;
+        }
+        let mut batch = store.batch();
+        batch.put("q", format!("message {i}").as_bytes())?;
+        let (done, result) = mpsc::channel();
+        store.commit_async(batch, move |r| {
+            done.send((r.is_ok(), jmsstore_core::store::completing_while_idle())).expect("send")
+        })?;
+        let (ok, idle) = result.recv_timeout(Duration::from_secs(30))?;
+        assert!(ok);
+        seen.push(idle);
+    }
+    Ok(seen)
+}
+
+#[test]
+fn a_lone_writers_completions_are_told_the_flusher_is_idle_from_its_second_on() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open(dir.path(), small(1 << 20))?;
+    assert_eq!(idle_as_seen(&store, 4, false)?, [false, true, true, true]);
+    // Lazy batches in the same groups do not count as other writers.
+    assert_eq!(idle_as_seen(&store, 3, true)?, [true, true, true]);
+    // Nor is any other thread told so.
+    assert!(!jmsstore_core::store::completing_while_idle());
+    Ok(())
+}
+
+#[test]
+fn completions_of_a_group_with_two_writers_are_not_told_the_flusher_is_idle() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open(dir.path(), small(1 << 20))?;
+    let (done, result) = mpsc::channel();
+    for round in 0..20 {
+        // Two writers' batches, submitted together, mostly land in one group.
+        for writer in 0..2 {
+            let mut batch = store.batch();
+            batch.put("q", format!("{round}/{writer}").as_bytes())?;
+            let done = done.clone();
+            store.commit_async(batch, move |_| {
+                done.send(jmsstore_core::store::completing_while_idle()).expect("send")
+            })?;
+        }
+    }
+    let seen: Vec<bool> = (0..40).map(|_| result.recv_timeout(Duration::from_secs(30))).collect::<Result<_, _>>()?;
+    assert!(seen.iter().filter(|&&idle| !idle).count() >= 20, "{seen:?}");
+    Ok(())
+}
