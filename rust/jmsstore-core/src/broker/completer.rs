@@ -8,20 +8,15 @@
 //! the order they were sent.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender};
 use std::sync::OnceLock;
 
 use crate::background;
-use crate::store::completing_while_idle;
 
 /// Work for the completer.
 pub type Job = Box<dyn FnOnce() + Send>;
 
 static COMPLETER: OnceLock<Sender<Job>> = OnceLock::new();
-
-/// Jobs handed to the thread and not yet run.
-static PENDING: AtomicUsize = AtomicUsize::new(0);
 
 fn completer() -> &'static Sender<Job> {
     COMPLETER.get_or_init(|| {
@@ -40,7 +35,6 @@ fn run(rx: Receiver<Job>) {
     ON_COMPLETER.with(|on| on.set(true));
     while let Ok(job) = rx.recv() {
         job();
-        PENDING.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -58,20 +52,10 @@ pub fn wait_for_earlier() {
 }
 
 /// Runs `job` on the completer thread (or here, if that thread is gone).
-/// Called by the store's flusher completing a small group with nothing
-/// else to do ([`completing_while_idle`]), it runs `job` at once instead,
-/// if no earlier job is still to run (jobs keep their order): one thread's
-/// wake-up less on the way of a message, when nobody waits for the flusher.
 pub fn run_later(job: Job) {
-    if completing_while_idle() && PENDING.load(Ordering::Acquire) == 0 {
-        job();
-        return;
-    }
-    PENDING.fetch_add(1, Ordering::AcqRel);
     let sent = completer().send(job);
     if let Err(returned) = sent {
         (returned.0)();
-        PENDING.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -31,7 +31,6 @@ pub mod segment;
 mod writer;
 
 use std::borrow::Cow;
-use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -151,23 +150,6 @@ impl Default for StoreOptions {
             max_open_files: crate::fs::pool::default_max_open_files(),
         }
     }
-}
-
-thread_local! {
-    static COMPLETING_WHILE_IDLE: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Whether the calling thread is the flusher completing a group of at most
-/// a couple of batches with nothing else queued for it: a completion
-/// callback may then do its follow-up work at once, on this thread, rather
-/// than hand it to another (a thread's wake-up, on the way of every
-/// message, against a moment of a flusher nobody waits for).
-pub fn completing_while_idle() -> bool {
-    COMPLETING_WHILE_IDLE.with(Cell::get)
-}
-
-fn set_completing_while_idle(idle: bool) {
-    COMPLETING_WHILE_IDLE.with(|c| c.set(idle));
 }
 
 /// Longest a lazy batch waits for a flush that happens anyway (see `Store::commit_lazy`).
@@ -453,9 +435,8 @@ impl Waiter {
 
 /// Work for the flusher.
 pub(crate) enum Work {
-    /// Operations to write; more than one makes a transaction. `lazy`: its
-    /// submitter does not wait for it (see `Store::commit_lazy`).
-    Batch { ops: Vec<Op>, completion: Completion, lazy: bool },
+    /// Operations to write; more than one makes a transaction.
+    Batch { ops: Vec<Op>, completion: Completion },
     /// Seal the active segment and start a new one.
     Roll(Completion),
     /// Make everything written so far durable (for the `disabled` policy).
@@ -501,11 +482,6 @@ impl State {
 
     pub(crate) fn queue_len(&self) -> usize {
         self.queue.len()
-    }
-
-    /// Queued works someone waits for (everything but lazy batches).
-    pub(crate) fn urgent(&self) -> usize {
-        self.urgent
     }
 
     pub(crate) fn lazy_deadline(&self) -> Option<Instant> {
@@ -678,7 +654,7 @@ impl Shared {
             true
         };
         let wake = wake && state.flusher_waiting;
-        state.queue.push(Work::Batch { ops, completion: completion.take().expect("queued once"), lazy });
+        state.queue.push(Work::Batch { ops, completion: completion.take().expect("queued once") });
         drop(state);
         if wake {
             self.work_ready.notify_one();

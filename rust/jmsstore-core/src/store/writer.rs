@@ -14,11 +14,7 @@
 //! duration between two arrivals and an eighth of it in all. On a busy
 //! machine released writers need a moment of CPU time to come back; without
 //! the wait the next group would hold only the first few of them. A lone
-//! writer, or an idle disk, never waits. A lone writer's completion (one
-//! batch someone waits for, lazy ones aside, nothing queued behind it,
-//! twice in a row) is told so (`completing_while_idle`): the broker's
-//! completer then runs its follow-up (publish, RECEIPT) on this thread
-//! rather than waking its own.
+//! writer, or an idle disk, never waits.
 //!
 //! Spare segments are made by the preparer thread, in the background,
 //! under a `.prep` name: one as soon as the store opens, then one each time
@@ -47,7 +43,7 @@ use super::format::{
 };
 use super::index::Location;
 use super::recovery::ReusableTail;
-use super::{bump, lock, set_completing_while_idle, Completion, Op, SegmentInfo, Shared, State, SyncPolicy, Work};
+use super::{bump, lock, Completion, Op, SegmentInfo, Shared, State, SyncPolicy, Work};
 use crate::codec::CodecId;
 use crate::error::{Error, Result};
 use crate::fs::{OpenMode, StorageFile};
@@ -176,8 +172,6 @@ struct Applied {
 struct Placed {
     completion: Completion,
     applied: Vec<Applied>,
-    /// Someone waits for it (not a lazy batch).
-    awaited: bool,
 }
 
 struct Writer {
@@ -194,8 +188,6 @@ struct Writer {
     ready: Vec<Placed>,
     /// Synchronous waiters released by the last completion (see the module docs).
     last_released: usize,
-    /// The last completion had one batch someone waited for, and nothing queued.
-    alone_before: bool,
     /// How long the last group's write and sync took.
     last_sync: Duration,
     /// Something was written with the current epoch (see `synced`).
@@ -235,7 +227,6 @@ pub(crate) fn start(
         last_record: None,
         ready: Vec::new(),
         last_released: 0,
-        alone_before: false,
         last_sync: Duration::ZERO,
         written_in_epoch: false,
         wrote_in_active: false,
@@ -635,7 +626,7 @@ impl Writer {
 
     fn handle(&mut self, work: Work) -> Result<()> {
         match work {
-            Work::Batch { ops, completion, lazy } => self.place_batch(ops, completion, !lazy),
+            Work::Batch { ops, completion } => self.place_batch(ops, completion),
             Work::Roll(completion) => {
                 let result = self.flush_group().and_then(|()| {
                     if self.active.offset > SEGMENT_HEADER_LEN as u64 {
@@ -672,16 +663,16 @@ impl Writer {
                 Ok(())
             }
             Err(e) => {
-                self.ready.push(Placed { completion, applied: Vec::new(), awaited: true });
+                self.ready.push(Placed { completion, applied: Vec::new() });
                 Err(e)
             }
         }
     }
 
-    fn place_batch(&mut self, ops: Vec<Op>, completion: Completion, awaited: bool) -> Result<()> {
+    fn place_batch(&mut self, ops: Vec<Op>, completion: Completion) -> Result<()> {
         match self.place_ops(ops) {
             Ok(applied) => {
-                self.ready.push(Placed { completion, applied, awaited });
+                self.ready.push(Placed { completion, applied });
                 Ok(())
             }
             // Not (entirely) written: its submitter must hear so.
@@ -866,15 +857,8 @@ impl Writer {
         }
         // Every result first, then the wake-ups: a woken submitter that
         // needs this thread's CPU then finds nothing left to wait for.
-        // One batch someone waits for, and nobody queued behind it, twice in
-        // a row (a lone writer, not a lull among several): its follow-up
-        // work may run here (see `completing_while_idle`).
-        let alone = ready.iter().filter(|placed| placed.awaited).count() <= 1 && self.shared.state().urgent() == 0;
-        set_completing_while_idle(alone && self.alone_before);
-        self.alone_before = alone;
         let waiters: Vec<_> =
             ready.into_iter().filter_map(|placed| placed.completion.complete_quietly(Ok(()))).collect();
-        set_completing_while_idle(false);
         for waiter in &waiters {
             waiter.wake();
         }
