@@ -36,9 +36,10 @@ def store(tmp_path: Path) -> Iterator[FileStore]:
 
 
 @pytest.fixture
-def served(store: FileStore, tmp_path: Path) -> Iterator[tuple[JMSServer, StompServer]]:
+def served(store: FileStore, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[JMSServer, StompServer]]:
+    """A STOMP endpoint; ``native_dispatch`` as the test's indirect parameter says (on by default)."""
     jms = JMSServer(store=store, paging_directory=tmp_path / "home" / "paging")
-    stomp = serve(jms, port=0)
+    stomp = serve(jms, port=0, native_dispatch=getattr(request, "param", True))
     try:
         yield jms, stomp
     finally:
@@ -278,12 +279,13 @@ def test_acks_without_a_receipt_take_the_message_at_once_and_a_receipted_ack_mak
         assert jms.message_count(Queue("acked")) == 5
 
 
+@pytest.mark.parametrize("served", [False], indirect=True, ids=["python-dispatch"])
 @pytest.mark.parametrize("socket_write", ["partial", "would-block"])
 def test_writes_the_socket_takes_in_part_keep_receipts_whole_and_in_order(
     served: tuple[JMSServer, StompServer], client: RawClient, monkeypatch: pytest.MonkeyPatch, socket_write: str
 ) -> None:
-    """The server's Python writes (MESSAGE frames from the dispatcher,
-    RECEIPTs from the reader) taken by the socket in part, or not at once,
+    """The server's Python writes (MESSAGE frames from the Python
+    dispatcher, RECEIPTs from the reader) taken by the socket in part, or not at once,
     finish through the socket's own wait, while the broker's completer
     writes other RECEIPTs natively (what a socket takes of those only in
     part is left to the reader: the core's outbox tests): every RECEIPT
