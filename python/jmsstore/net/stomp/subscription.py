@@ -195,11 +195,6 @@ class Subscription:
         return self._delivered + (self._native.delivered if self._native is not None else 0)
 
     @property
-    def native(self) -> bool:
-        """Whether its dispatcher runs in the broker core."""
-        return self._native is not None
-
-    @property
     def in_flight(self) -> int:
         """MESSAGE frames delivered and not yet acknowledged."""
         return len(self._in_flight)
