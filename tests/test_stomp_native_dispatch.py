@@ -194,3 +194,52 @@ def test_a_unit_of_order_stays_with_the_native_subscription_that_has_its_message
                 f"{unit}{i}".encode() for i in range(10)
             ]
         assert served.statistics()["native_messages"] == len(sends) + 1
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
+def test_a_subscription_with_no_room_still_expires_what_waits_for_it(tmp_path: Path, native: bool) -> None:
+    """Passive expiry (no expiration scan): a message that expires while the
+    subscription's prefetch is full is removed, not delivered, once it has room."""
+    with (
+        JMSServer(tmp_path / "home", expiration_scan_interval=0) as jms,
+        serve(jms, port=0, native_dispatch=native) as served,
+    ):
+        jms.create_queue("E")
+        with _connected(served) as client:
+            _subscribe(client, "E", "client-individual", prefetch=1)
+            _fill(served, "E", [b"held"])
+            held = _messages(client, 1)[0]
+            expires = time.time_ns() // 1_000_000 + 200
+            with _connected(served) as producer:
+                producer.send(f"SEND\ndestination:/queue/E\nexpires:{expires}\nreceipt:r\n\nbrief\x00".encode())
+                assert producer.next_frame().header("receipt-id") == "r"
+            time.sleep(max(0.0, expires / 1000 - time.time()) + 0.1)  # past its expiration
+            client.send(f"ACK\nid:{held.header('ack')}\nreceipt:a\n\n\x00".encode())
+            assert client.next_frame().header("receipt-id") == "a"
+            assert not select.select([client.sock], [], [], 0.7)[0], "the expired message is not delivered"
+            assert jms.statistics()["queues"]["E"]["messages_expired"] == 1
+        assert jms.message_count(Queue("E")) == 0
+        assert served.statistics()["native_messages"] == (1 if native else 0)
+
+
+def test_an_unsubscribe_while_the_native_dispatcher_waits_leaves_the_queue_to_the_others(tmp_path: Path) -> None:
+    with JMSServer(tmp_path / "home") as jms, serve(jms, port=0) as served:
+        jms.create_queue("W")
+        with _connected(served) as leaving, _connected(served) as staying:
+            _subscribe(leaving, "W", "client-individual")
+            _subscribe(staying, "W", "client-individual")
+            _fill(served, "W", [b"first"])
+            assert select.select([leaving.sock, staying.sock], [], [], WAIT)[0], "delivered to one of them"
+            # Both dispatchers wait idle now, one with the message in flight:
+            # leaving returns it (redelivered), in front of what comes after.
+            leaving.send(b"UNSUBSCRIBE\nid:s\nreceipt:gone\n\n\x00")
+            frame = leaving.next_frame()
+            while frame.command == "MESSAGE":
+                frame = leaving.next_frame()
+            assert frame.header("receipt-id") == "gone"
+            assert jms.statistics()["queues"]["W"]["consumers"] == 1
+            _fill(served, "W", [f"after{i}".encode() for i in range(20)])
+            got = [f.body for f in _messages(staying, 21)]
+            assert got == [b"first"] + [f"after{i}".encode() for i in range(20)]
+            assert not select.select([leaving.sock], [], [], 0.5)[0], "nothing more for the one that left"
+        assert served.statistics()["native_messages"] >= 21

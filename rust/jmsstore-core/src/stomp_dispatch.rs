@@ -465,6 +465,47 @@ mod tests {
     }
 
     #[test]
+    fn it_is_a_taker_on_the_bell_only_while_it_runs_with_room() {
+        let bell_listing = |s: &Setup| s.q.target.bell.waiting().1 + s.q.target.bell.busy();
+        let mut s = setup(10, false);
+        s.f.send_all(&s.q.destination, [1]);
+        assert!(matches!(s.dispatcher.run(LONG, IDLE), Stop::Time));
+        assert_eq!(bell_listing(&s), 0, "back with the caller: not a taker");
+        assert!(!s.q.target.bell.expects_taker(), "no send writes a delivery record for it meanwhile");
+        s.f.send_all(&s.q.destination, [2]);
+        let waiting = std::thread::scope(|scope| {
+            let run = scope.spawn(|| s.dispatcher.run(LONG, LONG));
+            let deadline = Instant::now() + LONG;
+            // Delivered, it waits for more, idle on the bell.
+            while s.dispatcher.delivered() < 2 || s.q.target.bell.waiting().1 == 0 {
+                assert!(Instant::now() < deadline, "never waited idle");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let waiting = (s.q.target.bell.waiting().1, s.q.target.bell.expects_taker());
+            s.dispatcher.close();
+            (waiting, run.join().unwrap())
+        });
+        assert_eq!(waiting.0, (1, true), "one idle taker while it waits");
+        assert!(matches!(waiting.1, Stop::Closed), "a close ends the wait");
+        assert_eq!(ack_ids(&frames(&mut s.client)), ["1.1", "1.2"]);
+        assert_eq!(bell_listing(&s), 0);
+
+        let paused = setup(10, false);
+        paused.q.destination.set_consumption_paused(true);
+        assert!(matches!(paused.dispatcher.run(LONG, IDLE), Stop::Paused));
+        assert_eq!(bell_listing(&paused), 0);
+        let broken = setup(10, false);
+        broken.f.send_all(&broken.q.destination, [1]);
+        drop(broken.client);
+        assert!(matches!(broken.dispatcher.run(LONG, IDLE), Stop::Broken(_)));
+        assert_eq!(broken.q.target.bell.waiting().1 + broken.q.target.bell.busy(), 0);
+        let declined = setup(10, false);
+        declined.f.send(&declined.q.destination, &Message::new(1).property("price", Value::Double(1.5))).unwrap();
+        assert!(matches!(declined.dispatcher.run(LONG, IDLE), Stop::Declined));
+        assert_eq!(bell_listing(&declined), 0);
+    }
+
+    #[test]
     fn a_batch_the_encoder_declines_is_left_to_the_caller_as_fetched() {
         let mut s = setup(10, false);
         s.f.send_all(&s.q.destination, [1]);
