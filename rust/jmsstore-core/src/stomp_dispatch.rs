@@ -490,6 +490,15 @@ mod tests {
         assert_eq!(ack_ids(&frames(&mut s.client)), ["1.1", "1.2"]);
         assert_eq!(bell_listing(&s), 0);
 
+        // Out of budget (50 µs), most likely just after a delivery, busy with it.
+        let mut budget = setup(10, false);
+        budget.f.send_all(&budget.q.destination, 1..=3);
+        while budget.dispatcher.delivered() < 3 {
+            assert!(matches!(budget.dispatcher.run(Duration::from_micros(50), IDLE), Stop::Time));
+            assert_eq!(bell_listing(&budget), 0);
+        }
+        assert_eq!(ack_ids(&frames(&mut budget.client)), ["1.1", "1.2", "1.3"]);
+
         let paused = setup(10, false);
         paused.q.destination.set_consumption_paused(true);
         assert!(matches!(paused.dispatcher.run(LONG, IDLE), Stop::Paused));
