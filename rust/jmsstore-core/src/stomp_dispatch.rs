@@ -493,7 +493,9 @@ mod tests {
         // Out of budget (50 µs), most likely just after a delivery, busy with it.
         let mut budget = setup(10, false);
         budget.f.send_all(&budget.q.destination, 1..=3);
+        let deadline = Instant::now() + LONG;
         while budget.dispatcher.delivered() < 3 {
+            assert!(Instant::now() < deadline, "never delivered within its budgets");
             assert!(matches!(budget.dispatcher.run(Duration::from_micros(50), IDLE), Stop::Time));
             assert_eq!(bell_listing(&budget), 0);
         }
